@@ -1,0 +1,128 @@
+"""Atomic checkpoints of the policy, its optimizer and the round counter.
+
+A checkpoint is written into a temporary folder, fsynced, renamed into place and only then named in
+``latest.json`` (itself replaced atomically): a kill at any moment leaves the previous checkpoint intact.
+Optimizer state is stored as safetensors plus JSON, so loading a checkpoint never unpickles anything.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+log = logging.getLogger(__name__)
+
+LATEST = "latest.json"
+KEEP = 2
+
+
+@dataclass(frozen=True)
+class CheckpointState:
+    round: int  # the last swarm round whose update is in the weights
+    rounds_trained: int
+    global_step: int
+    model: str
+
+
+class Checkpointer:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def latest(self) -> tuple[Path, CheckpointState] | None:
+        pointer = self.root / LATEST
+        if not pointer.exists():
+            return None
+        try:
+            info = json.loads(pointer.read_text(encoding="utf-8"))
+            folder = self.root / info["folder"]
+            state = CheckpointState(**json.loads((folder / "state.json").read_text(encoding="utf-8")))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.warning("ignoring unreadable checkpoint pointer %s: %s", pointer, exc)
+            return None
+        return folder, state
+
+    def save(self, model, tokenizer, optimizer: torch.optim.Optimizer, state: CheckpointState) -> Path:
+        started = time.perf_counter()
+        self.root.mkdir(parents=True, exist_ok=True)
+        name = f"round-{state.round:08d}"
+        tmp = self.root / f".tmp-{name}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        model.save_pretrained(tmp / "model", safe_serialization=True)
+        tokenizer.save_pretrained(tmp / "model")
+        _save_optimizer(optimizer, tmp / "optimizer")
+        (tmp / "state.json").write_text(json.dumps(asdict(state)), encoding="utf-8")
+        _fsync_tree(tmp)
+        final = self.root / name
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+        _write_atomic(self.root / LATEST, json.dumps({"folder": name}))
+        self._prune(keep=final)
+        log.info("checkpoint of round %d saved in %.1f s", state.round, time.perf_counter() - started)
+        return final
+
+    def load_optimizer(self, folder: Path, optimizer: torch.optim.Optimizer) -> None:
+        _load_optimizer(optimizer, folder / "optimizer")
+
+    def _prune(self, keep: Path) -> None:
+        folders = sorted(p for p in self.root.glob("round-*") if p.is_dir())
+        for old in folders[:-KEEP]:
+            if old != keep:
+                shutil.rmtree(old, ignore_errors=True)
+        for stale in self.root.glob(".tmp-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+
+
+def _save_optimizer(optimizer: torch.optim.Optimizer, folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    state_dict = optimizer.state_dict()
+    tensors: dict[str, torch.Tensor] = {}
+    scalars: dict[str, dict[str, float]] = {}
+    for index, param_state in state_dict["state"].items():
+        for key, value in param_state.items():
+            if isinstance(value, torch.Tensor):
+                tensors[f"{index}.{key}"] = value.detach().contiguous().cpu()
+            else:
+                scalars.setdefault(str(index), {})[key] = value
+    save_file(tensors, folder / "state.safetensors")
+    meta = {"param_groups": state_dict["param_groups"], "scalars": scalars}
+    (folder / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
+
+
+def _load_optimizer(optimizer: torch.optim.Optimizer, folder: Path) -> None:
+    meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+    state: dict[int, dict] = {}
+    for name, tensor in load_file(folder / "state.safetensors").items():
+        index, key = name.split(".", 1)
+        state.setdefault(int(index), {})[key] = tensor
+    for index, values in meta["scalars"].items():
+        state.setdefault(int(index), {}).update(values)
+    # JSON turned tuples such as Adam's betas into lists; restore them so the state is exactly as saved.
+    groups = [
+        {key: tuple(value) if isinstance(value, list) and key != "params" else value for key, value in group.items()}
+        for group in meta["param_groups"]
+    ]
+    optimizer.load_state_dict({"state": state, "param_groups": groups})
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _fsync_tree(folder: Path) -> None:
+    for path in folder.rglob("*"):
+        if path.is_file():
+            with open(path, "rb") as f:
+                os.fsync(f.fileno())

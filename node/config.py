@@ -1,0 +1,175 @@
+"""The node's one typed configuration, shared by the CLI, the GUI and the config file.
+
+A config file is TOML with the sections ``[training]``, ``[swarm]``, ``[tasks]`` and ``[run]``; every field below
+is a key of its section. The CLI's flags override single fields. Validation happens once, in
+:func:`NodeConfig.build`, and every problem is reported as a :class:`~node.errors.NodeError` that names the field,
+the section it lives in and what values are accepted.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+import platformdirs
+import tomli_w
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from node.errors import NodeError
+from node.tasks import DEFAULT_FAMILIES
+
+APP_NAME = "rl-swarm"
+
+
+def default_data_dir() -> Path:
+    return Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class TrainingSettings(_Section):
+    """What is trained and how (SAPO: GRPO over local and peer rollouts)."""
+
+    model: str = Field("bundled", description="catalog id, Hub id, local model folder, .gguf file, or 'bundled'")
+    device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
+    train_dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto", description="bfloat16 = mixed precision with fp32 master weights; auto picks by hardware"
+    )
+    generation_dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto", description="dtype of the copy of the policy that samples completions"
+    )
+    local_questions: int = Field(2, ge=1, le=64, description="I: questions sampled locally per round")
+    external_groups: int = Field(2, ge=0, le=64, description="J: peer groups trained on per round (0 = solo)")
+    num_generations: int = Field(4, ge=2, le=64, description="G: completions per question")
+    max_new_tokens: int = Field(128, ge=8, le=4096)
+    max_prompt_tokens: int = Field(1024, ge=32, le=32768, description="longer prompts are cut from the left")
+    temperature: float = Field(1.0, gt=0.0, le=2.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    learning_rate: float = Field(5e-6, gt=0.0, le=1e-2)
+    beta: float = Field(0.0, ge=0.0, description="KL coefficient; 0 = no reference model (as in SAPO)")
+    epsilon: float = Field(0.2, gt=0.0, lt=1.0, description="lower clip range")
+    epsilon_high: float = Field(0.28, gt=0.0, lt=1.0, description="upper clip range")
+    loss_type: Literal["grpo", "dapo", "dr_grpo", "bnpo"] = "grpo"
+    max_grad_norm: float = Field(1.0, gt=0.0)
+    format_reward_weight: float = Field(0.0, ge=0.0, le=1.0, description="bonus for a well-formed <answer> block")
+    drop_zero_advantage: bool = Field(True, description="drop peer groups whose completions all scored the same")
+
+    @model_validator(mode="after")
+    def _clip_order(self) -> TrainingSettings:
+        if self.epsilon_high < self.epsilon:
+            raise ValueError(f"epsilon_high ({self.epsilon_high}) must be >= epsilon ({self.epsilon})")
+        return self
+
+
+class SwarmSettings(_Section):
+    """How this node finds and talks to its peers."""
+
+    swarm_name: str = Field("local", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+    initial_peers: list[str] = Field(default_factory=list, description="invite multiaddrs; empty = start a swarm")
+    host: str = "0.0.0.0"
+    port: int = Field(0, ge=0, le=65535, description="0 = any free port")
+    gather_timeout_s: float = Field(20.0, ge=0.0, le=3600.0, description="longest wait for peer groups per round")
+    record_ttl_s: float = Field(600.0, ge=10.0, le=86400.0)
+    call_timeout_s: float = Field(10.0, gt=0.0, le=300.0, description="timeout of each DHT call")
+
+
+class TaskSettings(_Section):
+    """Which reasoning-gym task families are trained on."""
+
+    weights: dict[str, float] = Field(default_factory=lambda: {family: 1.0 for family in DEFAULT_FAMILIES})
+    configs: dict[str, dict[str, Any]] = Field(default_factory=dict, description="per-family generator options")
+    seed: int | None = Field(None, ge=0, description="dataset seed; default derives one from the peer id")
+
+
+class RunSettings(_Section):
+    """Where results go, how long to run and how much of the machine to use."""
+
+    data_dir: Path = Field(default_factory=default_data_dir)
+    run_name: str = Field("default", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+    identity_file: Path | None = Field(None, description="libp2p peer key; empty = <data_dir>/identity/swarm.key")
+    rounds: int | None = Field(None, ge=1, description="stop after this many rounds; empty = run until stopped")
+    checkpoint_every: int = Field(5, ge=1, description="save model, optimizer and round every N rounds")
+    threads: int | None = Field(None, ge=1, le=1024, description="CPU threads for torch; empty = cores - 1")
+    gpu_memory_fraction: float | None = Field(None, gt=0.0, le=1.0)
+    seed: int = Field(0, ge=0, description="sampling and training seed")
+
+
+class NodeConfig(_Section):
+    training: TrainingSettings = Field(default_factory=TrainingSettings)
+    swarm: SwarmSettings = Field(default_factory=SwarmSettings)
+    tasks: TaskSettings = Field(default_factory=TaskSettings)
+    run: RunSettings = Field(default_factory=RunSettings)
+
+    @classmethod
+    def build(cls, data: dict[str, Any] | None = None, *, source: str = "configuration") -> NodeConfig:
+        """Validate nested settings; every error names the field and how to fix it."""
+        try:
+            return cls.model_validate(data or {})
+        except ValidationError as exc:
+            raise _as_node_error(exc, source) from None
+
+    @classmethod
+    def load(cls, path: Path, overrides: dict[str, Any] | None = None) -> NodeConfig:
+        try:
+            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise NodeError(f"config file {path} does not exist", hint="check the path or omit --config") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise NodeError(f"config file {path} is not valid TOML: {exc}", hint="fix the line it names") from None
+        return cls.build(merge(data, overrides or {}), source=str(path))
+
+    def with_overrides(self, overrides: dict[str, Any]) -> NodeConfig:
+        return NodeConfig.build(merge(self.to_dict(), overrides))
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude_none=True)
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(tomli_w.dumps(self.to_dict()), encoding="utf-8")
+        tmp.replace(path)
+
+    @property
+    def run_dir(self) -> Path:
+        return self.run.data_dir / "runs" / self.run.run_name
+
+    @property
+    def identity_path(self) -> Path:
+        return self.run.identity_file or self.run.data_dir / "identity" / "swarm.key"
+
+    @property
+    def model_cache_dir(self) -> Path:
+        return self.run.data_dir / "models"
+
+
+def merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """Deep-merge ``overrides`` (section -> field -> value) into ``base``; None values are ignored."""
+    merged = {key: dict(value) if isinstance(value, dict) else value for key, value in base.items()}
+    for section, fields in overrides.items():
+        if isinstance(fields, dict):
+            target = merged.setdefault(section, {})
+            target.update({k: v for k, v in fields.items() if v is not None})
+        elif fields is not None:
+            merged[section] = fields
+    return merged
+
+
+def _as_node_error(exc: ValidationError, source: str) -> NodeError:
+    problems = []
+    for err in exc.errors():
+        location = [str(part) for part in err["loc"]]
+        where = f"[{location[0]}] {'.'.join(location[1:])}" if len(location) > 1 else location[0]
+        if err["type"] == "extra_forbidden":
+            problems.append(f"{where}: unknown setting")
+        else:
+            problems.append(f"{where}: {err['msg']} (got {err.get('input')!r})")
+    return NodeError(
+        f"invalid {source}: " + "; ".join(problems),
+        hint="fix these settings in the config file or the matching command-line flags; "
+        "`rl-swarm-node run --help` lists every flag with its allowed values",
+        code="invalid_config",
+    )

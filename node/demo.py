@@ -1,0 +1,200 @@
+"""``rl-swarm-node demo``: a real swarm of N node processes on loopback, with a live table of their progress.
+
+The first node starts the swarm; the others join it with its invite. Each node is a separate ``rl-swarm-node run``
+process reporting through its JSON-lines event stream, exactly as the desktop app drives a node.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from node.errors import NodeError
+from node.events import event_from_json
+
+START_TIMEOUT_S = 600  # first start converts the bundled model
+STOP_TIMEOUT_S = 120
+
+
+@dataclass
+class _NodeView:
+    index: int
+    process: subprocess.Popen
+    log_path: Path
+    name: str = "starting..."
+    state: str = "starting"
+    round: int | None = None
+    rewards: list[float] = field(default_factory=list)
+    reward_external: float | None = None
+    loss: float | None = None
+    peers: int = 0
+    shared: int = 0
+    used: int = 0
+    rejected: int = 0
+    seconds: float | None = None
+    invite: list[str] = field(default_factory=list)
+    error: str = ""
+    started: threading.Event = field(default_factory=threading.Event)
+
+
+def run_demo(*, nodes: int, rounds: int | None, data_dir: Path, model: str, max_new_tokens: int) -> int:
+    if nodes < 1:
+        raise NodeError("the demo needs at least one node", hint="use --nodes 3")
+    data_dir.mkdir(parents=True, exist_ok=True)
+    threads = max(1, (psutil.cpu_count(logical=False) or 1) // nodes)
+    console = Console()
+    console.print(f"[bold]RL Swarm demo[/]: {nodes} nodes on loopback, model {model}, {threads} thread(s) each; "
+                  f"data in {data_dir}. Ctrl-C stops all nodes cleanly.")
+    views: list[_NodeView] = []
+    stopping = threading.Event()
+
+    def on_signal(signum, frame) -> None:
+        stopping.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        views.append(_spawn(0, data_dir, model, rounds, threads, max_new_tokens, join=[]))
+        if not _wait_started(views[0], stopping):
+            return _finish(views, console, stopped_early=True)
+        for index in range(1, nodes):
+            views.append(_spawn(index, data_dir, model, rounds, threads, max_new_tokens, join=views[0].invite))
+        with Live(_table(views), console=console, refresh_per_second=2) as live:
+            while not stopping.is_set() and any(v.process.poll() is None for v in views):
+                live.update(_table(views))
+                stopping.wait(0.5)
+            live.update(_table(views))
+        return _finish(views, console, stopped_early=stopping.is_set())
+    finally:
+        _stop_all(views)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _spawn(index: int, data_dir: Path, model: str, rounds: int | None, threads: int, max_new_tokens: int,
+           *, join: list[str]) -> _NodeView:
+    command = [
+        sys.executable, "-m", "node", "run", "--events-jsonl", "--control-stdin",
+        "--data-dir", str(data_dir), "--run-name", f"node-{index + 1}",
+        "--identity-file", str(data_dir / "identities" / f"node-{index + 1}.key"),
+        "--swarm-name", "demo", "--host", "127.0.0.1", "--model", model, "--threads", str(threads),
+        "--max-new-tokens", str(max_new_tokens), "--checkpoint-every", "5", "--gather-timeout", "30",
+    ]
+    if rounds:
+        command += ["--rounds", str(rounds)]
+    for address in join:
+        command += ["--join", address]
+    log_path = data_dir / f"node-{index + 1}.stderr.log"
+    process = subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(log_path, "wb"), text=True, bufsize=1,
+        # The demo's own Ctrl-C handler stops the nodes in order; they must not get the terminal's SIGINT too.
+        start_new_session=True,
+    )
+    view = _NodeView(index=index, process=process, log_path=log_path)
+    threading.Thread(target=_follow, args=(view,), name=f"demo-node-{index + 1}", daemon=True).start()
+    return view
+
+
+def _follow(view: _NodeView) -> None:
+    assert view.process.stdout is not None
+    for line in view.process.stdout:
+        try:
+            event = event_from_json(line)
+        except ValueError:
+            continue
+        kind = event.kind
+        if kind == "node_started":
+            view.name, view.invite = event.peer_name, event.invite
+            view.started.set()
+        elif kind == "state_changed":
+            view.state = event.state
+        elif kind == "round_finished":
+            view.round = event.round
+            view.rewards.append(event.reward_local)
+            view.reward_external, view.loss = event.reward_external, event.loss
+            view.peers, view.seconds = event.peers_seen, event.seconds_total
+            view.shared += event.groups_shared
+            view.used += event.groups_used
+            view.rejected += event.groups_rejected
+        elif kind == "error":
+            view.error = event.message
+    view.state = f"exited ({view.process.wait()})"
+    view.started.set()
+
+
+def _wait_started(view: _NodeView, stopping: threading.Event) -> bool:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not view.started.wait(0.5):
+        if stopping.is_set() or time.monotonic() > deadline:
+            return False
+    return bool(view.invite)
+
+
+def _table(views: list[_NodeView]) -> Table:
+    table = Table(title="RL Swarm demo — live", expand=False)
+    for column in ("node", "state", "round", "reward (last)", "reward (avg 5)", "external", "loss", "peers",
+                   "groups shared/used/rejected", "s/round"):
+        table.add_column(column, justify="right" if column not in ("node", "state") else "left")
+    for v in views:
+        recent = v.rewards[-5:]
+        table.add_row(
+            v.name, v.error or v.state, _fmt(v.round, "d"), _fmt(v.rewards[-1] if v.rewards else None),
+            _fmt(sum(recent) / len(recent) if recent else None), _fmt(v.reward_external),
+            _fmt(v.loss, "+.4f"), str(v.peers), f"{v.shared}/{v.used}/{v.rejected}", _fmt(v.seconds, ".1f"),
+        )
+    return table
+
+
+def _fmt(value, spec: str = ".3f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _stop_all(views: list[_NodeView]) -> None:
+    for view in views:
+        if view.process.poll() is None and view.process.stdin:
+            try:
+                view.process.stdin.write("stop\n")
+                view.process.stdin.flush()
+            except (BrokenPipeError, OSError):
+                pass
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    for view in views:
+        try:
+            view.process.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _kill_tree(view.process.pid)
+
+
+def _kill_tree(pid: int) -> None:
+    try:
+        parent = psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        return
+    for process in [*parent.children(recursive=True), parent]:
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
+def _finish(views: list[_NodeView], console: Console, *, stopped_early: bool) -> int:
+    _stop_all(views)
+    failed = [v for v in views if v.process.returncode not in (0, None)]
+    for view in failed:
+        tail = view.log_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-10:]
+        console.print(f"[red]node {view.index + 1} ({view.name}) exited with {view.process.returncode}[/]; "
+                      f"last log lines from {view.log_path}:")
+        console.print("\n".join(tail), markup=False)
+    if not failed:
+        console.print("all nodes stopped cleanly" + (" (interrupted)" if stopped_early else ""))
+    return 1 if failed else 0
+

@@ -1,0 +1,186 @@
+"""Typed events: the only way the node reports to the outside world.
+
+Subscribers get them through :class:`EventBus` callbacks (in-process, e.g. the demo table or a test) or as a
+JSON-lines stream (one object per line, ``{"kind": ..., ...}``) that a separate process such as the desktop app
+reads and turns back into the same dataclasses with :func:`event_from_json`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import IO, Any, ClassVar, Literal
+
+log = logging.getLogger(__name__)
+
+NodeState = Literal["starting", "training", "waiting_for_peers", "paused", "stopping", "stopped", "error"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Event:
+    kind: ClassVar[str] = "event"
+    time: float = field(default_factory=time.time)
+
+    def to_json(self) -> str:
+        return json.dumps({"kind": self.kind, **dataclasses.asdict(self)}, separators=(",", ":"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeStarted(Event):
+    kind: ClassVar[str] = "node_started"
+    peer_id: str
+    peer_name: str
+    swarm_name: str
+    invite: list[str]
+    model: str
+    device: str
+    hardware: dict[str, Any]
+    run_dir: str
+    resumed_from_round: int | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class StateChanged(Event):
+    kind: ClassVar[str] = "state_changed"
+    state: NodeState
+    detail: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoundMetrics(Event):
+    """Everything measured in one round; also the row persisted in the run's metrics.jsonl."""
+
+    kind: ClassVar[str] = "round_finished"
+    round: int
+    rounds_trained: int
+    reward_local: float
+    reward_external: float | None
+    reward_train: float
+    loss: float
+    kl: float | None
+    completion_length: float
+    tokens_generated: int
+    generation_tokens_per_s: float
+    seconds_generate: float
+    seconds_share: float
+    seconds_gather: float
+    seconds_train: float
+    seconds_total: float
+    peers_seen: int
+    groups_shared: int
+    groups_received: int
+    groups_used: int
+    groups_zero_advantage: int
+    groups_rejected: int
+    rejected_reasons: dict[str, int]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RolloutSample(Event):
+    """One completion of the round, for the app's gossip view."""
+
+    kind: ClassVar[str] = "rollout_sample"
+    round: int
+    source_peer: str
+    source_name: str
+    local: bool
+    family: str
+    question: str
+    completion: str
+    reward: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class PeerJoined(Event):
+    kind: ClassVar[str] = "peer_joined"
+    peer_id: str
+    peer_name: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class PeerLeft(Event):
+    kind: ClassVar[str] = "peer_left"
+    peer_id: str
+    peer_name: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckpointSaved(Event):
+    kind: ClassVar[str] = "checkpoint_saved"
+    round: int
+    path: str
+    seconds: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeFailed(Event):
+    """A problem the user should see; ``fatal`` ones stop the node."""
+
+    kind: ClassVar[str] = "error"
+    message: str
+    hint: str = ""
+    fatal: bool = False
+
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.kind: cls
+    for cls in (NodeStarted, StateChanged, RoundMetrics, RolloutSample, PeerJoined, PeerLeft, CheckpointSaved, NodeFailed)
+}
+
+
+def event_from_json(line: str) -> Event:
+    """Parse one line of the event stream; raises ValueError on anything that is not a known event."""
+    data = json.loads(line)
+    if not isinstance(data, dict) or data.get("kind") not in EVENT_TYPES:
+        raise ValueError(f"not a node event: {line[:80]!r}")
+    cls = EVENT_TYPES[data.pop("kind")]
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{key: value for key, value in data.items() if key in names})
+
+
+Subscriber = Callable[[Event], None]
+
+
+class EventBus:
+    """Fan-out of events to subscribers; a failing subscriber is logged and never breaks the node."""
+
+    def __init__(self) -> None:
+        self._subscribers: list[Subscriber] = []
+        self._lock = threading.Lock()
+
+    def subscribe(self, callback: Subscriber) -> Callable[[], None]:
+        with self._lock:
+            self._subscribers.append(callback)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                self._subscribers.remove(callback)
+
+        return unsubscribe
+
+    def emit(self, event: Event) -> None:
+        with self._lock:
+            subscribers = list(self._subscribers)
+        for callback in subscribers:
+            try:
+                callback(event)
+            except Exception:
+                log.exception("event subscriber %r failed on %s", callback, event.kind)
+
+
+class JsonLinesWriter:
+    """Subscriber that writes each event as one flushed JSON line (for a reading process)."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream = stream
+        self._lock = threading.Lock()
+
+    def __call__(self, event: Event) -> None:
+        with self._lock:
+            self._stream.write(event.to_json() + "\n")
+            self._stream.flush()

@@ -1,0 +1,214 @@
+"""What this machine can train, and the settings we recommend for it.
+
+Recommendation policy (memory is the GPU's for CUDA and the free RAM otherwise; see
+:func:`node.models.estimate_training_bytes`):
+
+* CUDA, >= 20 GiB: Qwen2.5-1.5B-Instruct in bfloat16, G=8 completions per question, I=4 local questions and
+  J=4 groups from peers per round, 256 new tokens.
+* CUDA, 8-20 GiB: Qwen2.5-0.5B-Instruct, same round shape.
+* CUDA, < 8 GiB: SmolLM2-360M-Instruct, G=4, I=2, J=2.
+  CUDA trains in bfloat16 where the GPU supports it (compute capability >= 8.0), float32 otherwise: float16
+  training would need loss scaling.
+* Apple MPS: Qwen2.5-0.5B-Instruct in float32 (bfloat16 training on MPS is unreliable), G=4, I=2, J=2.
+* CPU only: the bundled SmolLM2-135M (offline) in float32, G=4, I=2, J=2, 128 new tokens; a round takes about a
+  minute on two cores, where a 0.5B model takes many minutes.
+
+Generation uses the training dtype. When the estimate says the tier's model won't fit, the next smaller model of
+Qwen2.5-1.5B > Qwen2.5-0.5B > SmolLM2-360M > bundled is taken: with float32 master weights and AdamW states,
+Qwen2.5-1.5B needs ~36 GiB and Qwen2.5-0.5B ~16 GiB, so most GPUs under those sizes get the next model down.
+The fit check assumes one group (G sequences) per forward/backward pass (TRL's per-device batch) and a prompt of
+up to :data:`PROMPT_TOKENS` tokens. Torch gets all physical cores but one, so the machine stays usable.
+"""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Literal
+
+import psutil
+import torch
+
+from node.models import BUNDLED, CATALOG, GIB, estimate_training_bytes, fit_label
+
+PROMPT_TOKENS = 256  # a reasoning-gym question in the chat template; completions come on top
+
+QWEN_1_5B = "Qwen/Qwen2.5-1.5B-Instruct"
+QWEN_0_5B = "Qwen/Qwen2.5-0.5B-Instruct"
+SMOLLM_360M = "HuggingFaceTB/SmolLM2-360M-Instruct"
+_FALLBACKS = (QWEN_1_5B, QWEN_0_5B, SMOLLM_360M, BUNDLED)
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    name: str
+    total_memory_bytes: int
+    compute_capability: tuple[int, int]
+    index: int
+
+
+@dataclass(frozen=True)
+class HardwareInfo:
+    kind: Literal["cuda", "mps", "cpu"]
+    cpu_name: str
+    physical_cores: int
+    logical_cores: int
+    total_ram_bytes: int
+    available_ram_bytes: int
+    gpus: tuple[GpuInfo, ...]  # empty unless kind is "cuda"
+    torch_version: str
+    bf16_supported: bool  # on the device of `kind`
+
+    def describe(self) -> str:
+        cpu = f"{self.physical_cores} cores, {self.total_ram_bytes / GIB:.1f} GiB RAM"
+        if self.kind == "cuda":
+            gpus = ", ".join(
+                f"{gpu.name} ({gpu.total_memory_bytes / GIB:.1f} GiB, compute {gpu.compute_capability[0]}."
+                f"{gpu.compute_capability[1]})"
+                for gpu in self.gpus
+            )
+            return f"CUDA: {gpus}; CPU: {cpu}"
+        if self.kind == "mps":
+            return f"Apple GPU (MPS) sharing {self.total_ram_bytes / GIB:.1f} GiB RAM; CPU: {self.cpu_name}, {cpu}"
+        return f"CPU: {self.cpu_name}, {cpu} (no GPU visible to torch)"
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "description": self.describe()}
+
+
+def detect() -> HardwareInfo:
+    memory = psutil.virtual_memory()
+    logical = psutil.cpu_count() or 1
+    if torch.cuda.is_available():
+        kind = "cuda"
+        gpus = tuple(_gpu(index) for index in range(torch.cuda.device_count()))
+        # Pre-Ampere GPUs only emulate bfloat16, far slower than float32.
+        bf16 = torch.cuda.is_bf16_supported(including_emulation=False)
+    elif torch.backends.mps.is_available():
+        kind, gpus = "mps", ()
+        # Every torch we support (>= 2.6) has bfloat16 kernels on MPS; Metal provides them from macOS 14.
+        bf16 = torch.backends.mps.is_macos_or_newer(14, 0)
+    else:
+        kind, gpus = "cpu", ()
+        bf16 = _cpu_bf16_matmul_works()
+    return HardwareInfo(
+        kind=kind,
+        cpu_name=_cpu_name(),
+        physical_cores=psutil.cpu_count(logical=False) or logical,
+        logical_cores=logical,
+        total_ram_bytes=memory.total,
+        available_ram_bytes=memory.available,
+        gpus=gpus,
+        torch_version=str(torch.__version__),
+        bf16_supported=bf16,
+    )
+
+
+def _gpu(index: int) -> GpuInfo:
+    props = torch.cuda.get_device_properties(index)
+    return GpuInfo(props.name, props.total_memory, (props.major, props.minor), index)
+
+
+def _cpu_bf16_matmul_works() -> bool:
+    try:
+        ones = torch.ones(4, 4, dtype=torch.bfloat16)
+        return bool(((ones @ ones) == 4).all())
+    except RuntimeError:
+        return False
+
+
+def _cpu_name() -> str:
+    # platform.processor() is empty on Linux and just "arm" on Apple silicon, hence the OS-specific sources.
+    if sys.platform == "darwin":
+        result = subprocess.run(
+            ["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True, check=False
+        )
+        if result.stdout.strip():
+            return result.stdout.strip()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    model: str  # a node.models.CATALOG id
+    device: str  # "cuda" | "mps" | "cpu"
+    train_dtype: str  # "float32" | "bfloat16"
+    generation_dtype: str
+    num_generations: int  # G: completions per question
+    local_questions: int  # I: questions this node samples per round
+    external_groups: int  # J: groups taken from peers per round
+    max_new_tokens: int
+    threads: int  # torch CPU threads
+    reason: str  # shown to the user
+
+
+def recommend(hw: HardwareInfo) -> Recommendation:
+    if hw.kind == "cuda":
+        gpu = hw.gpus[0]
+        budget = gpu.total_memory_bytes
+        dtype = "bfloat16" if hw.bf16_supported else "float32"
+        where = f"{gpu.name} with {budget / GIB:.1f} GiB"
+        why = "" if hw.bf16_supported else "; this GPU has no bfloat16, so it trains in float32"
+        if budget >= 20 * GIB:
+            model, g, i, j = QWEN_1_5B, 8, 4, 4
+        elif budget >= 8 * GIB:
+            model, g, i, j = QWEN_0_5B, 8, 4, 4
+        else:
+            model, g, i, j = SMOLLM_360M, 4, 2, 2
+        max_new_tokens = 256
+    elif hw.kind == "mps":
+        budget = hw.available_ram_bytes
+        dtype = "float32"
+        where = f"Apple GPU (MPS) with {budget / GIB:.1f} GiB of {hw.total_ram_bytes / GIB:.1f} GiB RAM free"
+        why = "; it trains in float32 because bfloat16 training on MPS is unreliable"
+        model, g, i, j, max_new_tokens = QWEN_0_5B, 4, 2, 2, 256
+    else:
+        budget = hw.available_ram_bytes
+        dtype = "float32"
+        where = f"CPU only ({hw.cpu_name}, {hw.physical_cores} cores, {budget / GIB:.1f} GiB RAM free)"
+        why = "; it works offline and keeps a round to about a minute, larger models would take many minutes"
+        model, g, i, j, max_new_tokens = BUNDLED, 4, 2, 2, 128
+
+    def required(candidate: str) -> int:
+        spec = CATALOG[candidate]
+        return estimate_training_bytes(
+            spec.params,
+            train_dtype=dtype,
+            num_sequences=g,
+            seq_len=PROMPT_TOKENS + max_new_tokens,
+            vocab_size=spec.vocab_size,
+        )
+
+    preferred = model
+    candidates = _FALLBACKS[_FALLBACKS.index(preferred) :]
+    model = next((c for c in candidates if fit_label(required(c), budget) != "won't fit"), candidates[-1])
+    need = required(model)
+    fallback = ""
+    if model != preferred:
+        fallback = (
+            f" {CATALOG[preferred].name} would need ~{required(preferred) / GIB:.1f} GiB, more than is available."
+        )
+    reason = (
+        f"{where}: {CATALOG[model].name} in {dtype} needs ~{need / GIB:.1f} GiB to train "
+        f"({fit_label(need, budget)}){why}.{fallback}"
+    )
+    return Recommendation(
+        model=model,
+        device=hw.kind,
+        train_dtype=dtype,
+        generation_dtype=dtype,
+        num_generations=g,
+        local_questions=i,
+        external_groups=j,
+        max_new_tokens=max_new_tokens,
+        threads=max(1, hw.physical_cores - 1),
+        reason=reason,
+    )

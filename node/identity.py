@@ -1,0 +1,219 @@
+"""The node's persistent peer identity.
+
+The identity file is exactly what hivemind/libp2p read with ``identity_path``: a protobuf ``crypto.pb.PrivateKey``
+wrapping a DER-encoded RSA-2048 key. The same key signs our DHT records, so the peer id other peers see in the
+network and the owner of a record are provably the same node (see :func:`peer_id_from_public_key`).
+
+Losing the file means losing the peer id (and everything the swarm associates with it), hence backup/restore and
+the care taken to never leave a half-written or world-readable key on disk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cryptography.exceptions import UnsupportedAlgorithm
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+from google.protobuf.message import DecodeError
+from hivemind.p2p import PeerID
+from hivemind.proto import crypto_pb2
+from hivemind.utils.crypto import RSAPrivateKey, RSAPublicKey
+
+from node.errors import NodeError
+
+logger = logging.getLogger(__name__)
+
+_FILE_MODE = 0o600  # owner read/write: backups and restores must be able to replace the file
+_DIR_MODE = 0o700
+_SHA2_256_MULTIHASH_PREFIX = bytes([0x12, 32])  # multihash code of sha2-256, then the digest length
+
+ADJECTIVES = (
+    "able", "agile", "amber", "amiable", "azure", "bold", "brave", "breezy", "bright", "brisk",
+    "calm", "candid", "cheery", "clever", "cobalt", "cosmic", "cozy", "crisp", "curious", "daring",
+    "dapper", "dazzling", "deft", "eager", "earnest", "easy", "electric", "fair", "fancy", "fearless",
+    "fleet", "fluffy", "frosty", "gentle", "giddy", "gleaming", "glad", "golden", "graceful", "grand",
+    "happy", "hardy", "hasty", "hazel", "honest", "humble", "icy", "jolly", "jovial", "keen",
+    "kind", "lively", "lucky", "lunar", "mellow", "merry", "mighty", "misty", "modest", "nimble",
+    "noble", "patient", "peppy", "plucky", "polite", "proud", "quick", "quiet", "radiant", "rapid",
+    "rosy", "rustic", "savvy", "serene", "shiny", "silent", "silver", "sleek", "smooth", "snowy",
+    "solar", "spry", "steady", "stellar", "sturdy", "sunny", "swift", "tidy", "tranquil", "trusty",
+    "twinkly", "upbeat", "velvet", "vivid", "warm", "wild", "wise", "witty", "zany", "zesty",
+)  # fmt: skip
+
+ANIMALS = (
+    "alpaca", "badger", "bat", "bear", "beaver", "bee", "bison", "boar", "bobcat", "buffalo",
+    "camel", "caribou", "cat", "cheetah", "chipmunk", "condor", "cougar", "coyote", "crab", "crane",
+    "crow", "deer", "dingo", "dolphin", "donkey", "dove", "duck", "eagle", "elk", "emu",
+    "falcon", "ferret", "finch", "fox", "frog", "gazelle", "gecko", "gerbil", "gibbon", "giraffe",
+    "goat", "goose", "gorilla", "hamster", "hare", "hawk", "hedgehog", "heron", "hippo", "horse",
+    "ibis", "iguana", "impala", "jaguar", "jay", "kangaroo", "kiwi", "koala", "lemur", "leopard",
+    "lion", "llama", "lobster", "lynx", "magpie", "marmot", "meerkat", "mink", "mole", "moose",
+    "moth", "mouse", "newt", "ocelot", "octopus", "okapi", "orca", "osprey", "otter", "owl",
+    "ox", "panda", "panther", "parrot", "pelican", "penguin", "pigeon", "puffin", "quail", "rabbit",
+    "raccoon", "raven", "robin", "salmon", "seal", "shark", "sheep", "sloth", "snail", "sparrow",
+    "squid", "stork", "swan", "tapir", "tiger", "toucan", "trout", "turtle", "walrus", "weasel",
+    "whale", "wolf", "wombat", "wren", "yak", "zebra",
+)  # fmt: skip
+
+
+@dataclass
+class Identity:
+    path: Path
+    peer_id: str  # libp2p peer id, base58
+    name: str  # readable alias of peer_id, e.g. "swift-amber-otter"
+    private_key: RSAPrivateKey = field(repr=False)  # the libp2p identity key; also signs our DHT records
+
+
+def load_or_create(path: Path) -> Identity:
+    """Load the identity at ``path``, creating a new one if the file does not exist yet."""
+    path = Path(path)
+    if not path.exists():
+        try:
+            _write_private(path, _generate_identity_bytes())
+        except OSError as e:
+            raise NodeError(
+                f"Could not create the identity file {path}: {e.strerror or e}",
+                hint="Check that the node's data folder is writable.",
+                code="identity_create_failed",
+            ) from e
+        identity = _load(path)
+        logger.info("Created a new identity %s (%s) in %s", identity.name, identity.peer_id, path)
+        return identity
+    identity = _load(path)
+    _tighten_permissions(path)
+    return identity
+
+
+def backup(identity: Identity, dest: Path) -> None:
+    """Copy the identity file to ``dest`` (created owner-only, replaced atomically)."""
+    dest = Path(dest)
+    data = _read(identity.path)
+    _parse(data, identity.path)
+    try:
+        _write_private(dest, data)
+    except OSError as e:
+        raise NodeError(
+            f"Could not write the identity backup to {dest}: {e.strerror or e}",
+            hint="Choose a folder you can write to.",
+            code="identity_backup_failed",
+        ) from e
+
+
+def restore(src: Path, path: Path) -> Identity:
+    """Replace the identity at ``path`` with the one in ``src``, which must be a valid identity file."""
+    src, path = Path(src), Path(path)
+    data = _read(src)
+    _parse(data, src)
+    try:
+        _write_private(path, data)
+    except OSError as e:
+        raise NodeError(
+            f"Could not write the identity file {path}: {e.strerror or e}",
+            hint="Check that the node's data folder is writable.",
+            code="identity_restore_failed",
+        ) from e
+    return _load(path)
+
+
+def peer_name(peer_id: str) -> str:
+    """A readable, deterministic alias of a peer id: two different adjectives and an animal."""
+    digest = hashlib.sha256(peer_id.encode()).digest()
+    first = int.from_bytes(digest[0:8], "big") % len(ADJECTIVES)
+    # pick the second adjective among the others, so a name never repeats a word
+    second = (first + 1 + int.from_bytes(digest[8:16], "big") % (len(ADJECTIVES) - 1)) % len(ADJECTIVES)
+    animal = int.from_bytes(digest[16:24], "big") % len(ANIMALS)
+    return f"{ADJECTIVES[first]}-{ADJECTIVES[second]}-{ANIMALS[animal]}"
+
+
+def peer_id_from_public_key(public_key: RSAPublicKey) -> str:
+    """The libp2p peer id of an RSA key: base58 of the sha2-256 multihash of the protobuf-wrapped DER key."""
+    key = serialization.load_ssh_public_key(public_key.to_bytes())
+    der = key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    wrapped = crypto_pb2.PublicKey(key_type=crypto_pb2.KeyType.RSA, data=der).SerializeToString()
+    return PeerID(_SHA2_256_MULTIHASH_PREFIX + hashlib.sha256(wrapped).digest()).to_base58()
+
+
+def _generate_identity_bytes() -> bytes:
+    # Same format as hivemind's P2P.generate_identity, which we do not call: it writes the key with the default
+    # umask (briefly readable by others) and then makes it read-only, which breaks restoring over it.
+    key = RSAPrivateKey()
+    return crypto_pb2.PrivateKey(key_type=crypto_pb2.KeyType.RSA, data=key.to_bytes()).SerializeToString()
+
+
+def _load(path: Path) -> Identity:
+    data = _read(path)
+    private_key = _parse(data, path)
+    peer_id = PeerID.from_identity(data).to_base58()
+    return Identity(path=path, peer_id=peer_id, name=peer_name(peer_id), private_key=private_key)
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError as e:
+        raise NodeError(f"Identity file {path} does not exist", hint="Check the path.", code="identity_missing") from e
+    except OSError as e:
+        raise NodeError(
+            f"Could not read the identity file {path}: {e.strerror or e}",
+            hint="Check that your user owns the file and may read it.",
+            code="identity_unreadable",
+        ) from e
+
+
+def _parse(data: bytes, path: Path) -> RSAPrivateKey:
+    try:
+        wrapped = crypto_pb2.PrivateKey.FromString(data)
+        if wrapped.key_type != crypto_pb2.KeyType.RSA:
+            raise ValueError("not an RSA key")
+        der = wrapped.data
+        if not isinstance(serialization.load_der_private_key(der, password=None), rsa.RSAPrivateKey):
+            raise ValueError("not an RSA key")
+    except (DecodeError, ValueError, TypeError, UnsupportedAlgorithm) as e:
+        raise NodeError(
+            f"The identity file {path} is corrupt or not a peer identity ({e})",
+            hint=(
+                "Restore it from a backup. Deleting it makes the node create a new identity on the next start, "
+                "but your old peer id (and the swarm's record of your contributions) would be lost."
+            ),
+            code="identity_corrupt",
+        ) from e
+    private_key = RSAPrivateKey.__new__(RSAPrivateKey)  # __init__ would generate a fresh key
+    private_key.__setstate__({"_private_key": der})
+    return private_key
+
+
+def _tighten_permissions(path: Path) -> None:
+    if os.name != "posix":
+        return
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if not mode & 0o077:
+        return
+    try:
+        path.chmod(_FILE_MODE)
+    except OSError as e:
+        logger.warning("Identity file %s is accessible to other users (mode %o), cannot fix: %s", path, mode, e)
+        return
+    logger.warning("Identity file %s was accessible to other users (mode %o); now %o", path, mode, _FILE_MODE)
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    """Atomically write ``data`` to ``path``, readable by the owner only from the first byte on."""
+    path.parent.mkdir(mode=_DIR_MODE, parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, _FILE_MODE)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, _FILE_MODE)  # O_CREAT ignores the mode of a leftover tmp file
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

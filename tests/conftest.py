@@ -1,0 +1,24 @@
+"""Shared fixtures: an offline, quiet, deterministic environment and a tiny random model."""
+
+from __future__ import annotations
+
+import os
+
+# Before anything imports transformers / torch: tests never touch the network and stay on two cores.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """A 2-layer random Llama with the bundled SmolLM2 tokenizer, saved as a normal model folder."""
+    from node import models
+
+    return models.tiny_random(models.resolve(models.BUNDLED), tmp_path_factory.mktemp("tiny-model"))

@@ -1,0 +1,105 @@
+"""Helpers to run real nodes (in-process or as `rl-swarm-node run` processes) with the tiny model."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+from node.config import NodeConfig
+from node.events import Event, event_from_json
+
+FAST_FAMILIES = "basic_arithmetic,base_conversion,fraction_simplification"
+
+
+def tiny_config(model_dir: Path, data_dir: Path, **overrides) -> NodeConfig:
+    data = {
+        "training": {"model": str(model_dir), "device": "cpu", "local_questions": 2, "external_groups": 0,
+                     "num_generations": 4, "max_new_tokens": 16, "max_prompt_tokens": 256, "learning_rate": 1e-4},
+        "swarm": {"host": "127.0.0.1", "gather_timeout_s": 5.0, "call_timeout_s": 5.0},
+        "tasks": {"weights": {f: 1.0 for f in FAST_FAMILIES.split(",")}},
+        "run": {"data_dir": str(data_dir), "threads": 1, "checkpoint_every": 1},
+    }
+    for section, fields in overrides.items():
+        data[section].update(fields)
+    return NodeConfig.build(data)
+
+
+class NodeProcess:
+    """`python -m node run --events-jsonl` in a child process, with its events on a queue."""
+
+    def __init__(self, config: NodeConfig, *, name: str) -> None:
+        path = config.run.data_dir / f"{name}.toml"
+        config.save(path)
+        self.stderr_path = config.run.data_dir / f"{name}.stderr"
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "node", "run", "--config", str(path), "--events-jsonl", "--control-stdin"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(self.stderr_path, "wb"), text=True,
+            env=env, start_new_session=True,
+        )
+        self.events: queue.Queue[Event] = queue.Queue()
+        self.seen: list[Event] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            try:
+                self.events.put(event_from_json(line))
+            except ValueError:
+                pass
+
+    def wait_for(self, predicate, timeout: float = 300) -> Event:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                event = self.events.get(timeout=1)
+            except queue.Empty:
+                if self.process.poll() is not None and self.events.empty():
+                    raise AssertionError(f"node exited with {self.process.returncode}: {self.stderr()}")
+                continue
+            self.seen.append(event)
+            if predicate(event):
+                return event
+        raise AssertionError(f"timed out waiting; last events {[e.kind for e in self.seen[-5:]]}: {self.stderr()}")
+
+    def send(self, command: str) -> None:
+        self.process.stdin.write(command + "\n")
+        self.process.stdin.flush()
+
+    def finish(self, timeout: float = 120) -> int:
+        code = self.process.wait(timeout=timeout)
+        while not self.events.empty():
+            self.seen.append(self.events.get())
+        return code
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")[-3000:]
+
+    def kill_tree(self) -> None:
+        """SIGKILL the node and its p2p daemon (a killed parent cannot take its children down)."""
+        try:
+            children = psutil.Process(self.process.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            children = []
+        self.process.kill()
+        self.process.wait()
+        for child in children:
+            try:
+                child.kill()
+            except psutil.NoSuchProcess:
+                pass
+
+    def events_of(self, kind: str) -> list[Event]:
+        return [e for e in self.seen if e.kind == kind]
+
+
+def dump(obj) -> str:
+    return json.dumps(obj, default=str)

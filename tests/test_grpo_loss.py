@@ -1,0 +1,138 @@
+"""The GRPO update TRL performs through our adapter, checked against a hand computation on a fixed batch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from node.grpo import Completion, GrpoLearner, Policy, TrainGroup
+
+G = 4
+REWARDS = [(0.0, 1.0, 0.5, 0.0), (1.0, 1.0, 0.0, 0.25)]
+
+
+def _learner(model_dir: Path, tmp_path: Path, loss_type: str) -> GrpoLearner:
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    policy = Policy(model, tokenizer, generation_dtype=torch.float32, max_prompt_tokens=64)
+    return GrpoLearner(
+        policy, output_dir=tmp_path / "trl", device="cpu", mixed_bf16=False, num_generations=G, max_new_tokens=8,
+        learning_rate=1e-3, beta=0.0, epsilon=0.2, epsilon_high=0.28, loss_type=loss_type, max_grad_norm=1.0, seed=0,
+    )
+
+
+def _batch(policy: Policy) -> list[TrainGroup]:
+    """Two groups of distinct completions with different lengths; some finished (EOS appended), some cut off."""
+    groups = []
+    for g, rewards in enumerate(REWARDS):
+        prompt = policy.prompt_ids([{"role": "user", "content": f"question {g}: what is {g} + {g}?"}])
+        completions = tuple(
+            Completion(ids=tuple(100 + 10 * g + c + k for k in range(2 + c)), text="", finished=c % 2 == 0)
+            for c in range(G)
+        )
+        groups.append(TrainGroup(prompt_ids=prompt, completions=completions, rewards=rewards))
+    return groups
+
+
+def _hand_advantages() -> list[float]:
+    advantages = []
+    for rewards in REWARDS:
+        r = torch.tensor(rewards)
+        advantages += ((r - r.mean()) / (r.std(unbiased=True) + 1e-4)).tolist()
+    return advantages
+
+
+def _sequences(policy: Policy, groups: list[TrainGroup]) -> list[tuple[list[int], list[int]]]:
+    eos = policy.eos_ids[0]
+    return [
+        (list(group.prompt_ids), list(c.ids) + ([eos] if c.finished else []))
+        for group in groups
+        for c in group.completions
+    ]
+
+
+def _token_logps(model, prompt: list[int], completion: list[int]) -> torch.Tensor:
+    ids = torch.tensor([prompt + completion])
+    logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1]
+    return torch.log_softmax(logits.float(), dim=-1).gather(1, torch.tensor(completion)[:, None])[:, 0]
+
+
+def _trl_loss_and_inputs(learner: GrpoLearner, groups):
+    trainer = learner.trainer
+    trainer.model.train()
+    inputs = trainer._prepare_inputs(learner.adapter.load(groups))
+    loss = trainer.compute_loss(trainer.model, inputs)
+    return loss, inputs
+
+
+def _rows_by_completion(policy, groups, inputs):
+    """TRL shuffles rows; map each of its rows back to our (group, completion) order by its completion ids."""
+    sequences = _sequences(policy, groups)
+    order = []
+    for row, mask in zip(inputs["completion_ids"].tolist(), inputs["completion_mask"].tolist(), strict=True):
+        ids = [t for t, m in zip(row, mask, strict=True) if m]
+        order.append(next(i for i, (_, completion) in enumerate(sequences) if completion == ids))
+    return order
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo", "bnpo"])
+def test_advantages_and_loss_match_hand_computation(tiny_model_dir, tmp_path, loss_type):
+    learner = _learner(tiny_model_dir, tmp_path, loss_type)
+    policy = learner.policy
+    groups = _batch(policy)
+    loss, inputs = _trl_loss_and_inputs(learner, groups)
+
+    expected = _hand_advantages()
+    order = _rows_by_completion(policy, groups, inputs)
+    assert sorted(order) == list(range(len(expected)))
+    got = {i: a for i, a in zip(order, inputs["advantages"].tolist(), strict=True)}
+    for i, advantage in enumerate(expected):
+        assert got[i] == pytest.approx(advantage, abs=1e-5)
+
+    # First (and only) pass over the batch: the importance ratio is exactly 1, so clipping is inactive and the
+    # surrogate is -A * ratio with ratio = exp(logp - logp.detach()); its value and gradient follow by hand.
+    sequences = _sequences(policy, groups)
+    model = policy.model
+    model.zero_grad(set_to_none=True)
+    per_row = []
+    for (prompt, completion), advantage in zip(sequences, expected, strict=True):
+        logps = _token_logps(model, prompt, completion)
+        ratio = torch.exp(logps - logps.detach())
+        per_row.append(-advantage * ratio)
+    lengths = torch.tensor([len(c) for _, c in sequences], dtype=torch.float32)
+    if loss_type == "grpo":  # mean over tokens of each sequence, then over sequences
+        hand = torch.stack([row.mean() for row in per_row]).mean()
+    else:  # dapo / bnpo: mean over all tokens of the batch
+        hand = torch.cat(per_row).sum() / lengths.sum()
+    assert loss.item() == pytest.approx(hand.item(), abs=1e-5)
+    if loss_type != "grpo":
+        # Length-weighted token mean: non-zero because the completions have different lengths.
+        weighted = -(torch.tensor(expected) * lengths).sum() / lengths.sum()
+        assert hand.item() == pytest.approx(weighted.item(), abs=1e-5)
+        assert abs(hand.item()) > 1e-3
+
+    hand.backward()
+    hand_grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+    model.zero_grad(set_to_none=True)
+    loss.backward()
+    trl_grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+    assert len(hand_grads) == len(trl_grads) > 0
+    for hand_grad, trl_grad in zip(hand_grads, trl_grads, strict=True):
+        torch.testing.assert_close(trl_grad, hand_grad, atol=1e-6, rtol=1e-4)
+
+
+def test_step_updates_weights_once_per_round(tiny_model_dir, tmp_path):
+    learner = _learner(tiny_model_dir, tmp_path, "grpo")
+    before = [p.detach().clone() for p in learner.policy.model.parameters()]
+    stats = learner.step(_batch(learner.policy))
+    assert learner.global_step == 1
+    assert stats.completion_length > 0
+    changed = sum(not torch.equal(a, b.detach()) for a, b in zip(before, learner.policy.model.parameters(), strict=True))
+    assert changed > 0
+    with pytest.raises(ValueError, match="exactly 4 completions"):
+        learner.step([TrainGroup(prompt_ids=(1, 2), completions=_batch(learner.policy)[0].completions[:3],
+                                 rewards=(0.0, 1.0, 0.0))])

@@ -1,0 +1,210 @@
+"""Hardware detection on this machine, recommendations for machines we don't have, and resource limits."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from node.errors import NodeError
+from node.hardware import PROMPT_TOKENS, GpuInfo, HardwareInfo, detect, recommend
+from node.limits import apply_resource_limits
+from node.models import BUNDLED, CATALOG, GIB, check_fits, estimate_training_bytes, fit_label, resolve
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_python(code: str, **env: str) -> str:
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env={**os.environ, **env}, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def machine(
+    kind: str, *, ram_gib: float, free_gib: float, gpu: GpuInfo | None = None, bf16: bool = True
+) -> HardwareInfo:
+    return HardwareInfo(
+        kind=kind,
+        cpu_name="Apple M2 Pro" if kind == "mps" else "AMD Ryzen 9 7950X",
+        physical_cores=8,
+        logical_cores=16,
+        total_ram_bytes=int(ram_gib * GIB),
+        available_ram_bytes=int(free_gib * GIB),
+        gpus=(gpu,) if gpu else (),
+        torch_version="2.13.0",
+        bf16_supported=bf16,
+    )
+
+
+def this_cpu() -> HardwareInfo:
+    return replace(detect(), kind="cpu", gpus=())
+
+
+RTX_4090 = machine("cuda", ram_gib=64, free_gib=48, gpu=GpuInfo("NVIDIA GeForce RTX 4090", 24 * GIB, (8, 9), 0))
+H100 = machine("cuda", ram_gib=256, free_gib=200, gpu=GpuInfo("NVIDIA H100 80GB HBM3", 80 * GIB, (9, 0), 0))
+GTX_1060 = machine(
+    "cuda", ram_gib=16, free_gib=10, gpu=GpuInfo("NVIDIA GeForce GTX 1060 6GB", 6 * GIB, (6, 1), 0), bf16=False
+)
+MAC_16 = machine("mps", ram_gib=16, free_gib=11)
+MAC_64 = machine("mps", ram_gib=64, free_gib=48)
+
+
+def memory_budget(hw: HardwareInfo) -> int:
+    return hw.gpus[0].total_memory_bytes if hw.kind == "cuda" else hw.available_ram_bytes
+
+
+# --- detect --------------------------------------------------------------------------------------------------
+
+
+def test_detect_describes_this_machine():
+    hw = detect()
+    expected = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
+    assert hw.kind == expected
+    assert 1 <= hw.physical_cores <= hw.logical_cores
+    assert hw.total_ram_bytes >= GIB
+    assert 0 < hw.available_ram_bytes <= hw.total_ram_bytes
+    assert hw.cpu_name
+    assert hw.torch_version == str(torch.__version__)
+    assert isinstance(hw.bf16_supported, bool)
+    assert len(hw.gpus) == (torch.cuda.device_count() if hw.kind == "cuda" else 0)
+    as_json = json.loads(json.dumps(hw.to_dict()))
+    assert as_json["kind"] == hw.kind and as_json["description"] == hw.describe()
+
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="MPS does not follow CUDA_VISIBLE_DEVICES")
+def test_detect_without_visible_gpus_reports_a_cpu_machine():
+    out = run_python("from node.hardware import detect; print(detect().describe())", CUDA_VISIBLE_DEVICES="")
+    assert out.startswith("CPU: ")
+    assert "no GPU visible to torch" in out
+    assert "GiB RAM" in out
+
+
+def test_describe_names_the_gpu():
+    assert "NVIDIA GeForce RTX 4090 (24.0 GiB, compute 8.9)" in RTX_4090.describe()
+    assert "MPS" in MAC_16.describe()
+
+
+# --- recommend -----------------------------------------------------------------------------------------------
+
+
+def test_recommends_the_bundled_model_for_this_cpu():
+    hw = this_cpu()
+    rec = recommend(hw)
+    assert (rec.model, rec.device, rec.train_dtype, rec.generation_dtype) == (BUNDLED, "cpu", "float32", "float32")
+    assert (rec.num_generations, rec.local_questions, rec.external_groups, rec.max_new_tokens) == (4, 2, 2, 128)
+    assert rec.threads == max(1, hw.physical_cores - 1)
+    assert "CPU" in rec.reason and hw.cpu_name in rec.reason and "offline" in rec.reason
+
+
+def test_recommends_a_qwen_model_in_bf16_for_a_24_gib_gpu():
+    rec = recommend(RTX_4090)
+    assert rec.model in ("Qwen/Qwen2.5-1.5B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct")
+    assert (rec.device, rec.train_dtype) == ("cuda", "bfloat16")
+    assert (rec.num_generations, rec.local_questions, rec.external_groups) == (8, 4, 4)
+    assert "RTX 4090" in rec.reason and "24.0 GiB" in rec.reason
+    assert rec.threads == 7
+
+
+def test_recommends_qwen_1_5b_for_an_80_gib_gpu():
+    rec = recommend(H100)
+    assert (rec.model, rec.train_dtype) == ("Qwen/Qwen2.5-1.5B-Instruct", "bfloat16")
+    assert "H100" in rec.reason
+
+
+def test_recommends_a_small_model_in_float32_for_a_6_gib_gpu_without_bf16():
+    rec = recommend(GTX_1060)
+    assert CATALOG[rec.model].params <= CATALOG["HuggingFaceTB/SmolLM2-360M-Instruct"].params
+    assert (rec.device, rec.train_dtype, rec.generation_dtype) == ("cuda", "float32", "float32")
+    assert "GTX 1060" in rec.reason and "float32" in rec.reason
+
+
+def test_recommends_float32_on_a_16_gib_mac_and_says_why():
+    rec = recommend(MAC_16)
+    assert rec.model in ("Qwen/Qwen2.5-0.5B-Instruct", "HuggingFaceTB/SmolLM2-360M-Instruct")
+    assert (rec.device, rec.train_dtype) == ("mps", "float32")
+    assert "MPS" in rec.reason and "16.0 GiB" in rec.reason and "bfloat16 training on MPS is unreliable" in rec.reason
+
+
+def test_recommends_qwen_0_5b_on_a_64_gib_mac():
+    assert recommend(MAC_64).model == "Qwen/Qwen2.5-0.5B-Instruct"
+
+
+@pytest.mark.parametrize(
+    "hw",
+    [this_cpu(), RTX_4090, H100, GTX_1060, MAC_16, MAC_64],
+    ids=["this-cpu", "rtx4090", "h100", "gtx1060", "mac16", "mac64"],
+)
+def test_recommended_model_passes_the_fit_check(hw):
+    rec = recommend(hw)
+    check_fits(
+        resolve(rec.model),
+        available_bytes=memory_budget(hw),
+        train_dtype=rec.train_dtype,
+        num_sequences=rec.num_generations,
+        seq_len=PROMPT_TOKENS + rec.max_new_tokens,
+    )
+
+
+@given(
+    kind=st.sampled_from(["cuda", "mps", "cpu"]),
+    memory_gib=st.floats(1, 200),
+    cores=st.integers(1, 128),
+    bf16=st.booleans(),
+)
+def test_recommendation_fits_unless_nothing_does(kind, memory_gib, cores, bf16):
+    gpu = GpuInfo("Some GPU", int(memory_gib * GIB), (8, 0), 0) if kind == "cuda" else None
+    hw = replace(machine(kind, ram_gib=memory_gib, free_gib=memory_gib, gpu=gpu, bf16=bf16), physical_cores=cores)
+    rec = recommend(hw)
+    assert rec.model in CATALOG and rec.device == kind and rec.reason
+    assert 1 <= rec.threads <= cores
+    settings = {"num_sequences": rec.num_generations, "seq_len": PROMPT_TOKENS + rec.max_new_tokens}
+    smallest = estimate_training_bytes(
+        CATALOG[BUNDLED].params, train_dtype=rec.train_dtype, vocab_size=CATALOG[BUNDLED].vocab_size, **settings
+    )
+    if fit_label(smallest, memory_budget(hw)) != "won't fit":
+        chosen = CATALOG[rec.model]
+        needed = estimate_training_bytes(
+            chosen.params, train_dtype=rec.train_dtype, vocab_size=chosen.vocab_size, **settings
+        )
+        assert fit_label(needed, memory_budget(hw)) != "won't fit"
+
+
+# --- resource limits -----------------------------------------------------------------------------------------
+
+
+def test_apply_resource_limits_sets_torch_threads():
+    # In a child process: torch's inter-op pool can be sized only once per process.
+    out = run_python(
+        "import json, os, psutil, torch\n"
+        "from node.limits import apply_resource_limits\n"
+        "default = apply_resource_limits(threads=None, gpu_memory_fraction=None, device='cpu')\n"
+        "physical = psutil.cpu_count(logical=False) or psutil.cpu_count()\n"
+        "again = apply_resource_limits(threads=1, gpu_memory_fraction=0.5, device='cpu')\n"
+        "print(json.dumps([default, again, physical, torch.get_num_threads(), os.environ['OMP_NUM_THREADS'],"
+        " os.environ['MKL_NUM_THREADS']]))"
+    )
+    default, again, physical, threads, omp, mkl = json.loads(out)
+    expected = max(1, physical - 1)
+    assert default == {"threads": expected, "interop_threads": expected, "gpu_memory_fraction": None}
+    # The inter-op pool keeps its first size; a fraction means nothing on a CPU device.
+    assert again == {"threads": 1, "interop_threads": expected, "gpu_memory_fraction": None}
+    assert (threads, omp, mkl) == (1, "1", "1")
+
+
+@pytest.mark.parametrize(
+    "threads, fraction", [(0, None), (-2, None), (1.5, None), (True, None), (1, 0.0), (1, 1.5), (1, -0.1)]
+)
+def test_apply_resource_limits_rejects_bad_values(threads, fraction):
+    with pytest.raises(NodeError) as caught:
+        apply_resource_limits(threads=threads, gpu_memory_fraction=fraction, device="cuda")
+    assert caught.value.hint

@@ -1,0 +1,66 @@
+"""A real node in-process (tiny model, real DHT, solo): events, history, pause / resume / stop."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from node.events import EventBus
+from node.runner import SwarmNode
+from node.runstore import RunStore
+from tests.nodes import tiny_config
+
+pytestmark = pytest.mark.slow
+
+
+def test_solo_node_trains_pauses_resumes_and_stops(tiny_model_dir, tmp_path):
+    config = tiny_config(tiny_model_dir, tmp_path, run={"rounds": 50, "checkpoint_every": 2})
+    bus, events = EventBus(), []
+    node = SwarmNode(config, bus=bus)
+    two_rounds, paused = threading.Event(), threading.Event()
+
+    def watch(event):
+        events.append(event)
+        if event.kind == "round_finished" and event.rounds_trained == 2:
+            node.pause()
+            two_rounds.set()
+        if event.kind == "state_changed" and event.state == "paused":
+            paused.set()
+
+    bus.subscribe(watch)
+    thread = threading.Thread(target=node.run)
+    thread.start()
+    assert paused.wait(300), [e.kind for e in events]
+    rounds_while_paused = len([e for e in events if e.kind == "round_finished"])
+    assert rounds_while_paused == 2
+    threading.Event().wait(2)
+    assert len([e for e in events if e.kind == "round_finished"]) == rounds_while_paused
+    node.resume()
+    while len([e for e in events if e.kind == "round_finished"]) < 3:
+        threading.Event().wait(0.2)
+    node.stop()
+    thread.join(120)
+    assert not thread.is_alive()
+
+    kinds = [e.kind for e in events]
+    assert kinds[0] == "state_changed" and "node_started" in kinds and kinds[-1] == "state_changed"
+    states = [e.state for e in events if e.kind == "state_changed"]
+    assert states[0] == "starting" and "paused" in states and states[-1] == "stopped"
+    started = next(e for e in events if e.kind == "node_started")
+    assert started.invite and started.invite[0].startswith("/ip4/127.0.0.1/tcp/")
+    rounds = [e for e in events if e.kind == "round_finished"]
+    assert [r.round for r in rounds] == list(range(len(rounds)))
+    for r in rounds:
+        assert r.groups_used == 0 and r.reward_external is None  # J = 0: solo training
+        assert r.tokens_generated > 0 and r.seconds_generate > 0 and r.seconds_train > 0
+        assert 0.0 <= r.reward_local <= 1.0
+    samples = [e for e in events if e.kind == "rollout_sample"]
+    assert len(samples) == 2 * len(rounds) and all(s.local for s in samples)
+    assert any(e.kind == "checkpoint_saved" for e in events)
+
+    history = RunStore(config.run_dir)
+    assert [m.round for m in history.metrics()] == [r.round for r in rounds]
+    assert len(history.samples()) == len(samples)
+    log_text = (config.run_dir / "node.log").read_text() if (config.run_dir / "node.log").exists() else ""
+    assert "Traceback" not in log_text

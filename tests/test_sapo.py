@@ -1,0 +1,81 @@
+"""Peer groups are checked against tasks we regenerate ourselves; ground truth never comes from a peer."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+from node.records import RoundRecord, SharedGroup
+from node.sapo import PeerGroup, select_external, verify_records
+from node.tasks import TaskSource, score
+
+G = 4
+
+
+def _source(seed: int, families=("basic_arithmetic", "bf")) -> TaskSource:
+    return TaskSource({family: 1.0 for family in families}, seed=seed)
+
+
+def _group(task, completions) -> SharedGroup:
+    return SharedGroup(task=task.ref, question=task.question, completions=tuple(completions),
+                       finished=tuple(True for _ in completions))
+
+
+def _scorer(task, text):
+    return score(task, text)
+
+
+def test_honest_group_is_rescored_with_our_own_verifier():
+    peer, me = _source(seed=11), _source(seed=22)
+    task = peer.sample(1, random.Random(0))[0]
+    right = f"<answer>{task.answer}</answer>"
+    record = RoundRecord(peer_id="QmPeer", round=5, groups=(_group(task, [right, "<answer>nope</answer>", right, ""]),))
+    result = verify_records([record], me, num_generations=G, scorer=_scorer)
+    assert not result.rejected
+    (accepted,) = result.accepted
+    assert accepted.rewards == (1.0, 0.0, 1.0, 0.0)
+    assert accepted.task.answer == task.answer  # regenerated locally from the reference
+    assert (accepted.peer_id, accepted.round) == ("QmPeer", 5)
+
+
+def test_forged_question_disabled_family_and_short_groups_are_rejected_and_counted():
+    peer, me = _source(seed=11, families=("basic_arithmetic", "bf", "base_conversion")), _source(seed=22)
+    rng = random.Random(1)
+    arithmetic = next(t for t in iter(lambda: peer.sample(1, rng)[0], None) if t.ref.family == "basic_arithmetic")
+    conversion = next(t for t in iter(lambda: peer.sample(1, rng)[0], None) if t.ref.family == "base_conversion")
+    # A poisoner keeps a valid task reference but swaps in a question whose "answer" it controls.
+    forged = dataclasses.replace(_group(arithmetic, ["<answer>42</answer>"] * G), question="Calculate 40 + 2.")
+    wrong_config = _group(dataclasses.replace(arithmetic, ref=dataclasses.replace(arithmetic.ref, config_id="0" * 12)),
+                          ["x"] * G)
+    record = RoundRecord(peer_id="QmPeer", round=1, groups=(
+        forged,
+        _group(conversion, ["x"] * G),             # a family we did not enable
+        _group(arithmetic, ["x"] * (G - 1)),       # fewer completions than our G
+        wrong_config,                              # a generator config we do not run
+        _group(arithmetic, ["a", "b", "c", "d", "e", "f"]),  # more than G: the first G are used
+    ))
+    result = verify_records([record], me, num_generations=G, scorer=_scorer)
+    assert dict(result.rejected) == {"question_mismatch": 1, "family_not_enabled": 1, "group_too_small": 1,
+                                     "config_mismatch": 1}
+    (accepted,) = result.accepted
+    assert accepted.texts == ("a", "b", "c", "d")
+
+
+def _peer_group(round_: int, rewards, name: str) -> PeerGroup:
+    return PeerGroup(peer_id=name, round=round_, task=None, texts=("",) * len(rewards),
+                     finished=(True,) * len(rewards), rewards=tuple(rewards))
+
+
+def test_selection_drops_zero_advantage_and_prefers_the_current_round():
+    candidates = [
+        _peer_group(9, (0, 1, 0, 0), "old-1"), _peer_group(10, (0, 0, 0, 0), "flat"),
+        _peer_group(10, (1, 0, 1, 0), "new-1"), _peer_group(10, (0.5, 0, 0, 0), "new-2"),
+        _peer_group(9, (1, 1, 1, 1), "flat-old"),
+    ]
+    chosen, dropped = select_external(candidates, 3, random.Random(0), current_round=10, drop_zero_advantage=True)
+    assert dropped == 2
+    assert {g.peer_id for g in chosen[:2]} == {"new-1", "new-2"} and chosen[2].peer_id == "old-1"
+    kept, dropped = select_external(candidates, 10, random.Random(0), current_round=10, drop_zero_advantage=False)
+    assert dropped == 0 and len(kept) == 5
+    none, _ = select_external(candidates, 0, random.Random(0), current_round=10, drop_zero_advantage=True)
+    assert none == []

@@ -1,0 +1,402 @@
+"""Swarm over real hivemind peers on loopback: each Swarm runs its own p2pd daemon."""
+
+import asyncio
+import random
+import signal
+import socket
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import psutil
+import pytest
+from hivemind.dht.crypto import RSASignatureValidator
+from hivemind.dht.node import DHTNode
+from hivemind.dht.protocol import DHTProtocol
+from hivemind.dht.routing import DHTID
+from hivemind.dht.validation import DHTRecord
+from hivemind.p2p import PeerID
+from hivemind.utils.crypto import RSAPrivateKey
+from hivemind.utils.timed_storage import get_dht_time
+
+from node.errors import NodeError
+from node.identity import load_or_create, peer_id_from_public_key
+from node.records import MAX_RECORD_BYTES, RoundRecord, SharedGroup, encode_record
+from node.swarm import Swarm
+from node.taskref import TaskRef
+
+pytestmark = pytest.mark.timeout(120)
+
+SWARM = "test-swarm"
+CALL_TIMEOUT = 6.0
+VOCABULARY = (
+    "the of and to in is that for it as with we so then first next step answer total number value each "
+    "row column grid cell left right shift move copy pattern rule input output example sum count legs "
+    "therefore because since let us compute check result final equals plus minus times divided"
+).split()
+
+
+def realistic_text(rng, n_chars):
+    """Model-like prose: words, numbers, punctuation and line breaks (256 tokens ~ 1.2 KB)."""
+    parts, length = [], 0
+    while length < n_chars:
+        token = rng.choice(VOCABULARY) if rng.random() < 0.8 else str(rng.randint(0, 999))
+        token += rng.choice(["", "", "", ",", ".", ":", "\n"])
+        parts.append(token)
+        length += len(token) + 1
+    return " ".join(parts)[:n_chars]
+
+
+def arc_question(rng):
+    """An arc_1d-sized question (~2 KB): worked examples of 1-D grids, then the test input."""
+
+    def grid():
+        return " ".join(str(rng.choice([0, 0, 0, rng.randint(1, 9)])) for _ in range(40))
+
+    examples = "\n\n".join(f"Example {i}:\nInput:  {grid()}\nOutput: {grid()}" for i in range(1, 10))
+    return (
+        "Find the common rule that maps an input grid to an output grid, given the examples below.\n\n"
+        f"{examples}\n\nBelow is a test input grid. Predict the corresponding output grid by applying the rule "
+        f"you found. Your final answer should just be the test output grid itself.\n\nInput: {grid()}\n"
+    )
+
+
+def record(peer_id, round_, *, groups=6, completions=8, completion_chars=1200, seed=0):
+    rng = random.Random(f"{peer_id}/{round_}/{seed}")
+    return RoundRecord(
+        peer_id=peer_id,
+        round=round_,
+        groups=tuple(
+            SharedGroup(
+                task=TaskRef("arc_1d", "9f3b2a", seed, i),
+                question=arc_question(rng),
+                completions=tuple(realistic_text(rng, completion_chars) for _ in range(completions)),
+                finished=tuple(rng.random() < 0.9 for _ in range(completions)),
+            )
+            for i in range(groups)
+        ),
+    )
+
+
+def daemons_of(identity):
+    """Our p2pd children started with this identity file."""
+    found = []
+    for child in psutil.Process().children():
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE and f"-id={identity.path}" in child.cmdline():
+                found.append(child)
+        except psutil.Error:
+            continue
+    return found
+
+
+def wait_until_gone(identity, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while daemons_of(identity) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not daemons_of(identity)
+
+
+def freeze(daemon):
+    """SIGSTOP a daemon and wait until it is really stopped: it keeps its connections but answers nothing."""
+    daemon.send_signal(signal.SIGSTOP)
+    deadline = time.monotonic() + 5
+    while daemon.status() != psutil.STATUS_STOPPED and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert daemon.status() == psutil.STATUS_STOPPED
+
+
+def stale_sockets():
+    """hivemind's unix sockets under /tmp that nobody listens on any more (live ones may be other tests' nodes)."""
+    stale = set()
+    for path in Path("/tmp").glob("hivemind-*.sock"):
+        with socket.socket(socket.AF_UNIX) as probe:
+            try:
+                probe.connect(str(path))
+            except ConnectionRefusedError:
+                stale.add(path)
+            except OSError:
+                continue
+    return stale
+
+
+@contextmanager
+def swarms(tmp_path, count, **kwargs):
+    """``count`` started swarms on 127.0.0.1, each joining through the previous one's invite."""
+    started = []
+    try:
+        for i in range(count):
+            swarm = Swarm(
+                load_or_create(tmp_path / f"peer{i}" / "identity.key"),
+                swarm_name=SWARM,
+                host="127.0.0.1",
+                initial_peers=started[-1].invite() if started else (),
+                record_ttl=120.0,
+                call_timeout=kwargs.get("call_timeout", CALL_TIMEOUT),
+            )
+            swarm.start()
+            started.append(swarm)
+        yield started
+    finally:
+        for swarm in started:
+            swarm.shutdown()
+
+
+@pytest.fixture(scope="module")
+def trio(tmp_path_factory):
+    with swarms(tmp_path_factory.mktemp("trio"), 3) as started:
+        yield started
+
+
+async def raw_node(bootstrap, key=None):
+    """A DHT peer that does not run our code: plain hivemind with only a signature validator."""
+    validator = RSASignatureValidator(key or RSAPrivateKey())
+    node = await DHTNode.create(
+        initial_peers=bootstrap.invite(), host_maddrs=["/ip4/127.0.0.1/tcp/0"], record_validator=validator
+    )
+    return node, validator
+
+
+def test_real_size_records_are_shared_reliably(trio):
+    a = trio[0]
+    assert a.invite() and all(addr.endswith(f"/p2p/{a.peer_id}") for addr in a.invite())
+    for round_ in range(1, 6):
+        mine = {swarm.peer_id: record(swarm.peer_id, round_) for swarm in trio}
+        assert all(len(encode_record(r)) > 60 * 1024 for r in mine.values())
+        for swarm in trio:
+            started = time.monotonic()
+            assert swarm.publish(mine[swarm.peer_id])
+            assert time.monotonic() - started < CALL_TIMEOUT
+        for swarm in trio:
+            result = swarm.gather(round_)
+            others = {peer for peer in mine if peer != swarm.peer_id}
+            assert {r.peer_id for r in result.records} == others  # never our own record
+            assert all(r == mine[r.peer_id] for r in result.records)
+            assert result.peers == others and not result.rejected
+    assert a.peers_seen() == 2
+    assert a.timeouts == {}
+
+
+def test_a_record_of_several_hundred_kib(trio):
+    a, b, c = trio
+    big = record(a.peer_id, 10, groups=8, completions=16, completion_chars=3200)
+    size = len(encode_record(big))
+    assert 300 * 1024 < size <= MAX_RECORD_BYTES
+    assert a.publish(big)
+    assert b.gather(10).records == (big,)
+    assert c.gather(10).records == (big,)
+
+
+def test_nothing_published_gathers_nothing(trio):
+    result = trio[0].gather(999)
+    assert result.records == () and result.peers == frozenset() and not result.rejected
+
+
+def test_publishing_someone_elses_record_is_a_bug(trio):
+    with pytest.raises(ValueError):
+        trio[0].publish(record(trio[1].peer_id, 11, groups=1))
+
+
+def test_round_clock_is_the_max_over_peers(trio):
+    a, b, c = trio
+    assert a.swarm_round() is None
+    a.announce_round(3)
+    b.announce_round(7)
+    c.announce_round(5)
+    assert a.swarm_round() == b.swarm_round() == c.swarm_round() == 7
+    b.announce_round(8)  # a peer's later announcement replaces its earlier one
+    assert c.swarm_round() == 8
+    assert all(swarm.peers_seen() == 2 for swarm in trio)
+
+
+def test_a_peer_cannot_overwrite_another_peers_entry(trio):
+    a, b, c = trio
+    original = record(a.peer_id, 20, groups=2)
+    assert a.publish(original)
+    victim_subkey = RSASignatureValidator(a._identity.private_key).local_public_key
+
+    async def attack():
+        node, _ = await raw_node(c)
+        try:
+            forged = encode_record(record(a.peer_id, 20, groups=1, seed=666))
+            return await node.store(f"{SWARM}/round/20", forged, get_dht_time() + 120, subkey=victim_subkey)
+        finally:
+            await node.shutdown()
+
+    assert asyncio.run(attack()) is False
+    assert b.gather(20).records == (original,)
+    assert c.gather(20).records == (original,)
+
+
+def test_hostile_entries_are_rejected_with_a_reason(trio):
+    a, b, c = trio
+    honest = record(a.peer_id, 30, groups=1)
+    assert a.publish(honest)
+
+    async def attack():
+        key = RSAPrivateKey()
+        node, validator = await raw_node(c, key)
+        attacker = peer_id_from_public_key(key.get_public_key())  # the author of its entries, whatever its libp2p id
+        expiration = get_dht_time() + 120
+        try:
+            stores = [
+                (30, b"\x00not a record"),
+                (31, encode_record(record(a.peer_id, 31, groups=1))),  # claims to be a's
+                (32, encode_record(record(attacker, 33, groups=1))),  # filed under the wrong round
+                (33, 12345),  # not even bytes
+                (34, encode_record(record(attacker, 34, groups=1))),  # a valid record, for contrast
+            ]
+            for round_, value in stores:
+                assert await node.store(f"{SWARM}/round/{round_}", value, expiration, subkey=validator.local_public_key)
+            results = {r: await asyncio.to_thread(b.gather, r) for r in range(30, 35)}  # the attacker stays up
+            return attacker, results
+        finally:
+            await node.shutdown()
+
+    attacker, results = asyncio.run(attack())
+    assert results[30].records == (honest,) and results[30].rejected == {"malformed": 1}
+    assert results[30].peers == {a.peer_id, attacker}
+    assert results[31].records == () and results[31].rejected == {"peer_mismatch": 1}
+    assert results[32].rejected == {"round_mismatch": 1}
+    assert results[33].rejected == {"malformed": 1}
+    assert [r.peer_id for r in results[34].records] == [attacker] and not results[34].rejected
+
+
+def test_entries_hivemind_could_choke_on_are_refused(trio):
+    """Unowned, plain or undeserializable values never make it into honest peers' storage."""
+    a, b, c = trio
+    key = f"{SWARM}/round/40"
+
+    async def attack():
+        node, validator = await raw_node(c)
+        expiration = get_dht_time() + 10_000  # later than any honest entry: a plain value would shadow them
+        try:
+            plain = await node.store(key, b"squatting", expiration, exclude_self=True)
+            unowned = await node.store(key, b"anyone's", expiration, subkey=b"no owner", exclude_self=True)
+            # properly signed, but not msgpack: hivemind's get() would never resolve once it holds this
+            key_id, subkey = DHTID.generate(key), validator.local_public_key
+            undecodable = DHTRecord(key_id.to_bytes(), DHTProtocol.serializer.dumps(subkey), b"\xc1", expiration)
+            direct = await node.protocol.call_store(
+                PeerID.from_base58(a.peer_id), [key_id], [validator.sign_value(undecodable)], expiration, [subkey]
+            )
+            return plain, unowned, direct
+        finally:
+            await node.shutdown()
+
+    assert asyncio.run(attack()) == (False, False, [False])
+    honest = record(b.peer_id, 40, groups=1)
+    assert b.publish(honest)
+    started = time.monotonic()
+    assert a.gather(40).records == (honest,)
+    assert time.monotonic() - started < CALL_TIMEOUT
+
+
+def test_unresponsive_and_stopped_peers_cost_at_most_the_timeout(tmp_path):
+    with swarms(tmp_path, 2, call_timeout=3.0) as (a, b):
+        assert a.publish(record(a.peer_id, 1, groups=2))
+        (daemon,) = daemons_of(a._identity)
+        freeze(daemon)
+        try:
+            for call in (lambda: b.gather(1), lambda: b.publish(record(b.peer_id, 1, groups=2)), b.swarm_round):
+                started = time.monotonic()
+                call()
+                assert time.monotonic() - started < 3.0 + 0.5
+        finally:
+            daemon.send_signal(signal.SIGCONT)
+        a.shutdown()
+        for call in (lambda: b.gather(2), lambda: b.publish(record(b.peer_id, 2, groups=2)), b.swarm_round):
+            started = time.monotonic()
+            call()
+            assert time.monotonic() - started < 3.0 + 0.5
+
+
+def test_shutdown_stops_the_daemon_and_is_idempotent(tmp_path):
+    stale_before = stale_sockets()
+    identity = load_or_create(tmp_path / "identity.key")
+    swarm = Swarm(identity, swarm_name=SWARM, host="127.0.0.1")
+    swarm.start()
+    assert len(daemons_of(identity)) == 1
+    assert swarm.swarm_round() is None
+    swarm.shutdown()
+    assert wait_until_gone(identity)
+    assert stale_sockets() <= stale_before
+    swarm.shutdown()
+    assert swarm.publish(record(swarm.peer_id, 1, groups=1)) is False
+    assert swarm.gather(1).records == ()
+    assert swarm.swarm_round() is None
+
+
+def test_shutdown_kills_a_hung_daemon(tmp_path):
+    identity = load_or_create(tmp_path / "identity.key")
+    swarm = Swarm(identity, swarm_name=SWARM, host="127.0.0.1", call_timeout=1.0)
+    swarm.start()
+    (daemon,) = daemons_of(identity)
+    freeze(daemon)
+    started = time.monotonic()
+    swarm.shutdown()
+    assert time.monotonic() - started < 2 * 1.0 + 2
+    assert wait_until_gone(identity)
+    assert swarm.timeouts["shutdown"] >= 1
+
+
+@pytest.mark.parametrize(
+    "invite",
+    [
+        "garbage",
+        "/ip4/127.0.0.1/tcp/4001",  # no /p2p/<peer id>
+        "/ip4/127.0.0.1/tcp/4001/p2p/not-a-peer-id",
+        "/ip4/300.1.1.1/tcp/4001/p2p/QmYjJJ1v2eDWAM7tAPZLsq7qRREFC1otNFPcWHYwbY47bR",
+    ],
+)
+def test_a_garbage_invite_is_refused_before_starting(tmp_path, invite):
+    identity = load_or_create(tmp_path / "identity.key")
+    swarm = Swarm(identity, swarm_name=SWARM, initial_peers=[invite])
+    with pytest.raises(NodeError) as info:
+        swarm.start()
+    assert info.value.code == "bad_invite" and "/p2p/" in info.value.hint
+    assert not daemons_of(identity)
+
+
+def test_an_unreachable_invite_fails_fast_with_a_hint(tmp_path):
+    stale_before = stale_sockets()
+    identity = load_or_create(tmp_path / "identity.key")
+    nobody = load_or_create(tmp_path / "nobody.key").peer_id
+    swarm = Swarm(identity, swarm_name=SWARM, host="127.0.0.1", initial_peers=[f"/ip4/127.0.0.1/tcp/9/p2p/{nobody}"])
+    started = time.monotonic()
+    with pytest.raises(NodeError) as info:
+        swarm.start()
+    assert time.monotonic() - started < 10
+    assert info.value.code == "swarm_join_failed" and "firewall" in info.value.hint
+    assert wait_until_gone(identity)
+    assert stale_sockets() <= stale_before
+
+
+def test_a_bad_host_is_refused(tmp_path):
+    swarm = Swarm(load_or_create(tmp_path / "identity.key"), swarm_name=SWARM, host="localhost")
+    with pytest.raises(NodeError) as info:
+        swarm.start()
+    assert info.value.code == "bad_host"
+
+
+def test_an_identity_already_online_is_refused(trio, tmp_path):
+    twin = Swarm(trio[0]._identity, swarm_name=SWARM, host="127.0.0.1", initial_peers=trio[1].invite())
+    with pytest.raises(NodeError) as info:
+        twin.start()
+    assert info.value.code == "identity_in_use"
+
+
+def test_equally_seeded_peers_still_see_each_other(tmp_path, monkeypatch):
+    """hivemind draws DHT ids from the global `random`, which trainers seed: the ids must not depend on it."""
+    real_start = Swarm.start
+
+    def start_with_seeded_random(self):
+        random.seed(0)  # what TRL's set_seed(0) does in every node process
+        real_start(self)
+
+    monkeypatch.setattr(Swarm, "start", start_with_seeded_random)
+    with swarms(tmp_path, 2) as (first, second):
+        assert first._node.node_id != second._node.node_id
+        for swarm in (first, second):
+            assert swarm.publish(record(swarm.peer_id, 3, groups=1, completions=2, completion_chars=50))
+        assert [r.peer_id for r in first.gather(3).records] == [second.peer_id]
+        assert [r.peer_id for r in second.gather(3).records] == [first.peer_id]
