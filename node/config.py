@@ -54,6 +54,11 @@ class TrainingSettings(_Section):
     epsilon_high: float = Field(0.28, gt=0.0, lt=1.0, description="upper clip range")
     loss_type: Literal["grpo", "dapo", "dr_grpo", "bnpo"] = "grpo"
     max_grad_norm: float = Field(1.0, gt=0.0)
+    micro_batch_groups: int = Field(
+        0, ge=0, le=128,
+        description="groups per forward/backward pass; 0 = the whole round at once. Smaller saves memory; "
+        "the update stays exact for grpo and dr_grpo",
+    )
     format_reward_weight: float = Field(0.0, ge=0.0, le=1.0, description="bonus for a well-formed <answer> block")
     drop_zero_advantage: bool = Field(True, description="drop peer groups whose completions all scored the same")
 

@@ -165,9 +165,10 @@ class GrpoLearner:
     def __init__(
         self, policy: Policy, *, output_dir: Path, device: str, mixed_bf16: bool, num_generations: int,
         max_new_tokens: int, learning_rate: float, beta: float, epsilon: float, epsilon_high: float, loss_type: str,
-        max_grad_norm: float, seed: int,
+        max_grad_norm: float, seed: int, micro_batch_groups: int = 0,
     ) -> None:
         self.policy = policy
+        self.micro_batch_groups = micro_batch_groups
         self.adapter = RoundAdapter(eos_id=policy.eos_ids[0])
         args = GRPOConfig(
             output_dir=str(output_dir),
@@ -202,7 +203,7 @@ class GrpoLearner:
             rollout_func=self.adapter.rollout,
         )
         self.trainer.create_optimizer_and_scheduler(num_training_steps=_SCHEDULE_STEPS)
-        # Trainer.train() would set this; one round is one generation batch and one optimizer step.
+        # Trainer.train() would set this; step() sets it per forward/backward pass.
         self.trainer.current_gradient_accumulation_steps = 1
         self.num_generations = num_generations
 
@@ -225,8 +226,15 @@ class GrpoLearner:
         trainer = self.trainer
         trainer._metrics["train"].clear()
         trainer.model.train()
-        inputs = self.adapter.load(groups)
-        loss = trainer.training_step(trainer.model, inputs, None)
+        size = self.micro_batch_groups or len(groups)
+        loss = 0.0
+        for start in range(0, len(groups), size):
+            chunk = groups[start : start + size]
+            # GRPO divides each pass's loss by this; weighting a pass by its share of the round's groups makes
+            # the accumulated gradient exactly the whole-batch one for grpo / dr_grpo (advantages are per
+            # group either way); bnpo / dapo token means become per-pass means, as in TRL's own accumulation.
+            trainer.current_gradient_accumulation_steps = len(groups) / len(chunk)
+            loss += float(trainer.training_step(trainer.model, self.adapter.load(chunk), None).item())
         if trainer.args.max_grad_norm:
             torch.nn.utils.clip_grad_norm_(trainer.model.parameters(), trainer.args.max_grad_norm)
         trainer.optimizer.step()
@@ -237,7 +245,7 @@ class GrpoLearner:
         metrics = trainer._metrics["train"]
         kl = _mean(metrics.get("kl")) if trainer.beta else None
         return StepStats(
-            loss=float(loss.item()),
+            loss=loss,
             kl=kl,
             completion_length=_mean(metrics.get("completions/mean_length")) or 0.0,
             seconds=time.perf_counter() - started,

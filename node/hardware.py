@@ -146,6 +146,7 @@ class Recommendation:
     local_questions: int  # I: questions this node samples per round
     external_groups: int  # J: groups taken from peers per round
     max_new_tokens: int
+    micro_batch_groups: int  # groups per forward/backward pass, 0 = the whole round
     threads: int  # torch CPU threads
     reason: str  # shown to the user
 
@@ -164,25 +165,28 @@ def recommend(hw: HardwareInfo) -> Recommendation:
         else:
             model, g, i, j = SMOLLM_360M, 4, 2, 2
         max_new_tokens = 256
+        micro = 1  # one group per pass: the logits of a 150k vocabulary dominate GPU memory
     elif hw.kind == "mps":
         budget = hw.available_ram_bytes
         dtype = "float32"
         where = f"Apple GPU (MPS) with {budget / GIB:.1f} GiB of {hw.total_ram_bytes / GIB:.1f} GiB RAM free"
         why = "; it trains in float32 because bfloat16 training on MPS is unreliable"
         model, g, i, j, max_new_tokens = QWEN_0_5B, 4, 2, 2, 256
+        micro = 1
     else:
         budget = hw.available_ram_bytes
         dtype = "float32"
         where = f"CPU only ({hw.cpu_name}, {hw.physical_cores} cores, {budget / GIB:.1f} GiB RAM free)"
         why = "; it works offline and keeps a round to about a minute, larger models would take many minutes"
         model, g, i, j, max_new_tokens = BUNDLED, 4, 2, 2, 128
+        micro = 0  # the whole round in one pass: fastest on CPU and it fits
 
     def required(candidate: str) -> int:
         spec = CATALOG[candidate]
         return estimate_training_bytes(
             spec.params,
             train_dtype=dtype,
-            num_sequences=g,
+            num_sequences=(micro or i + j) * g,  # sequences in one forward/backward pass
             seq_len=PROMPT_TOKENS + max_new_tokens,
             vocab_size=spec.vocab_size,
         )
@@ -204,11 +208,13 @@ def recommend(hw: HardwareInfo) -> Recommendation:
         model=model,
         device=hw.kind,
         train_dtype=dtype,
-        generation_dtype=dtype,
+        # Sampling from a bf16 copy is the biggest CPU speed lever (see bench/round_throughput.py).
+        generation_dtype="bfloat16" if hw.bf16_supported and hw.kind != "mps" else "float32",
         num_generations=g,
         local_questions=i,
         external_groups=j,
         max_new_tokens=max_new_tokens,
+        micro_batch_groups=micro,
         threads=max(1, hw.physical_cores - 1),
         reason=reason,
     )

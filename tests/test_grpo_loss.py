@@ -14,7 +14,7 @@ G = 4
 REWARDS = [(0.0, 1.0, 0.5, 0.0), (1.0, 1.0, 0.0, 0.25)]
 
 
-def _learner(model_dir: Path, tmp_path: Path, loss_type: str) -> GrpoLearner:
+def _learner(model_dir: Path, tmp_path: Path, loss_type: str, micro_batch_groups: int = 0) -> GrpoLearner:
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
@@ -22,6 +22,7 @@ def _learner(model_dir: Path, tmp_path: Path, loss_type: str) -> GrpoLearner:
     return GrpoLearner(
         policy, output_dir=tmp_path / "trl", device="cpu", mixed_bf16=False, num_generations=G, max_new_tokens=8,
         learning_rate=1e-3, beta=0.0, epsilon=0.2, epsilon_high=0.28, loss_type=loss_type, max_grad_norm=1.0, seed=0,
+        micro_batch_groups=micro_batch_groups,
     )
 
 
@@ -136,3 +137,19 @@ def test_step_updates_weights_once_per_round(tiny_model_dir, tmp_path):
     with pytest.raises(ValueError, match="exactly 4 completions"):
         learner.step([TrainGroup(prompt_ids=(1, 2), completions=_batch(learner.policy)[0].completions[:3],
                                  rewards=(0.0, 1.0, 0.0))])
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo"])
+def test_micro_batches_accumulate_exactly_the_whole_batch_gradient(tiny_model_dir, tmp_path, loss_type):
+    grads = []
+    for micro in (0, 1):
+        learner = _learner(tiny_model_dir, tmp_path / str(micro), loss_type, micro_batch_groups=micro)
+        optimizer = learner.trainer.optimizer
+        optimizer.step = lambda *a, **k: None  # keep the accumulated gradient for inspection
+        optimizer.zero_grad = lambda *a, **k: None
+        learner.step(_batch(learner.policy))
+        grads.append([p.grad.clone() for p in learner.policy.model.parameters() if p.grad is not None])
+    whole, micro = grads
+    assert len(whole) == len(micro) > 0
+    for a, b in zip(whole, micro, strict=True):
+        torch.testing.assert_close(b, a, atol=1e-6, rtol=1e-4)

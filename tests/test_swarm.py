@@ -379,7 +379,9 @@ def test_a_bad_host_is_refused(tmp_path):
 
 
 def test_an_identity_already_online_is_refused(trio, tmp_path):
-    twin = Swarm(trio[0]._identity, swarm_name=SWARM, host="127.0.0.1", initial_peers=trio[1].invite())
+    # Bootstrapping through the owner itself makes hivemind's best-effort "is this identity online?" probe
+    # deterministic; through a third peer it depends on p2pd's routing having converged.
+    twin = Swarm(trio[0]._identity, swarm_name=SWARM, host="127.0.0.1", initial_peers=trio[0].invite())
     with pytest.raises(NodeError) as info:
         twin.start()
     assert info.value.code == "identity_in_use"
