@@ -13,11 +13,13 @@ import logging
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from datasets import Dataset
+from transformers import StoppingCriteria, StoppingCriteriaList
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
@@ -81,9 +83,12 @@ class Policy:
     @torch.inference_mode()
     def generate(
         self, prompts: list[tuple[int, ...]], *, num_generations: int, max_new_tokens: int, temperature: float,
-        top_p: float, seed: int,
+        top_p: float, seed: int, should_stop: Callable[[], bool] = lambda: False,
     ) -> list[list[Completion]]:
-        """All G completions of all prompts in one batched, left-padded ``generate`` call."""
+        """All G completions of all prompts in one batched, left-padded ``generate`` call.
+
+        ``should_stop`` is polled after every token, so a cancelled node does not sit out a long generation.
+        """
         device = next(self._sampler.parameters()).device
         width = max(len(p) for p in prompts)
         pad = self.tokenizer.pad_token_id
@@ -101,6 +106,7 @@ class Policy:
             num_return_sequences=num_generations,
             pad_token_id=pad,
             eos_token_id=list(self.eos_ids),
+            stopping_criteria=StoppingCriteriaList([_Cancelled(should_stop)]),
         )
         rows = output[:, width:].tolist()
         groups = []
@@ -119,6 +125,14 @@ class Policy:
         with torch.no_grad():
             for target, source in zip(self._sampler.parameters(), self.model.parameters(), strict=True):
                 target.copy_(source)
+
+
+class _Cancelled(StoppingCriteria):
+    def __init__(self, should_stop: Callable[[], bool]) -> None:
+        self.should_stop = should_stop
+
+    def __call__(self, input_ids: torch.Tensor, scores, **kwargs) -> torch.Tensor:
+        return torch.full((input_ids.shape[0],), self.should_stop(), dtype=torch.bool, device=input_ids.device)
 
 
 class RoundAdapter:

@@ -40,6 +40,10 @@ PEER_GONE_ROUNDS = 3  # a peer unseen this many rounds counts as left
 GATHER_POLL_S = 1.0
 
 
+class _RoundCancelled(Exception):
+    """Stop was requested while the round's completions were being generated."""
+
+
 class SwarmNode:
     """Runs rounds until the configured count is reached or :meth:`stop` is called.
 
@@ -179,7 +183,10 @@ class SwarmNode:
                 if self.stopping:
                     break
             self._set_state("training")
-            metrics, samples = self._round(self._next_round())
+            try:
+                metrics, samples = self._round(self._next_round())
+            except _RoundCancelled:
+                break
             self.store.append_round(metrics, samples)
             for sample in samples:
                 self.bus.emit(sample)
@@ -212,6 +219,8 @@ class SwarmNode:
         t0 = time.perf_counter()
         local = self._generate(number, rng)
         seconds_generate = time.perf_counter() - t0
+        if self.stopping:  # generation was cut short: nothing of this round is trained or shared
+            raise _RoundCancelled
         tokens = sum(len(c.ids) for _, _, completions in local for c in completions)
 
         t0 = time.perf_counter()
@@ -276,6 +285,7 @@ class SwarmNode:
         groups = self.policy.generate(
             prompts, num_generations=train.num_generations, max_new_tokens=train.max_new_tokens,
             temperature=train.temperature, top_p=train.top_p, seed=rng.getrandbits(63),
+            should_stop=self._stop.is_set,
         )
         return list(zip(tasks, prompts, groups, strict=True))
 

@@ -153,3 +153,19 @@ def test_micro_batches_accumulate_exactly_the_whole_batch_gradient(tiny_model_di
     assert len(whole) == len(micro) > 0
     for a, b in zip(whole, micro, strict=True):
         torch.testing.assert_close(b, a, atol=1e-6, rtol=1e-4)
+
+
+def test_generation_stops_within_a_token_of_cancellation(tiny_model_dir, tmp_path):
+    policy = _learner(tiny_model_dir, tmp_path, "grpo").policy
+    prompt = policy.prompt_ids([{"role": "user", "content": "Count to one hundred."}])
+    calls = []
+
+    def cancel_after_three_tokens() -> bool:
+        calls.append(1)
+        return len(calls) >= 3
+
+    (group,) = policy.generate([prompt], num_generations=2, max_new_tokens=64, temperature=1.0, top_p=1.0, seed=0,
+                               should_stop=cancel_after_three_tokens)
+    assert all(len(c.ids) <= 3 and not c.finished for c in group)
+    (full,) = policy.generate([prompt], num_generations=2, max_new_tokens=64, temperature=1.0, top_p=1.0, seed=0)
+    assert max(len(c.ids) for c in full) > 3

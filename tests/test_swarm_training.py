@@ -101,3 +101,23 @@ def test_resume_after_sigkill_continues_rounds_and_metrics(tiny_model_dir, tmp_p
     assert [m.round for m in history] == [0, 1, 2, 3]
     assert [m.rounds_trained for m in history] == [1, 2, 3, 4]
     assert history[:2] == before[:2]
+
+
+def test_ctrl_c_stops_cleanly_with_a_checkpoint_and_no_daemon_left(tiny_model_dir, tmp_path):
+    import signal
+
+    config = tiny_config(tiny_model_dir, tmp_path, run={"checkpoint_every": 100})  # runs until stopped
+    node = NodeProcess(config, name="ctrl-c")
+    try:
+        node.wait_for(lambda e: e.kind == "round_finished")
+        daemons = [p for p in psutil.Process(node.process.pid).children(recursive=True) if p.name() == "p2pd"]
+        assert daemons
+        node.process.send_signal(signal.SIGINT)
+        assert node.finish(timeout=120) == 0, node.stderr()
+    finally:
+        if node.process.poll() is None:
+            node.kill_tree()
+    assert node.events_of("state_changed")[-1].state == "stopped"
+    saved = node.events_of("checkpoint_saved")
+    assert saved and saved[-1].round == node.events_of("round_finished")[-1].round
+    assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in daemons)
