@@ -128,6 +128,7 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
             "external_groups": args.external_groups, "num_generations": args.num_generations,
             "max_new_tokens": args.max_new_tokens, "learning_rate": args.learning_rate,
             "micro_batch_groups": args.micro_batch_groups, "format_reward_weight": args.format_reward,
+            "temperature": args.temperature,
         },
         "swarm": {
             "swarm_name": args.swarm_name, "initial_peers": args.join or None, "host": args.host, "port": args.port,
@@ -205,6 +206,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--max-new-tokens", type=int)
     run.add_argument("--learning-rate", type=float)
     run.add_argument("--micro-batch-groups", type=int, help="groups per forward/backward pass (0 = all; less memory)")
+    run.add_argument("--temperature", type=float, help="sampling temperature (default 1.0)")
     run.add_argument("--format-reward", type=float, help="bonus for a well-formed <answer> block (0..1)")
     run.add_argument("--families", help="comma-separated reasoning-gym families (default: the 9 SAPO families)")
     run.add_argument("--rounds", type=int, help="stop after this many rounds (default: until stopped)")

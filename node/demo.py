@@ -92,6 +92,8 @@ def _spawn(index: int, data_dir: Path, model: str, rounds: int | None, threads: 
         # The easiest families, plus a bonus for using the <answer> protocol, give a 135M model the best chance
         # of a non-zero reward signal; it still scores 0 on most rounds at first (see the README).
         "--families", DEMO_FAMILIES, "--format-reward", "0.2",
+        # At 1.0 the quantized 135M model writes incoherent text; 0.7 keeps it readable in the gossip samples.
+        "--temperature", "0.7",
     ]
     if rounds:
         command += ["--rounds", str(rounds)]
