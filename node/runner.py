@@ -412,16 +412,9 @@ def _task_seed(cfg: NodeConfig, peer_id: str) -> int:
 
 
 def _pick_bf16(setting: str, device: str, hw: hardware.HardwareInfo, *, sampling: bool) -> bool:
-    """auto: mixed-precision training on CUDA only; bf16 sampling wherever bf16 runs natively except MPS.
-
-    Sampling from a bf16 copy is the main CPU speed lever (bench/round_throughput.py: ~1.9x the fp32 batched
-    generation); the update itself stays in fp32 master weights.
-    """
     if setting != "auto":
         return setting == "bfloat16"
-    if not hw.bf16_supported or device == "mps":
-        return False
-    return sampling or device == "cuda"
+    return hardware.auto_bf16(hw, device, sampling=sampling)
 
 
 def _avg(values: list[float]) -> float:
