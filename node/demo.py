@@ -21,6 +21,7 @@ from rich.table import Table
 
 from node.errors import NodeError
 from node.events import event_from_json
+from node.launch import node_command
 
 START_TIMEOUT_S = 600  # first start converts the bundled model
 STOP_TIMEOUT_S = 120
@@ -83,8 +84,8 @@ def run_demo(*, nodes: int, rounds: int | None, data_dir: Path, model: str, max_
 
 def _spawn(index: int, data_dir: Path, model: str, rounds: int | None, threads: int, max_new_tokens: int,
            *, join: list[str]) -> _NodeView:
-    command = [
-        sys.executable, "-m", "node", "run", "--events-jsonl", "--control-stdin",
+    command = node_command(
+        "run", "--events-jsonl", "--control-stdin",
         "--data-dir", str(data_dir), "--run-name", f"node-{index + 1}",
         "--identity-file", str(data_dir / "identities" / f"node-{index + 1}.key"),
         "--swarm-name", "demo", "--host", "127.0.0.1", "--model", model, "--threads", str(threads),
@@ -94,7 +95,7 @@ def _spawn(index: int, data_dir: Path, model: str, rounds: int | None, threads: 
         "--families", DEMO_FAMILIES, "--format-reward", "0.2",
         # At 1.0 the quantized 135M model writes incoherent text; 0.7 keeps it readable in the gossip samples.
         "--temperature", "0.7",
-    ]
+    )
     if rounds:
         command += ["--rounds", str(rounds)]
     for address in join:

@@ -1,0 +1,1 @@
+"""RL Swarm Desktop: the Qt front end. Everything heavy happens in a node process (package ``node``)."""

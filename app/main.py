@@ -1,0 +1,26 @@
+"""Entry point of ``rl-swarm`` (and of the frozen bundle).
+
+Arguments that need no screen are handled before Qt is imported, so a bundle can run its node and self-test on a
+headless server.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from node.launch import FROZEN_NODE_ARG
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == [FROZEN_NODE_ARG]:
+        from node.cli import main as node_main
+
+        return node_main(argv[1:])
+    if "--self-test" in argv:
+        from node.selftest import run_self_test
+
+        return run_self_test()
+    from app.gui import run_app
+
+    return run_app(argv)
