@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import threading
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -163,7 +164,8 @@ def _cmd_hardware(args: argparse.Namespace) -> int:
     info = hardware.detect()
     advice = hardware.recommend(info)
     if args.json:
-        print(json.dumps({"hardware": info.to_dict(), "recommendation": advice.__dict__}, indent=2))
+        models = [asdict(fit) for fit in hardware.catalog_fits(info, advice)]
+        print(json.dumps({"hardware": info.to_dict(), "recommendation": asdict(advice), "models": models}, indent=2))
         return 0
     print(info.describe())
     print(f"recommended: model {advice.model} on {advice.device}, train {advice.train_dtype}, "

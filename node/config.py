@@ -1,7 +1,7 @@
 """The node's one typed configuration, shared by the CLI, the GUI and the config file.
 
-A config file is TOML with the sections ``[training]``, ``[swarm]``, ``[tasks]`` and ``[run]``; every field below
-is a key of its section. The CLI's flags override single fields. Validation happens once, in
+A config file is TOML with the sections ``[training]``, ``[swarm]``, ``[tasks]``, ``[run]`` and ``[desktop]`` (the
+app's own settings); every field below is a key of its section. The CLI's flags override single fields. Validation happens once, in
 :func:`NodeConfig.build`, and every problem is reported as a :class:`~node.errors.NodeError` that names the field,
 the section it lives in and what values are accepted.
 """
@@ -102,11 +102,22 @@ class RunSettings(_Section):
     seed: int = Field(0, ge=0, description="sampling and training seed")
 
 
+class DesktopSettings(_Section):
+    """How the desktop app runs the node (the headless node ignores this section)."""
+
+    start_training_on_launch: bool = Field(True, description="start the node when the app opens")
+    pause_on_battery: bool = Field(False, description="hold training while the computer runs on battery")
+    pause_when_user_active: bool = Field(False, description="train only while the computer is idle")
+    idle_minutes: int = Field(5, ge=1, le=240, description="minutes without keyboard or mouse input that count as idle")
+    start_at_login: bool = Field(False, description="open the app (in the tray) when the user logs in")
+
+
 class NodeConfig(_Section):
     training: TrainingSettings = Field(default_factory=TrainingSettings)
     swarm: SwarmSettings = Field(default_factory=SwarmSettings)
     tasks: TaskSettings = Field(default_factory=TaskSettings)
     run: RunSettings = Field(default_factory=RunSettings)
+    desktop: DesktopSettings = Field(default_factory=DesktopSettings)
 
     @classmethod
     def build(cls, data: dict[str, Any] | None = None, *, source: str = "configuration") -> NodeConfig:
