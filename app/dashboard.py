@@ -14,7 +14,20 @@ from node.events import RoundMetrics
 # Okabe-Ito: distinguishable for colour-blind users and on dark and light backgrounds.
 COLORS = {"local": "#0072B2", "external": "#E69F00", "average": "#009E73", "loss": "#D55E00",
           "length": "#CC79A7", "peers": "#56B4E9",
-          "generate": "#0072B2", "share": "#F0E442", "gather": "#E69F00", "train": "#009E73"}
+          "generate": "#0072B2", "share": "#F0E442", "gather": "#E69F00", "train": "#009E73",
+          "groups_received": "#56B4E9", "groups_used": "#009E73", "groups_rejected": "#D55E00"}
+PLOTS = ("reward", "loss", "length", "seconds", "peers", "groups")
+
+
+class RoundAxis(pg.AxisItem):
+    """Rounds are whole numbers: no ticks at 0.5."""
+
+    def tickValues(self, minVal: float, maxVal: float, size: float):  # noqa: N802, N803
+        return [(max(spacing, 1.0), [v for v in values if float(v).is_integer()])
+                for spacing, values in super().tickValues(minVal, maxVal, size)]
+
+    def tickStrings(self, values, scale, spacing):  # noqa: N802
+        return [str(int(v)) for v in values]
 
 
 class Dashboard(QWidget):
@@ -44,13 +57,14 @@ class Dashboard(QWidget):
             bar = pg.BarGraphItem(x=[], height=[], width=0.8, brush=COLORS[phase], name=phase, pen=None)
             phases.addItem(bar)
             self.bars[phase] = bar
-            phases.getPlotItem().legend.addItem(bar, phase)
         peers = self._plot("peers", "Peers seen", "peers")
-        self._curve(peers, "peers", "peers seen this round", COLORS["peers"], step=True)
+        self._curve(peers, "peers", "peers seen this round", COLORS["peers"], symbol="s")
+        groups = self._plot("groups", "Rollout groups per round", "groups")
+        for key, label in (("received", "received from peers"), ("used", "trained on"), ("rejected", "rejected")):
+            self._curve(groups, f"groups_{key}", label, COLORS[f"groups_{key}"], symbol="o")
 
-        for index, name in enumerate(("reward", "loss", "length", "seconds", "peers")):
+        for index, name in enumerate(PLOTS):
             grid.addWidget(self.plots[name], index // 2, index % 2)
-        self.plots["peers"].setXLink(self.plots["reward"])
 
         self.summary = QLabel("No rounds yet: the first one finishes after generation, sharing and one update.")
         self.summary.setWordWrap(True)
@@ -61,11 +75,10 @@ class Dashboard(QWidget):
         bottom = QHBoxLayout()
         bottom.addWidget(self.summary, 1)
         bottom.addWidget(self.reset_button, 0, Qt.AlignmentFlag.AlignRight)
-        grid.addLayout(bottom, 2, 1)
-
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        layout.addLayout(grid)
+        layout.addLayout(grid, 1)
+        layout.addLayout(bottom)
         self._apply_palette()
 
     # -- data ----------------------------------------------------------------------------------------------
@@ -92,17 +105,18 @@ class Dashboard(QWidget):
     def _redraw(self) -> None:
         h = self.history
         x = np.asarray(h.rounds, dtype=float)
-        self.curves["local"].setData(x, np.asarray(h.reward_local, dtype=float))
-        self.curves["external"].setData(x, np.asarray(h.reward_external, dtype=float), connect="finite")
-        self.curves["local_avg"].setData(x, np.asarray(h.reward_local_average(), dtype=float))
-        self.curves["external_avg"].setData(x, np.asarray(h.reward_external_average(), dtype=float),
-                                            connect="finite")
-        self.curves["loss"].setData(x, np.asarray(h.loss, dtype=float))
-        self.curves["length"].setData(x, np.asarray(h.completion_length, dtype=float))
-        if len(x):
-            self.curves["peers"].setData(np.append(x - 0.5, x[-1] + 0.5), np.asarray(h.peers, dtype=float))
-        else:
-            self.curves["peers"].setData([], [])
+        series = {
+            "local": h.reward_local, "external": h.reward_external, "local_avg": h.reward_local_average(),
+            "external_avg": h.reward_external_average(), "loss": h.loss, "length": h.completion_length,
+            "peers": h.peers, **{f"groups_{key}": h.groups[key] for key in ("received", "used", "rejected")},
+        }
+        for key, values in series.items():
+            y = np.asarray(values, dtype=float)
+            # NaN marks rounds without peer groups: gaps in the line, and nothing at all without a single point.
+            if np.isfinite(y).any():
+                self.curves[key].setData(x, y, connect="finite")
+            else:
+                self.curves[key].setData([], [])
         base = np.zeros(len(x))
         for phase in PHASES:
             heights = np.asarray(h.seconds[phase], dtype=float)
@@ -121,7 +135,7 @@ class Dashboard(QWidget):
     # -- look ----------------------------------------------------------------------------------------------
 
     def _plot(self, name: str, title: str, y_label: str) -> pg.PlotWidget:
-        plot = pg.PlotWidget()
+        plot = pg.PlotWidget(axisItems={"bottom": RoundAxis("bottom")})
         plot.setObjectName(f"plot_{name}")
         plot.setMinimumSize(260, 170)
         item = plot.getPlotItem()
@@ -131,14 +145,15 @@ class Dashboard(QWidget):
         item.showGrid(x=True, y=True, alpha=0.2)
         item.addLegend(offset=(-8, 8), labelTextSize="8pt")
         item.setMenuEnabled(True)
+        item.getAxis("left").enableAutoSIPrefix(False)
         self.plots[name] = plot
         return plot
 
     def _curve(self, plot: pg.PlotWidget, key: str, label: str, color: str, *, width: float = 1.5,
-               symbol: str | None = None, style: Qt.PenStyle = Qt.PenStyle.SolidLine, step: bool = False) -> None:
+               symbol: str | None = None, style: Qt.PenStyle = Qt.PenStyle.SolidLine) -> None:
         pen = pg.mkPen(color, width=width, style=style)
         options = {"symbol": symbol, "symbolSize": 5, "symbolBrush": color, "symbolPen": None} if symbol else {}
-        self.curves[key] = plot.plot([], [], pen=pen, name=label, stepMode="center" if step else None, **options)
+        self.curves[key] = plot.plot([], [], pen=pen, name=label, **options)
 
     def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (Qt naming)
         if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange):

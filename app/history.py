@@ -32,6 +32,7 @@ class RunHistory:
     completion_length: list[float] = field(default_factory=list)
     seconds: dict[str, list[float]] = field(default_factory=lambda: {phase: [] for phase in PHASES})
     peers: list[int] = field(default_factory=list)
+    groups: dict[str, list[int]] = field(default_factory=lambda: {"received": [], "used": [], "rejected": []})
     totals: Counter = field(default_factory=Counter)
     last: RoundMetrics | None = None
 
@@ -51,6 +52,9 @@ class RunHistory:
         for phase in PHASES:
             self.seconds[phase].append(getattr(m, f"seconds_{phase}"))
         self.peers.append(m.peers_seen)
+        self.groups["received"].append(m.groups_received)
+        self.groups["used"].append(m.groups_used)
+        self.groups["rejected"].append(m.groups_rejected)
         self.totals.update(
             shared=m.groups_shared, received=m.groups_received, used=m.groups_used,
             rejected=m.groups_rejected, zero_advantage=m.groups_zero_advantage, rounds=1,

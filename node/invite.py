@@ -30,7 +30,7 @@ class Invite:
 
 
 def format_invite(swarm_name: str, addresses: list[str]) -> str:
-    return PREFIX + urlencode([("swarm", swarm_name), *(("peer", a) for a in addresses)])
+    return PREFIX + urlencode([("swarm", swarm_name), *(("peer", a) for a in addresses)], safe="/")
 
 
 def parse_invite(text: str) -> Invite:
