@@ -227,7 +227,9 @@ class NodeSupervisor(QObject):
             detail = event.detail
             if self._holds and event.state in ("training", "waiting_for_peers"):
                 detail = "pausing after this round"
-            if not (self._stop_requested and event.state != "stopped"):
+            # Once a stop is requested the state stays "stopping" until the process has really exited (the node
+            # still shuts its swarm down after saying "stopped").
+            if not self._stop_requested:
                 self._set_state(event.state, detail)
         elif isinstance(event, NodeFailed):
             self.last_error = event
