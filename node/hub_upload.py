@@ -1,0 +1,547 @@
+"""Publish what this node trained to the Hugging Face Hub: token check, diff against the repo, upload, one commit.
+
+What is uploaded is the model folder of the run's latest checkpoint (safetensors weights, config, generation config,
+tokenizer), a generated model card (``README.md``) and its reward curve (``reward_curve.png``); never the optimizer
+state. Reading from the checkpoint rather than the live model lets training go on in its own thread or process.
+
+Guarantees, and how they are kept:
+
+* **Nothing half-published.** Files are first sent as LFS objects (``preupload``), then named in a single commit
+  whose parent is the head we diffed against. An attempt that dies before the commit leaves the repo at its previous
+  commit; a repo changed meanwhile refuses the commit instead of mixing two uploads.
+* **Resumable, never re-uploading unchanged files.** Local sha256 (and git blob ids for small files) are compared
+  with the repo's tree, so unchanged files are skipped; LFS objects an interrupted attempt already sent are known to
+  the Hub, whose LFS batch answer then asks for nothing, so the next attempt only sends what is missing.
+  Granularity: whole LFS files; small regular files travel inside the commit and are re-sent with it.
+* **Cancellable.** ``cancel`` is checked between files and before every 64 KiB read of the upload stream.
+* **Plain LFS, not Xet.** Files are handed to huggingface_hub as file objects, which it uploads over the LFS batch
+  protocol (the Hub accepts it for every repo). That protocol is what lets us count bytes, cancel mid-file, and test
+  the whole path against a loopback server (``tests/hubserver.py``); Xet would need Hugging Face's CAS service.
+
+The Qt-free API for the GUI: :func:`validate_token`, :func:`default_repo_id`, :func:`upload_run`; the token lives in
+:class:`node.secret_store.SecretStore` under :data:`TOKEN_SECRET`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from node.checkpoint import Checkpointer, CheckpointState
+from node.config import NodeConfig
+from node.errors import NodeError
+
+log = logging.getLogger(__name__)
+
+TOKEN_SECRET = "hf-token"
+TOKENS_URL = "https://huggingface.co/settings/tokens"
+CARD_FILE = "README.md"
+CURVE_FILE = "reward_curve.png"
+_HASH_CHUNK = 8 * 2**20
+_GIT_SHA1_MAX_BYTES = 64 * 2**20  # regular (non-LFS) files on the Hub are far smaller than this
+_NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
+
+Progress = Callable[[int, int], None]  # (bytes_done, bytes_total)
+
+
+class UploadCancelled(NodeError):
+    def __init__(self) -> None:
+        super().__init__(
+            "Upload cancelled; the repo was left as it was.",
+            hint="upload again to finish: files already sent are not sent twice",
+            code="upload_cancelled",
+        )
+
+
+# ------------------------------------------------------------------------------------------------------ account
+@dataclass(frozen=True)
+class HubAccount:
+    """Who a token belongs to and where it may write (from the Hub's ``/api/whoami-v2``)."""
+
+    name: str
+    fullname: str
+    token_name: str
+    role: str  # "read", "write" or "fineGrained"
+    orgs: tuple[str, ...] = ()
+    write_namespaces: tuple[str, ...] = ()  # users / orgs under which repos may be created and written
+    write_repos: tuple[str, ...] = ()  # single repos a fine-grained token may write
+
+    @property
+    def can_write(self) -> bool:
+        """Whether the token may create and write repos in the user's own namespace."""
+        return self.name in self.write_namespaces
+
+    def can_write_to(self, repo_id: str) -> bool:
+        return repo_id in self.write_repos or repo_id.split("/", 1)[0] in self.write_namespaces
+
+
+def validate_token(token: str, endpoint: str | None = None) -> HubAccount:
+    """Ask the Hub whose token this is and what it may do; raises NodeError when it is rejected or unreachable."""
+    from huggingface_hub import HfApi
+
+    token = token.strip()
+    if not token:
+        raise NodeError("The Hugging Face token is empty.", hint=f"create one at {TOKENS_URL}", code="hub_no_token")
+    try:
+        info = HfApi(endpoint=endpoint).whoami(token=token)
+    except Exception as exc:  # noqa: BLE001 - every failure becomes one clear NodeError
+        raise as_node_error(exc, endpoint=endpoint, action="check the token") from None
+    return parse_whoami(info)
+
+
+def parse_whoami(info: Any) -> HubAccount:
+    """Read the fields we rely on from a whoami-v2 answer, refusing anything malformed."""
+    try:
+        name = info["name"]
+        token = info["auth"]["accessToken"]
+        role = token["role"]
+        if not isinstance(name, str) or not name or role not in ("read", "write", "fineGrained"):
+            raise ValueError(f"name {name!r}, role {role!r}")
+        orgs = tuple(str(org["name"]) for org in info.get("orgs") or [])
+        namespaces: list[str] = []
+        repos: list[str] = []
+        if role == "write":
+            namespaces = [name, *orgs]
+        elif role == "fineGrained":
+            for scope in (token.get("fineGrained") or {}).get("scoped") or []:
+                if "repo.write" not in (scope.get("permissions") or []):
+                    continue
+                entity = scope["entity"]
+                (namespaces if entity["type"] in ("user", "org") else repos).append(str(entity["name"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise NodeError(
+            f"The Hub's answer about the token was not understood ({exc}).",
+            hint="check the Hub endpoint setting; the default is https://huggingface.co",
+            code="hub_bad_response",
+        ) from None
+    return HubAccount(
+        name=name, fullname=str(info.get("fullname") or name), token_name=str(token.get("displayName") or ""),
+        role=role, orgs=orgs, write_namespaces=tuple(namespaces), write_repos=tuple(repos),
+    )
+
+
+def require_write(account: HubAccount, repo_id: str | None = None) -> None:
+    allowed = account.can_write_to(repo_id) if repo_id else account.can_write
+    if allowed:
+        return
+    where = repo_id or f"your namespace {account.name!r}"
+    raise NodeError(
+        f"The Hugging Face token {account.token_name!r} of {account.name} cannot write to {where} "
+        f"(it is a {'read-only' if account.role == 'read' else account.role} token).",
+        hint=f"create a token with write access at {TOKENS_URL} (type 'Write', or fine-grained with "
+        "'write access to contents of all repos' in your namespace) and log in again",
+        code="hub_read_only",
+    )
+
+
+# ------------------------------------------------------------------------------------------------------ naming
+def model_short_name(model_ref: str) -> str:
+    """``Qwen/Qwen2.5-0.5B-Instruct`` -> ``Qwen2.5-0.5B-Instruct``; the bundled model is SmolLM2-135M-Instruct."""
+    if model_ref == "bundled":
+        return "SmolLM2-135M-Instruct"
+    path = Path(model_ref)
+    name = path.stem if path.suffix == ".gguf" else path.name
+    return _NAME_CHARS.sub("-", name).strip("-.") or "model"
+
+
+def default_repo_id(account_name: str, model_ref: str, peer_name: str) -> str:
+    """``<user>/<model>-swarm-<peer name>``, cut to the Hub's 96-character name limit."""
+    name = f"{model_short_name(model_ref)}-swarm-{_NAME_CHARS.sub('-', peer_name)}"
+    return f"{account_name}/{name[:96].strip('-.')}"
+
+
+def check_repo_id(repo_id: str) -> str:
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(repo_id)
+        if repo_id.count("/") != 1:
+            raise HFValidationError("it must be <user or org>/<name>")
+    except HFValidationError as exc:
+        raise NodeError(f"{repo_id!r} is not a valid Hub repo id: {exc}", hint="use <user>/<name>",
+                        code="hub_bad_repo_id") from None
+    return repo_id
+
+
+# ------------------------------------------------------------------------------------------------------ upload
+@dataclass(frozen=True)
+class UploadResult:
+    repo_id: str
+    url: str
+    commit: str | None  # the new commit; None when nothing had changed
+    round: int  # the swarm round of the uploaded checkpoint
+    rounds_trained: int
+    uploaded: tuple[str, ...]  # files in the new commit
+    unchanged: tuple[str, ...]  # files already identical in the repo
+    bytes_total: int  # size of the changed files
+    bytes_sent: int  # what actually went over the network (less when an earlier attempt sent part of it)
+    created_repo: bool
+    private: bool | None
+    seconds: float
+
+    @property
+    def up_to_date(self) -> bool:
+        return self.commit is None
+
+
+@dataclass
+class _LocalFile:
+    path_in_repo: str
+    handle: io.BufferedIOBase  # opened up front: a checkpoint pruned during the upload stays readable (POSIX)
+    size: int
+    sha256: str = ""
+    git_sha1: str | None = None
+    sample: bytes = b""
+
+
+def upload_run(
+    config: NodeConfig,
+    *,
+    token: str,
+    repo_id: str | None = None,
+    private: bool | None = None,
+    progress: Progress | None = None,
+    cancel: threading.Event | None = None,
+    endpoint: str | None = None,
+) -> UploadResult:
+    """Upload the run's latest checkpoint, model card and reward curve to ``repo_id`` (created if missing).
+
+    ``repo_id`` defaults to ``config.upload.repo_id``, else :func:`default_repo_id`; ``private`` (default
+    ``config.upload.private``) only applies when the repo is created. ``progress(bytes_done, bytes_total)`` is called
+    from this thread as bytes go out; set ``cancel`` from any thread to stop (raises :class:`UploadCancelled`).
+    Raises NodeError with a clear message for every failure; the repo is then left at its previous commit.
+    """
+    from huggingface_hub import HfApi
+
+    started = time.monotonic()
+    cancel = cancel or threading.Event()
+    endpoint = endpoint or config.upload.endpoint
+    private = config.upload.private if private is None else private
+    latest = Checkpointer(config.run_dir / "checkpoints").latest()
+    if latest is None:
+        raise NodeError(
+            f"The run {config.run.run_name!r} has no checkpoint yet, so there is nothing to upload.",
+            hint=f"train at least {config.run.checkpoint_every} rounds (a checkpoint is saved every "
+            "run.checkpoint_every rounds and when the node stops)",
+            code="no_checkpoint",
+        )
+    folder, state = latest
+    files = _open_model_files(folder / "model")
+    try:
+        account = validate_token(token, endpoint)
+        repo_id = check_repo_id(repo_id or config.upload.repo_id or default_repo_id(
+            account.name, state.model, _peer_name(config)))
+        require_write(account, repo_id)
+        card, curve = _card_files(config, state, repo_id)
+        files += [_memory_file(CARD_FILE, card), _memory_file(CURVE_FILE, curve)]
+        _hash_all(files, cancel)
+        api = HfApi(endpoint=endpoint, token=token)
+        try:
+            created = _ensure_repo(api, repo_id, private)
+            info = api.repo_info(repo_id, revision="main")
+            remote = _remote_files(api, repo_id, info.sha)
+            changed = [f for f in files if not _same(f, remote.get(f.path_in_repo))]
+            unchanged = tuple(f.path_in_repo for f in files if f not in changed)
+            url = f"{api.endpoint}/{repo_id}"
+            if not changed:
+                log.info("%s is already up to date with the checkpoint of round %d", repo_id, state.round)
+                return UploadResult(repo_id, url, None, state.round, state.rounds_trained, (), unchanged, 0, 0,
+                                    created, info.private, time.monotonic() - started)
+            meter = _Meter(changed, progress, cancel)
+            commit = _commit(api, repo_id, info.sha, changed, meter, state)
+        except NodeError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            if cancel.is_set():
+                raise UploadCancelled() from None
+            raise as_node_error(exc, endpoint=endpoint, action=f"upload to {repo_id}") from None
+    finally:
+        for f in files:
+            f.handle.close()
+    log.info("uploaded %d files (%d bytes sent) to %s in commit %s", len(changed), meter.sent, repo_id, commit)
+    return UploadResult(
+        repo_id, url, commit, state.round, state.rounds_trained, tuple(f.path_in_repo for f in changed), unchanged,
+        meter.total, meter.sent, created, info.private, time.monotonic() - started,
+    )
+
+
+def _open_model_files(model_dir: Path) -> list[_LocalFile]:
+    try:
+        paths = sorted(p for p in model_dir.rglob("*") if p.is_file())
+        if not any(p.suffix == ".safetensors" for p in paths) or not (model_dir / "config.json").is_file():
+            raise NodeError(
+                f"The checkpoint folder {model_dir} has no safetensors weights or no config.json.",
+                hint="let the node save a new checkpoint (stop it, or train until the next one), then upload again",
+                code="bad_checkpoint",
+            )
+        return [
+            _LocalFile(p.relative_to(model_dir).as_posix(), open(p, "rb"), p.stat().st_size)  # noqa: SIM115
+            for p in paths
+        ]
+    except OSError as exc:
+        raise NodeError(f"Could not read the checkpoint in {model_dir}: {exc}",
+                        hint="check the disk and the run folder's permissions", code="disk") from None
+
+
+def _memory_file(path_in_repo: str, data: bytes) -> _LocalFile:
+    return _LocalFile(path_in_repo, io.BytesIO(data), len(data))
+
+
+def _hash_all(files: list[_LocalFile], cancel: threading.Event) -> None:
+    for f in files:
+        sha256 = hashlib.sha256()
+        sha1 = hashlib.sha1(b"blob %d\0" % f.size) if f.size <= _GIT_SHA1_MAX_BYTES else None
+        f.handle.seek(0)
+        f.sample = f.handle.read(512)
+        f.handle.seek(0)
+        while chunk := f.handle.read(_HASH_CHUNK):
+            if cancel.is_set():
+                raise UploadCancelled()
+            sha256.update(chunk)
+            if sha1 is not None:
+                sha1.update(chunk)
+        f.handle.seek(0)
+        f.sha256 = sha256.hexdigest()
+        f.git_sha1 = sha1.hexdigest() if sha1 is not None else None
+
+
+def _same(local: _LocalFile, remote) -> bool:
+    if remote is None or remote.size is None:
+        return False
+    if remote.lfs is not None:
+        return remote.lfs.sha256 == local.sha256 and remote.lfs.size == local.size
+    return remote.blob_id == local.git_sha1
+
+
+def _remote_files(api, repo_id: str, revision: str) -> dict:
+    from huggingface_hub.hf_api import RepoFile
+
+    return {
+        entry.path: entry
+        for entry in api.list_repo_tree(repo_id, recursive=True, revision=revision)
+        if isinstance(entry, RepoFile)
+    }
+
+
+def _ensure_repo(api, repo_id: str, private: bool) -> bool:
+    """Create the repo when missing; True if it was created now."""
+    from huggingface_hub.errors import HfHubHTTPError
+
+    try:
+        api.create_repo(repo_id, private=private)
+    except HfHubHTTPError as exc:
+        if exc.response is not None and exc.response.status_code == 409:  # exists already
+            return False
+        raise
+    log.info("created the %s repo %s", "private" if private else "public", repo_id)
+    return True
+
+
+class _Meter:
+    """Bytes done across the changed files, from the read positions of their upload streams."""
+
+    def __init__(self, files: list[_LocalFile], progress: Progress | None, cancel: threading.Event) -> None:
+        self.total = sum(f.size for f in files)
+        self.done: dict[str, int] = {f.path_in_repo: 0 for f in files}
+        self.sent = 0
+        self._sent_per_file: dict[str, int] = {}
+        self._progress = progress
+        self.cancel = cancel
+
+    def update(self, path: str, position: int) -> None:
+        self.done[path] = position
+        high = max(self._sent_per_file.get(path, 0), position)
+        self.sent += high - self._sent_per_file.get(path, 0)
+        self._sent_per_file[path] = high
+        self.report()
+
+    def finish(self, f: _LocalFile) -> None:
+        self.done[f.path_in_repo] = f.size
+        self.report()
+
+    def report(self) -> None:
+        if self._progress is not None:
+            self._progress(sum(self.done.values()), self.total)
+
+
+class _MeteredReader(io.BufferedIOBase):
+    """The file object huggingface_hub uploads from: counts what is read and stops on cancel."""
+
+    def __init__(self, f: _LocalFile, meter: _Meter) -> None:
+        super().__init__()
+        self._f = f
+        self._meter = meter
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def read(self, size: int | None = -1) -> bytes:
+        if self._meter.cancel.is_set():
+            raise UploadCancelled()
+        data = self._f.handle.read(size)
+        self._meter.update(self._f.path_in_repo, self._f.handle.tell())
+        return data
+
+    def read1(self, size: int = -1) -> bytes:
+        return self.read(size)
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        return self._f.handle.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._f.handle.tell()
+
+    def close(self) -> None:  # the handle belongs to upload_run, which closes it
+        pass
+
+
+def _commit(api, repo_id: str, parent: str, files: list[_LocalFile], meter: _Meter, state: CheckpointState) -> str:
+    from huggingface_hub import CommitOperationAdd
+    from huggingface_hub.lfs import UploadInfo
+
+    operations = []
+    for f in files:
+        # Built from a placeholder, then given our stream and our hash: huggingface_hub would otherwise read the
+        # whole file once more just to hash it.
+        op = CommitOperationAdd(path_in_repo=f.path_in_repo, path_or_fileobj=b"")
+        op.path_or_fileobj = _MeteredReader(f, meter)
+        op.upload_info = UploadInfo(size=f.size, sample=f.sample, sha256=bytes.fromhex(f.sha256))
+        operations.append((f, op))
+    with _quiet_xet_fallback():
+        for f, op in sorted(operations, key=lambda item: item[0].size):
+            if meter.cancel.is_set():
+                raise UploadCancelled()
+            api.preupload_lfs_files(repo_id, additions=[op], num_threads=1, free_memory=False)
+            if op._upload_mode == "lfs":
+                meter.finish(f)
+        if meter.cancel.is_set():
+            raise UploadCancelled()
+        info = api.create_commit(
+            repo_id, [op for _, op in operations], parent_commit=parent,
+            commit_message=f"RL Swarm: checkpoint of round {state.round} ({state.rounds_trained} rounds trained)",
+        )
+    for f in files:
+        meter.finish(f)
+    return info.oid
+
+
+class _quiet_xet_fallback:
+    """Silence huggingface_hub's warning that file objects go over LFS instead of Xet: that is our choice."""
+
+    _logger = logging.getLogger("huggingface_hub._commit_api")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "not supported by Xet Storage" not in record.getMessage()
+
+    def __enter__(self):
+        self._logger.addFilter(self)
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._logger.removeFilter(self)
+
+
+# ------------------------------------------------------------------------------------------------------ helpers
+def _peer_name(config: NodeConfig) -> str:
+    path = config.identity_path
+    if not path.is_file():
+        raise NodeError(f"No peer identity at {path}: this run never started.", hint="run the node first",
+                        code="no_identity")
+    from node.identity import load_or_create  # imports hivemind: only when needed
+
+    return load_or_create(path).name
+
+
+def _card_files(config: NodeConfig, state: CheckpointState, repo_id: str) -> tuple[bytes, bytes]:
+    from node.model_card import build_model_card, reward_curve_png
+    from node.runstore import RunStore
+
+    metrics = [m for m in RunStore(config.run_dir).metrics() if m.round <= state.round]
+    card = build_model_card(config, state, metrics, repo_id=repo_id, peer_name=_peer_name(config),
+                            curve_file=CURVE_FILE)
+    return card.encode("utf-8"), reward_curve_png(metrics)
+
+
+def as_node_error(exc: BaseException, *, endpoint: str | None, action: str) -> NodeError:
+    """One clear message for each way talking to the Hub fails (network, auth, quota, conflict, server)."""
+    import httpx2
+    from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled, RepositoryNotFoundError
+
+    root = _root_cause(exc)
+    where = endpoint or _default_endpoint()
+    if isinstance(root, NodeError):
+        return root
+    if isinstance(root, OfflineModeIsEnabled):
+        return NodeError(f"Could not {action}: Hub access is switched off (HF_HUB_OFFLINE is set).",
+                         hint="unset HF_HUB_OFFLINE and try again", code="hub_offline")
+    if isinstance(root, (httpx2.TransportError, ConnectionError, TimeoutError)):
+        return NodeError(
+            f"Could not {action}: the Hugging Face Hub at {where} cannot be reached ({type(root).__name__}).",
+            hint="check the internet connection and try again; training goes on meanwhile, and files already "
+            "sent are not sent twice", code="hub_unreachable",
+        )
+    if isinstance(root, HfHubHTTPError) and root.response is not None:
+        status = root.response.status_code
+        server = (root.server_message or "").strip()
+        detail = f" The Hub said: {server}" if server else ""
+        if _is_quota(status, server):
+            return NodeError(f"Could not {action}: the account's storage quota is exhausted.{detail}",
+                             hint="free space on the Hub or upgrade the account, then upload again", code="hub_quota")
+        if status == 401:
+            return NodeError(f"Could not {action}: the Hugging Face token was rejected (invalid or revoked).",
+                             hint=f"create a new token at {TOKENS_URL} and log in again", code="hub_unauthorized")
+        if status == 403:
+            return NodeError(f"Could not {action}: the token is not allowed to do this.{detail}",
+                             hint=f"use a token with write access to this repo ({TOKENS_URL})", code="hub_forbidden")
+        if isinstance(root, RepositoryNotFoundError) or status == 404:
+            return NodeError(f"Could not {action}: the repo does not exist or this token cannot see it.",
+                             hint="check the repo name and that the token's account owns it", code="hub_not_found")
+        if status in (409, 412):
+            return NodeError(f"Could not {action}: the repo changed while we were uploading.{detail}",
+                             hint="upload again; it continues from what was already sent", code="hub_conflict")
+        if status == 429:
+            return NodeError(f"Could not {action}: the Hub is rate-limiting requests.",
+                             hint="wait a few minutes and try again", code="hub_rate_limited")
+        return NodeError(f"Could not {action}: the Hub answered HTTP {status}.{detail}",
+                         hint="try again later", code="hub_http_error")
+    if isinstance(root, OSError):  # after HfHubHTTPError, which is an OSError too
+        return NodeError(f"Could not {action}: reading the checkpoint failed ({root}).",
+                         hint="check the disk holding the run folder", code="disk")
+    text = str(root)
+    if _is_quota(0, text):
+        return NodeError(f"Could not {action}: the account's storage quota is exhausted ({text.strip()}).",
+                         hint="free space on the Hub or upgrade the account, then upload again", code="hub_quota")
+    log.warning("unexpected failure while trying to %s", action, exc_info=exc)
+    return NodeError(f"Could not {action}: {type(root).__name__}: {text}", hint="see the node log",
+                     code="hub_error")
+
+
+def _root_cause(exc: BaseException) -> BaseException:
+    """huggingface_hub wraps upload failures (RuntimeError from ...); find the one that says what went wrong."""
+    seen = exc
+    while isinstance(seen, RuntimeError) and seen.__cause__ is not None:
+        seen = seen.__cause__
+    return seen
+
+
+def _is_quota(status: int, message: str) -> bool:
+    lowered = message.lower()
+    return status in (402, 413, 507) or "quota" in lowered or "storage limit" in lowered
+
+
+def _default_endpoint() -> str:
+    from huggingface_hub import constants
+
+    return constants.ENDPOINT
+
