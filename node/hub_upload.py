@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import io
 import logging
+import os
 import re
 import threading
 import time
@@ -42,6 +43,7 @@ from node.errors import NodeError
 log = logging.getLogger(__name__)
 
 TOKEN_SECRET = "hf-token"
+PASSPHRASE_ENV = "RL_SWARM_SECRET_PASSPHRASE"
 TOKENS_URL = "https://huggingface.co/settings/tokens"
 CARD_FILE = "README.md"
 CURVE_FILE = "reward_curve.png"
@@ -140,6 +142,19 @@ def require_write(account: HubAccount, repo_id: str | None = None) -> None:
         "'write access to contents of all repos' in your namespace) and log in again",
         code="hub_read_only",
     )
+
+
+def token_store(data_dir: Path, passphrase: str | None = None):
+    """The secret store holding the token: the OS keyring, else the encrypted file store, unlocked with
+    ``passphrase`` or the ``RL_SWARM_SECRET_PASSPHRASE`` environment variable (how the app hands it to a node it
+    starts; environment variables never reach the disk)."""
+    from node.secret_store import SecretStore
+
+    return SecretStore(data_dir, passphrase=passphrase or os.environ.get(PASSPHRASE_ENV) or None)
+
+
+def load_token(data_dir: Path, passphrase: str | None = None) -> str | None:
+    return token_store(data_dir, passphrase).get(TOKEN_SECRET)
 
 
 # ------------------------------------------------------------------------------------------------------ naming
