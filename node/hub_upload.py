@@ -353,7 +353,14 @@ def _ensure_repo(api, repo_id: str, private: bool) -> bool:
     try:
         api.create_repo(repo_id, private=private)
     except HfHubHTTPError as exc:
-        if exc.response is not None and exc.response.status_code == 409:  # exists already
+        status = exc.response.status_code if exc.response is not None else None
+        if status == 409:  # exists already
+            return False
+        if status == 403:  # e.g. a fine-grained token scoped to this one repo may write it but not create repos
+            try:
+                api.repo_info(repo_id)
+            except HfHubHTTPError:
+                raise exc from None
             return False
         raise
     log.info("created the %s repo %s", "private" if private else "public", repo_id)

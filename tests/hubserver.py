@@ -11,6 +11,7 @@ Endpoints (as huggingface_hub calls them; repo type "model" only):
 * ``POST /api/validate-yaml``                                  model card header check
 * ``POST /<repo>.git/info/lfs/objects/batch``                  no upload action for objects already stored
 * ``PUT  /_lfs/<oid>``, ``POST /_lfs/<oid>/verify``            the "basic" LFS transfer; sha256 checked
+* ``PUT  /_lfs/<oid>/part/<n>``, ``POST /_lfs/<oid>/complete``  the Hub's multipart transfer (``multipart_chunk``)
 * ``POST /api/models/<repo>/commit/<rev>``                     NDJSON; atomic; ``parentCommit`` enforced
 * ``HEAD|GET /<repo>/resolve/<rev>/<path>``                    downloads
 
@@ -76,6 +77,7 @@ class HubServer:
         self.lfs_bytes_received: Counter[str] = Counter()  # oid -> bytes of its complete uploads (PUTs)
         self.requests: list[tuple[str, str]] = []
         self.quota_bytes: int | None = None  # LFS objects beyond this total are refused
+        self.multipart_chunk: int | None = None  # larger LFS objects are sent in parts of this size
         self.lock = threading.Lock()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._httpd.daemon_threads = True
@@ -162,6 +164,8 @@ ROUTES = [
     ("POST", rf"/{REPO}\.git/info/lfs/objects/batch", "lfs_batch"),
     ("PUT", r"/_lfs/(?P<oid>[0-9a-f]{64})", "lfs_put"),
     ("POST", r"/_lfs/(?P<oid>[0-9a-f]{64})/verify", "lfs_verify"),
+    ("PUT", r"/_lfs/(?P<oid>[0-9a-f]{64})/part/(?P<number>[0-9]+)", "lfs_put_part"),
+    ("POST", r"/_lfs/(?P<oid>[0-9a-f]{64})/complete", "lfs_complete"),
     ("GET", rf"/{REPO}/resolve/(?P<rev>[^/]+)/(?P<path>.+)", "download"),
     ("HEAD", rf"/{REPO}/resolve/(?P<rev>[^/]+)/(?P<path>.+)", "download"),
 ]
@@ -368,9 +372,15 @@ def _handler(hub: HubServer):
                     objects.append({"oid": oid, "size": size,
                                     "error": {"code": 507, "message": "Storage quota exceeded for this account"}})
                     continue
+                upload = {"href": f"{hub.url}/_lfs/{oid}", "header": {}}
+                if hub.multipart_chunk and size > hub.multipart_chunk:
+                    parts = -(-size // hub.multipart_chunk)
+                    upload = {"href": f"{hub.url}/_lfs/{oid}/complete", "header": {
+                        "chunk_size": str(hub.multipart_chunk),
+                        **{str(n): f"{hub.url}/_lfs/{oid}/part/{n}" for n in range(1, parts + 1)},
+                    }}
                 objects.append({"oid": oid, "size": size, "authenticated": True, "actions": {
-                    "upload": {"href": f"{hub.url}/_lfs/{oid}", "header": {}},
-                    "verify": {"href": f"{hub.url}/_lfs/{oid}/verify", "header": {}},
+                    "upload": upload, "verify": {"href": f"{hub.url}/_lfs/{oid}/verify", "header": {}},
                 }})
             raise _Reply(200, {"transfer": "basic", "objects": objects, "hash_algo": "sha256"})
 
@@ -379,6 +389,30 @@ def _handler(hub: HubServer):
             if hashlib.sha256(data).hexdigest() != oid:  # also a body cut short by a cancelled upload
                 raise _error(400, "content does not match its oid")
             hub.put_object(oid, data)
+            with hub.lock:
+                hub.lfs_bytes_received[oid] += len(data)
+            raise _Reply(200, {})
+
+        def lfs_put_part(self, oid: str, number: str) -> None:
+            data = self._body()
+            part = hub.object_path(f".parts-{oid}-{int(number):05d}")
+            part.write_bytes(data)
+            raise _Reply(200, {}, {"ETag": f'"{hashlib.md5(data).hexdigest()}"'})
+
+        def lfs_complete(self, oid: str) -> None:
+            payload = self._json()
+            data = bytearray()
+            for part in sorted(payload.get("parts", []), key=lambda p: p["partNumber"]):
+                path = hub.object_path(f".parts-{oid}-{int(part['partNumber']):05d}")
+                chunk = path.read_bytes() if path.is_file() else b""
+                if f'"{hashlib.md5(chunk).hexdigest()}"' != part["etag"]:
+                    raise _error(400, f"part {part['partNumber']} is missing or does not match its etag")
+                data += chunk
+            if hashlib.sha256(data).hexdigest() != oid:
+                raise _error(400, "parts do not add up to the object")
+            hub.put_object(oid, bytes(data))
+            for path in hub.object_path("").glob(f".parts-{oid}-*"):
+                path.unlink()
             with hub.lock:
                 hub.lfs_bytes_received[oid] += len(data)
             raise _Reply(200, {})

@@ -12,7 +12,7 @@ from node import hub_upload
 from node.checkpoint import Checkpointer, CheckpointState
 from node.config import NodeConfig
 from node.errors import NodeError
-from node.events import RoundMetrics
+from node.events import RoundMetrics, UploadFailed, UploadFinished, UploadProgress, event_from_json
 from node.identity import load_or_create
 from node.runstore import RunStore
 from tests.hubserver import HubServer, Token
@@ -183,6 +183,16 @@ def test_interrupted_upload_leaves_repo_intact_and_resumes(hub, tmp_path, tiny_m
     assert result.bytes_sent < result.bytes_total
 
 
+def test_large_files_go_up_in_parts(hub, tmp_path, tiny_model_dir):
+    hub.multipart_chunk = 4 * 2**20  # the Hub's multipart transfer, for the ~13 MB weights
+    config = make_run(tmp_path, tiny_model_dir, rounds=2)
+    result = hub_upload.upload_run(config, token=WRITE, endpoint=hub.url, repo_id="alice/parts")
+    weights = next((config.run_dir / "checkpoints").glob("round-*/model/model.safetensors")).read_bytes()
+    assert hub.read_file("alice/parts", "model.safetensors") == weights
+    assert ("PUT", f"/_lfs/{_sha256(tmp_path, config, 'model.safetensors')}/part/4") in hub.requests
+    assert result.bytes_sent == result.bytes_total
+
+
 def test_model_card_describes_the_run(hub, tmp_path, tiny_model_dir):
     config = make_run(tmp_path, tiny_model_dir, rounds=12)
     result = hub_upload.upload_run(config, token=WRITE, endpoint=hub.url, repo_id="alice/card", private=False)
@@ -220,6 +230,23 @@ def test_quota_and_missing_checkpoint_are_clear(hub, tmp_path, tiny_model_dir):
         hub_upload.upload_run(config, token=WRITE, endpoint=hub.url, repo_id="alice/full")
     assert err.value.code == "hub_quota" and "quota" in err.value.message
     assert len(hub.repos["alice/full"].commits) == 1
+
+
+def test_damaged_checkpoint_is_a_clear_error(hub, tmp_path, tiny_model_dir):
+    config = make_run(tmp_path, tiny_model_dir, rounds=2)
+    next((config.run_dir / "checkpoints").glob("round-*/model/model.safetensors")).unlink()
+    with pytest.raises(NodeError) as err:
+        hub_upload.upload_run(config, token=WRITE, endpoint=hub.url)
+    assert err.value.code == "bad_checkpoint" and "no safetensors" in err.value.message
+    assert hub.repos == {}
+
+
+def test_upload_events_roundtrip_through_json_lines():
+    for event in (UploadProgress(repo_id="a/b", bytes_done=5, bytes_total=9),
+                  UploadFinished(repo_id="a/b", url="http://h/a/b", commit=None, round=3, files_uploaded=0,
+                                 bytes_sent=0),
+                  UploadFailed(repo_id="", message="m", hint="h", code="hub_unreachable")):
+        assert event_from_json(event.to_json()) == event
 
 
 def test_default_repo_id():
