@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+import io
 import threading
 
 import pytest
 import torch
+from PIL import Image
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from node import hub_upload
@@ -156,7 +159,8 @@ def test_second_upload_sends_only_what_changed(hub, tmp_path, tiny_model_dir):
     assert sum(hub.lfs_bytes_received.values()) - received_before + card == third.bytes_sent
 
 
-def test_interrupted_upload_leaves_repo_intact_and_resumes(hub, tmp_path, tiny_model_dir):
+def test_interrupted_upload_leaves_repo_intact_and_resumes(hub, tmp_path, tiny_model_dir, monkeypatch):
+    monkeypatch.setattr(hub_upload, "PROGRESS_INTERVAL_S", 0.0)  # loopback is fast: see every 64 KiB read
     config = make_run(tmp_path, tiny_model_dir)
     cancel = threading.Event()
     big = next((config.run_dir / "checkpoints").glob("round-*/model/model.safetensors")).stat().st_size
@@ -209,11 +213,7 @@ def test_model_card_describes_the_run(hub, tmp_path, tiny_model_dir):
                      "| task families (reasoning-gym) | basic_arithmetic, bf |", "![reward per round](reward_curve.png)",
                      'AutoModelForCausalLM.from_pretrained("alice/card")', peer(config)):
         assert expected in card, expected
-    png = hub.read_file("alice/card", "reward_curve.png")
-    from PIL import Image
-    import io
-
-    image = Image.open(io.BytesIO(png))
+    image = Image.open(io.BytesIO(hub.read_file("alice/card", "reward_curve.png")))
     assert image.format == "PNG" and image.size == (800, 400)
     assert len(set(image.get_flattened_data())) > 3  # a drawn chart, not a blank image
 
@@ -258,7 +258,5 @@ def test_default_repo_id():
 
 
 def _sha256(tmp_path, config, name) -> str:
-    import hashlib
-
     path = next((config.run_dir / "checkpoints").glob(f"round-*/model/{name}"))
     return hashlib.sha256(path.read_bytes()).hexdigest()
