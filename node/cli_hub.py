@@ -47,24 +47,21 @@ def add_commands(commands) -> None:
 
 # ------------------------------------------------------------------------------------------------------ token
 def _cmd_login(args: argparse.Namespace) -> int:
-    from node.hub_upload import TOKEN_SECRET, require_write, validate_token
+    from node.hub_upload import login
 
     token = _read_token(args.token_stdin, "Hugging Face token (input hidden): ")
-    account = validate_token(token, args.endpoint)
-    require_write(account)  # a read-only token is refused before anything is stored
     store = _store(args.data_dir, confirm_new=True)
-    store.set(TOKEN_SECRET, token)
+    account = login(_data_dir(args.data_dir), token, endpoint=args.endpoint, passphrase=store.passphrase)
     print(f"logged in as {account.name} (token {account.token_name!r}, {account.role}); "
           f"token stored in the {store.describe()}")
     return 0
 
 
 def _cmd_logout(args: argparse.Namespace) -> int:
-    from node.hub_upload import TOKEN_SECRET
+    from node.hub_upload import logout, token_store
 
-    store = _store(args.data_dir)
-    store.delete(TOKEN_SECRET)
-    print(f"token removed from the {store.describe()}")
+    logout(_data_dir(args.data_dir))  # deleting needs no passphrase
+    print(f"token removed from the {token_store(_data_dir(args.data_dir)).describe()}")
     return 0
 
 

@@ -158,6 +158,18 @@ def load_token(data_dir: Path, passphrase: str | None = None) -> str | None:
     return token_store(data_dir, passphrase).get(TOKEN_SECRET)
 
 
+def login(data_dir: Path, token: str, *, endpoint: str | None = None, passphrase: str | None = None) -> HubAccount:
+    """Check ``token`` with the Hub and store it; a read-only or rejected token raises NodeError, nothing stored."""
+    account = validate_token(token, endpoint)
+    require_write(account)
+    token_store(data_dir, passphrase).set(TOKEN_SECRET, token.strip())
+    return account
+
+
+def logout(data_dir: Path, passphrase: str | None = None) -> None:
+    token_store(data_dir, passphrase).delete(TOKEN_SECRET)
+
+
 # ------------------------------------------------------------------------------------------------------ naming
 def model_short_name(model_ref: str) -> str:
     """``Qwen/Qwen2.5-0.5B-Instruct`` -> ``Qwen2.5-0.5B-Instruct``; the bundled model is SmolLM2-135M-Instruct."""
