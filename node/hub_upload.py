@@ -136,9 +136,9 @@ def require_write(account: HubAccount, repo_id: str | None = None) -> None:
     if allowed:
         return
     where = repo_id or f"your namespace {account.name!r}"
+    why = "it is a read-only token" if account.role == "read" else "it has no write access there"
     raise NodeError(
-        f"The Hugging Face token {account.token_name!r} of {account.name} cannot write to {where} "
-        f"(it is a {'read-only' if account.role == 'read' else account.role} token).",
+        f"The Hugging Face token {account.token_name!r} of {account.name} cannot write to {where} ({why}).",
         hint=f"create a token with write access at {TOKENS_URL} (type 'Write', or fine-grained with "
         "'write access to contents of all repos' in your namespace) and log in again",
         code="hub_read_only",

@@ -88,6 +88,9 @@ def test_write_token_is_validated_with_account_name(hub):
     assert (account.name, account.role, account.can_write) == ("alice", "write", True)
     scoped = hub_upload.validate_token(SCOPED, hub.url)
     assert scoped.can_write and scoped.can_write_to("alice/x") and not scoped.can_write_to("bob/x")
+    with pytest.raises(NodeError) as err:
+        hub_upload.require_write(scoped, "bob/x")
+    assert err.value.code == "hub_read_only" and "no write access there" in err.value.message
 
 
 def test_read_only_token_is_refused_with_a_clear_message(hub, tmp_path, tiny_model_dir):
