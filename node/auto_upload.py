@@ -18,7 +18,8 @@ from collections.abc import Callable
 from node.config import NodeConfig
 from node.errors import NodeError
 from node.events import EventBus, UploadFailed, UploadFinished, UploadProgress
-from node.hub_upload import load_token, upload_run
+from node.hub_auth import load_token
+from node.hub_upload import upload_run
 
 log = logging.getLogger(__name__)
 

@@ -47,7 +47,7 @@ def add_commands(commands) -> None:
 
 # ------------------------------------------------------------------------------------------------------ token
 def _cmd_login(args: argparse.Namespace) -> int:
-    from node.hub_upload import login
+    from node.hub_auth import login
 
     token = _read_token(args.token_stdin, "Hugging Face token (input hidden): ")
     store = _store(args.data_dir, confirm_new=True)
@@ -58,7 +58,7 @@ def _cmd_login(args: argparse.Namespace) -> int:
 
 
 def _cmd_logout(args: argparse.Namespace) -> int:
-    from node.hub_upload import logout, token_store
+    from node.hub_auth import logout, token_store
 
     logout(_data_dir(args.data_dir))  # deleting needs no passphrase
     print(f"token removed from the {token_store(_data_dir(args.data_dir)).describe()}")
@@ -66,7 +66,7 @@ def _cmd_logout(args: argparse.Namespace) -> int:
 
 
 def _cmd_whoami(args: argparse.Namespace) -> int:
-    from node.hub_upload import validate_token
+    from node.hub_auth import validate_token
 
     account = validate_token(_stored_token(args.data_dir), args.endpoint)
     print(f"{account.name} ({account.fullname}); token {account.token_name!r}, role {account.role}; "
@@ -85,7 +85,7 @@ def _data_dir(data_dir: Path | None) -> Path:
 
 def _store(data_dir: Path | None, *, confirm_new: bool = False):
     """The token store, with the passphrase asked for when it is the encrypted file store and none was given."""
-    from node.hub_upload import PASSPHRASE_ENV, TOKEN_SECRET, token_store
+    from node.hub_auth import PASSPHRASE_ENV, TOKEN_SECRET, token_store
 
     store = token_store(_data_dir(data_dir))
     if store.backend == "file" and not store.passphrase:
@@ -102,7 +102,7 @@ def _store(data_dir: Path | None, *, confirm_new: bool = False):
 
 
 def _stored_token(data_dir: Path | None) -> str:
-    from node.hub_upload import TOKEN_SECRET
+    from node.hub_auth import TOKEN_SECRET
 
     token = _store(data_dir).get(TOKEN_SECRET)
     if not token:

@@ -18,8 +18,8 @@ Guarantees, and how they are kept:
   protocol (the Hub accepts it for every repo). That protocol is what lets us count bytes, cancel mid-file, and test
   the whole path against a loopback server (``tests/hubserver.py``); Xet would need Hugging Face's CAS service.
 
-The Qt-free API for the GUI: :func:`validate_token`, :func:`default_repo_id`, :func:`upload_run`; the token lives in
-:class:`node.secret_store.SecretStore` under :data:`TOKEN_SECRET`.
+The Qt-free API for the GUI: :func:`node.hub_auth.validate_token` / :func:`~node.hub_auth.login`,
+:func:`default_repo_id`, :func:`upload_run`.
 """
 
 from __future__ import annotations
@@ -27,24 +27,21 @@ from __future__ import annotations
 import hashlib
 import io
 import logging
-import os
 import re
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from node.checkpoint import Checkpointer, CheckpointState
 from node.config import NodeConfig
 from node.errors import NodeError
+from node.hub_auth import require_write, validate_token
+from node.hub_errors import as_node_error
 
 log = logging.getLogger(__name__)
 
-TOKEN_SECRET = "hf-token"
-PASSPHRASE_ENV = "RL_SWARM_SECRET_PASSPHRASE"
-TOKENS_URL = "https://huggingface.co/settings/tokens"
 CARD_FILE = "README.md"
 CURVE_FILE = "reward_curve.png"
 _HASH_CHUNK = 8 * 2**20
@@ -62,112 +59,6 @@ class UploadCancelled(NodeError):
             hint="upload again to finish: files already sent are not sent twice",
             code="upload_cancelled",
         )
-
-
-# ------------------------------------------------------------------------------------------------------ account
-@dataclass(frozen=True)
-class HubAccount:
-    """Who a token belongs to and where it may write (from the Hub's ``/api/whoami-v2``)."""
-
-    name: str
-    fullname: str
-    token_name: str
-    role: str  # "read", "write" or "fineGrained"
-    orgs: tuple[str, ...] = ()
-    write_namespaces: tuple[str, ...] = ()  # users / orgs under which repos may be created and written
-    write_repos: tuple[str, ...] = ()  # single repos a fine-grained token may write
-
-    @property
-    def can_write(self) -> bool:
-        """Whether the token may create and write repos in the user's own namespace."""
-        return self.name in self.write_namespaces
-
-    def can_write_to(self, repo_id: str) -> bool:
-        return repo_id in self.write_repos or repo_id.split("/", 1)[0] in self.write_namespaces
-
-
-def validate_token(token: str, endpoint: str | None = None) -> HubAccount:
-    """Ask the Hub whose token this is and what it may do; raises NodeError when it is rejected or unreachable."""
-    from huggingface_hub import HfApi
-
-    token = token.strip()
-    if not token:
-        raise NodeError("The Hugging Face token is empty.", hint=f"create one at {TOKENS_URL}", code="hub_no_token")
-    try:
-        info = HfApi(endpoint=endpoint).whoami(token=token)
-    except Exception as exc:  # noqa: BLE001 - every failure becomes one clear NodeError
-        raise as_node_error(exc, endpoint=endpoint, action="check the token") from None
-    return parse_whoami(info)
-
-
-def parse_whoami(info: Any) -> HubAccount:
-    """Read the fields we rely on from a whoami-v2 answer, refusing anything malformed."""
-    try:
-        name = info["name"]
-        token = info["auth"]["accessToken"]
-        role = token["role"]
-        if not isinstance(name, str) or not name or role not in ("read", "write", "fineGrained"):
-            raise ValueError(f"name {name!r}, role {role!r}")
-        orgs = tuple(str(org["name"]) for org in info.get("orgs") or [])
-        namespaces: list[str] = []
-        repos: list[str] = []
-        if role == "write":
-            namespaces = [name, *orgs]
-        elif role == "fineGrained":
-            for scope in (token.get("fineGrained") or {}).get("scoped") or []:
-                if "repo.write" not in (scope.get("permissions") or []):
-                    continue
-                entity = scope["entity"]
-                (namespaces if entity["type"] in ("user", "org") else repos).append(str(entity["name"]))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise NodeError(
-            f"The Hub's answer about the token was not understood ({exc}).",
-            hint="check the Hub endpoint setting; the default is https://huggingface.co",
-            code="hub_bad_response",
-        ) from None
-    return HubAccount(
-        name=name, fullname=str(info.get("fullname") or name), token_name=str(token.get("displayName") or ""),
-        role=role, orgs=orgs, write_namespaces=tuple(namespaces), write_repos=tuple(repos),
-    )
-
-
-def require_write(account: HubAccount, repo_id: str | None = None) -> None:
-    allowed = account.can_write_to(repo_id) if repo_id else account.can_write
-    if allowed:
-        return
-    where = repo_id or f"your namespace {account.name!r}"
-    why = "it is a read-only token" if account.role == "read" else "it has no write access there"
-    raise NodeError(
-        f"The Hugging Face token {account.token_name!r} of {account.name} cannot write to {where} ({why}).",
-        hint=f"create a token with write access at {TOKENS_URL} (type 'Write', or fine-grained with "
-        "'write access to contents of all repos' in your namespace) and log in again",
-        code="hub_read_only",
-    )
-
-
-def token_store(data_dir: Path, passphrase: str | None = None):
-    """The secret store holding the token: the OS keyring, else the encrypted file store, unlocked with
-    ``passphrase`` or the ``RL_SWARM_SECRET_PASSPHRASE`` environment variable (how the app hands it to a node it
-    starts; environment variables never reach the disk)."""
-    from node.secret_store import SecretStore
-
-    return SecretStore(data_dir, passphrase=passphrase or os.environ.get(PASSPHRASE_ENV) or None)
-
-
-def load_token(data_dir: Path, passphrase: str | None = None) -> str | None:
-    return token_store(data_dir, passphrase).get(TOKEN_SECRET)
-
-
-def login(data_dir: Path, token: str, *, endpoint: str | None = None, passphrase: str | None = None) -> HubAccount:
-    """Check ``token`` with the Hub and store it; a read-only or rejected token raises NodeError, nothing stored."""
-    account = validate_token(token, endpoint)
-    require_write(account)
-    token_store(data_dir, passphrase).set(TOKEN_SECRET, token.strip())
-    return account
-
-
-def logout(data_dir: Path, passphrase: str | None = None) -> None:
-    token_store(data_dir, passphrase).delete(TOKEN_SECRET)
 
 
 # ------------------------------------------------------------------------------------------------------ naming
@@ -513,77 +404,3 @@ def _card_files(config: NodeConfig, state: CheckpointState, repo_id: str) -> tup
     card = build_model_card(config, state, metrics, repo_id=repo_id, peer_name=_peer_name(config),
                             curve_file=CURVE_FILE)
     return card.encode("utf-8"), reward_curve_png(metrics)
-
-
-def as_node_error(exc: BaseException, *, endpoint: str | None, action: str) -> NodeError:
-    """One clear message for each way talking to the Hub fails (network, auth, quota, conflict, server)."""
-    import httpx2
-    from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled, RepositoryNotFoundError
-
-    root = _root_cause(exc)
-    where = endpoint or _default_endpoint()
-    if isinstance(root, NodeError):
-        return root
-    if isinstance(root, OfflineModeIsEnabled):
-        return NodeError(f"Could not {action}: Hub access is switched off (HF_HUB_OFFLINE is set).",
-                         hint="unset HF_HUB_OFFLINE and try again", code="hub_offline")
-    if isinstance(root, (httpx2.TransportError, ConnectionError, TimeoutError)):
-        return NodeError(
-            f"Could not {action}: the Hugging Face Hub at {where} cannot be reached ({type(root).__name__}).",
-            hint="check the internet connection and try again; training goes on meanwhile, and files already "
-            "sent are not sent twice", code="hub_unreachable",
-        )
-    if isinstance(root, HfHubHTTPError) and root.response is not None:
-        status = root.response.status_code
-        server = (root.server_message or "").strip()
-        detail = f" The Hub said: {server}" if server else ""
-        if _is_quota(status, server):
-            return NodeError(f"Could not {action}: the account's storage quota is exhausted.{detail}",
-                             hint="free space on the Hub or upgrade the account, then upload again", code="hub_quota")
-        if status == 401:
-            return NodeError(f"Could not {action}: the Hugging Face token was rejected (invalid or revoked).",
-                             hint=f"create a new token at {TOKENS_URL} and log in again", code="hub_unauthorized")
-        if status == 403:
-            return NodeError(f"Could not {action}: the token is not allowed to do this.{detail}",
-                             hint=f"use a token with write access to this repo ({TOKENS_URL})", code="hub_forbidden")
-        if isinstance(root, RepositoryNotFoundError) or status == 404:
-            return NodeError(f"Could not {action}: the repo does not exist or this token cannot see it.",
-                             hint="check the repo name and that the token's account owns it", code="hub_not_found")
-        if status in (409, 412):
-            return NodeError(f"Could not {action}: the repo changed while we were uploading.{detail}",
-                             hint="upload again; it continues from what was already sent", code="hub_conflict")
-        if status == 429:
-            return NodeError(f"Could not {action}: the Hub is rate-limiting requests.",
-                             hint="wait a few minutes and try again", code="hub_rate_limited")
-        return NodeError(f"Could not {action}: the Hub answered HTTP {status}.{detail}",
-                         hint="try again later", code="hub_http_error")
-    if isinstance(root, OSError):  # after HfHubHTTPError, which is an OSError too
-        return NodeError(f"Could not {action}: reading the checkpoint failed ({root}).",
-                         hint="check the disk holding the run folder", code="disk")
-    text = str(root)
-    if _is_quota(0, text):
-        return NodeError(f"Could not {action}: the account's storage quota is exhausted ({text.strip()}).",
-                         hint="free space on the Hub or upgrade the account, then upload again", code="hub_quota")
-    log.warning("unexpected failure while trying to %s", action, exc_info=exc)
-    return NodeError(f"Could not {action}: {type(root).__name__}: {text}", hint="see the node log",
-                     code="hub_error")
-
-
-def _root_cause(exc: BaseException) -> BaseException:
-    """huggingface_hub wraps upload failures (RuntimeError from ...); find the one that says what went wrong."""
-    seen = exc
-    while isinstance(seen, RuntimeError) and seen.__cause__ is not None:
-        seen = seen.__cause__
-    return seen
-
-
-def _is_quota(status: int, message: str) -> bool:
-    lowered = message.lower()
-    return status in (402, 413, 507) or "quota" in lowered or "storage limit" in lowered
-
-
-def _default_endpoint() -> str:
-    from huggingface_hub import constants
-
-    return constants.ENDPOINT
-

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from node import hub_upload
+from node import hub_auth
 from node.events import EventBus
 from node.runner import SwarmNode
 from tests.hubserver import HubServer, Token
@@ -17,10 +17,10 @@ TOKEN = "hf_auto_write"
 
 
 def run_node(tmp_path, tiny_model_dir, monkeypatch, *, endpoint: str, rounds: int, every: int) -> list:
-    monkeypatch.setenv(hub_upload.PASSPHRASE_ENV, "node passphrase")
+    monkeypatch.setenv(hub_auth.PASSPHRASE_ENV, "node passphrase")
     config = tiny_config(tiny_model_dir, tmp_path / "data", run={"rounds": rounds, "checkpoint_every": every})
     config = config.with_overrides({"upload": {"every_rounds": every, "endpoint": endpoint, "repo_id": "alice/auto"}})
-    hub_upload.token_store(config.run.data_dir).set(hub_upload.TOKEN_SECRET, TOKEN)
+    hub_auth.token_store(config.run.data_dir).set(hub_auth.TOKEN_SECRET, TOKEN)
     bus, events = EventBus(), []
     bus.subscribe(events.append)
     SwarmNode(config, bus=bus).run()

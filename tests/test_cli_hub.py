@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from node import hub_upload
+from node import hub_auth
 from node.cli import main
 from tests.test_hub_upload import READ, WRITE, hub, make_run, online, peer  # noqa: F401 - fixtures
 
@@ -17,18 +17,18 @@ def cli(monkeypatch, capsys, *argv: str, stdin: str = "") -> tuple[int, str, str
 
 
 def test_login_upload_whoami_logout(hub, tmp_path, tiny_model_dir, monkeypatch, capsys):
-    monkeypatch.setenv(hub_upload.PASSPHRASE_ENV, "cli passphrase")
+    monkeypatch.setenv(hub_auth.PASSPHRASE_ENV, "cli passphrase")
     config = make_run(tmp_path, tiny_model_dir, rounds=3)
     data = str(config.run.data_dir)
     hub_args = ("--data-dir", data, "--endpoint", hub.url)
 
     code, out, err = cli(monkeypatch, capsys, "hf", "login", "--token-stdin", *hub_args, stdin=READ + "\n")
     assert code == 2 and "read-only" in err and "write access" in err
-    assert hub_upload.load_token(config.run.data_dir) is None  # a refused token is not stored
+    assert hub_auth.load_token(config.run.data_dir) is None  # a refused token is not stored
 
     code, out, _ = cli(monkeypatch, capsys, "hf", "login", "--token-stdin", *hub_args, stdin=WRITE + "\n")
     assert code == 0 and "logged in as alice" in out and WRITE not in out
-    assert hub_upload.load_token(config.run.data_dir) == WRITE
+    assert hub_auth.load_token(config.run.data_dir) == WRITE
     assert not any(WRITE.encode() in p.read_bytes() for p in config.run.data_dir.rglob("*") if p.is_file())
 
     code, out, _ = cli(monkeypatch, capsys, "hf", "whoami", *hub_args)
@@ -42,7 +42,7 @@ def test_login_upload_whoami_logout(hub, tmp_path, tiny_model_dir, monkeypatch, 
     assert code == 0 and "nothing to upload" in out
 
     code, out, _ = cli(monkeypatch, capsys, "hf", "logout", "--data-dir", data)
-    assert code == 0 and hub_upload.load_token(config.run.data_dir) is None
+    assert code == 0 and hub_auth.load_token(config.run.data_dir) is None
     code, _, err = cli(monkeypatch, capsys, "upload", "--run-name", "r1", *hub_args)
     assert code == 2 and "hf login" in err
 

@@ -11,7 +11,7 @@ import torch
 from PIL import Image
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from node import hub_upload
+from node import hub_auth, hub_upload
 from node.checkpoint import Checkpointer, CheckpointState
 from node.config import NodeConfig
 from node.errors import NodeError
@@ -84,17 +84,17 @@ def peer(config: NodeConfig) -> str:
 
 # -------------------------------------------------------------------------------------------------- tokens
 def test_write_token_is_validated_with_account_name(hub):
-    account = hub_upload.validate_token(WRITE, hub.url)
+    account = hub_auth.validate_token(WRITE, hub.url)
     assert (account.name, account.role, account.can_write) == ("alice", "write", True)
-    scoped = hub_upload.validate_token(SCOPED, hub.url)
+    scoped = hub_auth.validate_token(SCOPED, hub.url)
     assert scoped.can_write and scoped.can_write_to("alice/x") and not scoped.can_write_to("bob/x")
     with pytest.raises(NodeError) as err:
-        hub_upload.require_write(scoped, "bob/x")
+        hub_auth.require_write(scoped, "bob/x")
     assert err.value.code == "hub_read_only" and "no write access there" in err.value.message
 
 
 def test_read_only_token_is_refused_with_a_clear_message(hub, tmp_path, tiny_model_dir):
-    account = hub_upload.validate_token(READ, hub.url)
+    account = hub_auth.validate_token(READ, hub.url)
     assert account.name == "alice" and not account.can_write
     config = make_run(tmp_path, tiny_model_dir, rounds=2)
     with pytest.raises(NodeError) as err:
@@ -107,10 +107,10 @@ def test_read_only_token_is_refused_with_a_clear_message(hub, tmp_path, tiny_mod
 
 def test_invalid_token_and_unreachable_hub_give_clear_errors(hub):
     with pytest.raises(NodeError) as err:
-        hub_upload.validate_token("hf_wrong", hub.url)
+        hub_auth.validate_token("hf_wrong", hub.url)
     assert err.value.code == "hub_unauthorized" and "rejected" in err.value.message
     with pytest.raises(NodeError) as err:
-        hub_upload.validate_token(WRITE, "http://127.0.0.1:9")  # nothing listens on the discard port
+        hub_auth.validate_token(WRITE, "http://127.0.0.1:9")  # nothing listens on the discard port
     assert err.value.code == "hub_unreachable" and "cannot be reached" in err.value.message
 
 
