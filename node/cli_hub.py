@@ -60,7 +60,7 @@ def _cmd_login(args: argparse.Namespace) -> int:
 def _cmd_logout(args: argparse.Namespace) -> int:
     from node.hub_auth import logout, token_store
 
-    logout(_data_dir(args.data_dir))  # deleting needs no passphrase
+    logout(_data_dir(args.data_dir))
     print(f"token removed from the {token_store(_data_dir(args.data_dir)).describe()}")
     return 0
 

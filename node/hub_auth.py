@@ -120,5 +120,6 @@ def login(data_dir: Path, token: str, *, endpoint: str | None = None, passphrase
     return account
 
 
-def logout(data_dir: Path, passphrase: str | None = None) -> None:
-    token_store(data_dir, passphrase).delete(TOKEN_SECRET)
+def logout(data_dir: Path) -> None:
+    """Forget the stored token (deleting needs no passphrase)."""
+    token_store(data_dir).delete(TOKEN_SECRET)
