@@ -51,6 +51,7 @@ class _Worker(QObject):
 class HubPanel(QWidget):
     uploadFinished = Signal(object)  # UploadFinished
     uploadFailed = Signal(object)  # UploadFailed
+    unlocked = Signal(str)  # the secret-store passphrase that opened the token, for the node's automatic uploads
     settingsChanged = Signal(object)  # a new NodeConfig (auto-upload interval, privacy, repo)
 
     def __init__(self, config: NodeConfig, config_path: Path, parent: QWidget | None = None) -> None:
@@ -118,8 +119,12 @@ class HubPanel(QWidget):
         upload_form = QFormLayout(upload_box)
         upload_form.addRow("Repository", self.repo)
         upload_form.addRow("", self.private)
+        self.every.setMaximumWidth(180)
         upload_form.addRow("Automatic upload every", self.every)
-        upload_form.addRow("", save)
+        save_row = QHBoxLayout()
+        save_row.addWidget(save)
+        save_row.addStretch(1)
+        upload_form.addRow("", save_row)
         row = QHBoxLayout()
         row.addWidget(self.upload_button)
         row.addWidget(self.cancel_button)
@@ -181,6 +186,8 @@ class HubPanel(QWidget):
 
     def _account_ready(self, account: HubAccount) -> None:
         self.account = account
+        if self.file_store and self.passphrase.text():
+            self.unlocked.emit(self.passphrase.text())
         self.token.clear()
         self.account_label.setText(f"Logged in as <b>{account.name}</b> (token {account.token_name!r}, "
                                    f"{account.role}).")

@@ -27,6 +27,7 @@ from node.events import (
     CheckpointSaved, Event, NodeFailed, NodeStarted, PeerJoined, PeerLeft, RolloutSample, RoundMetrics, UploadFailed,
     UploadFinished,
 )
+from node.hub_auth import PASSPHRASE_ENV
 from node.logs import LOG_FILE
 from node.runstore import RunStore
 
@@ -60,6 +61,8 @@ class MainWindow(QMainWindow):
         self.hub.settingsChanged.connect(self.apply_config)
         self.hub.uploadFinished.connect(self._upload_finished)
         self.hub.uploadFailed.connect(self._upload_failed)
+        # Automatic uploads run in the node: it needs the passphrase too (environment only, never a file).
+        self.hub.unlocked.connect(lambda passphrase: supervisor.environment.update({PASSPHRASE_ENV: passphrase}))
         self.tabs = QTabWidget()
         self.tabs.addTab(self.dashboard, "Dashboard")
         self.tabs.addTab(self.gossip, "Gossip")

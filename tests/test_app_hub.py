@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from node.hub_auth import PASSPHRASE_ENV
 from tests.apphelpers import make_window
 from tests.hubserver import HubServer, Token
 from tests.test_hub_upload import READ, WRITE, make_run
@@ -38,6 +39,7 @@ def test_log_in_and_publish_from_the_app(qtbot, tmp_path, tiny_model_dir, hub):
     panel.login_button.click()
     qtbot.waitUntil(lambda: panel.account is not None, timeout=30_000)
     assert "alice" in panel.account_label.text() and panel.token.text() == ""
+    assert window.supervisor.environment[PASSPHRASE_ENV] == "correct horse battery"  # for automatic uploads
     assert WRITE.encode() not in b"".join(p.read_bytes() for p in config.run.data_dir.rglob("*") if p.is_file())
     panel.set_peer_name("brave-amber-otter")
     assert panel.repo.text() == "alice/SmolLM2-135M-Instruct-swarm-brave-amber-otter"
