@@ -22,14 +22,7 @@ from node.events import UploadFailed, UploadFinished, UploadProgress, event_from
 from node.hub_auth import PASSPHRASE_ENV, TOKEN_SECRET, HubAccount, login, logout, token_store, validate_token
 from node.hub_upload import default_repo_id
 from node.launch import node_command
-
-
-def _size(num: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if num < 1024 or unit == "GiB":
-            return f"{num:.0f} {unit}" if unit == "B" else f"{num:.1f} {unit}"
-        num /= 1024
-    return f"{num:.1f} GiB"
+from node.units import format_bytes
 
 
 class _Worker(QObject):
@@ -268,13 +261,13 @@ class HubPanel(QWidget):
                 scale = max(1, event.bytes_total // 2**30 + 1)  # QProgressBar counts in int32
                 self.progress.setRange(0, event.bytes_total // scale)
                 self.progress.setValue(event.bytes_done // scale)
-                self.progress.setFormat(f"{_size(event.bytes_done)} of {_size(event.bytes_total)}")
+                self.progress.setFormat(f"{format_bytes(event.bytes_done)} of {format_bytes(event.bytes_total)}")
             elif isinstance(event, UploadFinished):
                 self.progress.setRange(0, 1)
                 self.progress.setValue(1)
                 self.progress.setFormat("done")
                 what = "already up to date" if event.commit is None else \
-                    f"{event.files_uploaded} files, {_size(event.bytes_sent)} sent"
+                    f"{event.files_uploaded} files, {format_bytes(event.bytes_sent)} sent"
                 self.result.setText(f"Published the checkpoint of round {event.round} to "
                                     f"<a href='{event.url}'>{event.repo_id}</a> ({what}).")
                 self.uploadFinished.emit(event)

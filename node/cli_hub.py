@@ -15,6 +15,7 @@ from typing import Any
 
 from node.config import NodeConfig, default_data_dir, merge
 from node.errors import NodeError
+from node.units import format_bytes
 
 
 def add_commands(commands) -> None:
@@ -137,7 +138,7 @@ def _cmd_upload(args: argparse.Namespace) -> int:
         print(f"{result.repo_id} already holds the checkpoint of round {result.round}; nothing to upload")
     else:
         print(f"uploaded the checkpoint of round {result.round} ({result.rounds_trained} rounds trained) to "
-              f"{result.url}: {len(result.uploaded)} files changed, {_size(result.bytes_sent)} sent in "
+              f"{result.url}: {len(result.uploaded)} files changed, {format_bytes(result.bytes_sent)} sent in "
               f"{result.seconds:.1f} s, commit {result.commit[:12]}"
               + (f"; created the {'private' if result.private else 'public'} repo" if result.created_repo else ""))
     return 0
@@ -231,11 +232,3 @@ class _ByteProgress:
 
     def __exit__(self, *exc_info) -> None:
         self._progress.stop()
-
-
-def _size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"
