@@ -48,6 +48,7 @@ class MainWindow(QMainWindow):
         self.app_log = app_log
         self.started: NodeStarted | None = None
         self.quitting = False
+        self._quit_done = False
         self.prefs = QSettings()
         self.setWindowTitle("RL Swarm")
         self.setWindowIcon(icon)
@@ -301,13 +302,16 @@ class MainWindow(QMainWindow):
     def quit(self) -> None:
         """Stop the node cleanly (checkpoint), then leave; the supervisor kills it if it hangs."""
         self.quitting = True
+        if self.supervisor.running:
+            self.statusBar().showMessage("Stopping the node: finishing the current step and saving a checkpoint…")
+        self.supervisor.stop()  # also cancels a restart that is waiting for its backoff
         if not self.supervisor.running:
             self._finish_quit()
-            return
-        self.statusBar().showMessage("Stopping the node: finishing the current step and saving a checkpoint…")
-        self.supervisor.stop()
 
     def _finish_quit(self) -> None:
+        if self._quit_done:
+            return
+        self._quit_done = True
         if self.tray:
             self.tray.hide()
         self.quitFinished.emit()
