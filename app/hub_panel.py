@@ -6,16 +6,15 @@ The token check runs in a worker thread (a network call); the upload itself runs
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, Signal
+from PySide6.QtCore import QProcess, QProcessEnvironment, Signal
 from PySide6.QtWidgets import (
     QCheckBox, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QLineEdit, QProgressBar, QPushButton, QSpinBox,
     QVBoxLayout, QWidget,
 )
 
+from app.worker import Worker
 from node.config import NodeConfig
 from node.errors import NodeError
 from node.events import UploadFailed, UploadFinished, UploadProgress, event_from_json
@@ -23,22 +22,6 @@ from node.hub_auth import PASSPHRASE_ENV, TOKEN_SECRET, HubAccount, login, logou
 from node.hub_upload import default_repo_id
 from node.launch import node_command
 from node.units import format_bytes
-
-
-class _Worker(QObject):
-    """Runs a blocking call off the GUI thread and reports back through queued signals."""
-
-    done = Signal(object)
-    failed = Signal(object)
-
-    def run(self, call: Callable[[], object]) -> None:
-        def work() -> None:
-            try:
-                self.done.emit(call())
-            except NodeError as exc:
-                self.failed.emit(exc)
-
-        threading.Thread(target=work, name="hub-account", daemon=True).start()
 
 
 class HubPanel(QWidget):
@@ -54,7 +37,7 @@ class HubPanel(QWidget):
         self.account: HubAccount | None = None
         self.peer_name = ""
         self.process: QProcess | None = None
-        self.worker = _Worker()
+        self.worker = Worker()
         self.worker.done.connect(self._account_ready)
         self.worker.failed.connect(self._account_failed)
 
@@ -158,7 +141,7 @@ class HubPanel(QWidget):
                 raise NodeError("No token is stored.", hint="paste a write token and log in", code="hub_no_token")
             return validate_token(token, endpoint)
 
-        self.worker.run(check)
+        self.worker.run(check, "hub-account")
 
     def log_in(self) -> None:
         token = self.token.text().strip()
