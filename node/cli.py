@@ -140,6 +140,7 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
             "checkpoint_every": args.checkpoint_every, "threads": args.threads,
             "gpu_memory_fraction": args.gpu_memory_fraction, "identity_file": args.identity_file,
         },
+        "chain": {"network": args.network, "rpc_url": args.rpc_url, "coordinator": args.coordinator, "wallet": args.wallet},
     }
     overrides = {section: {k: v for k, v in fields.items() if v is not None} for section, fields in overrides.items()}
     if args.config:
@@ -219,6 +220,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--data-dir", type=Path, help=f"default {default_data_dir()}")
     run.add_argument("--run-name", help="run folder name under <data-dir>/runs (default: default)")
     run.add_argument("--identity-file", type=Path, help="peer key file (default <data-dir>/identity/swarm.key)")
+    run.add_argument("--network", choices=["none", "gensyn-testnet", "local", "custom"], help="on-chain swarm (default none)")
+    run.add_argument("--rpc-url", help="JSON-RPC URL of the chain (default: the network's)")
+    run.add_argument("--coordinator", help="SwarmCoordinator contract address")
+    run.add_argument("--wallet", help="wallet name (default: default)")
     run.add_argument("--events-jsonl", action="store_true", help="print typed events as JSON lines on stdout")
     run.add_argument("--control-stdin", action="store_true", help="accept pause/resume/stop lines on stdin")
     run.add_argument("-v", "--verbose", action="store_true")
@@ -239,6 +244,10 @@ def _parser() -> argparse.ArgumentParser:
     invite = commands.add_parser("invite", help="print the invite of the node running with this data folder")
     invite.add_argument("--data-dir", type=Path)
     invite.set_defaults(handler=_cmd_invite)
+
+    from node.cli_chain import add_commands as add_chain_commands
+
+    add_chain_commands(commands)
     return parser
 
 

@@ -118,6 +118,7 @@ class ChainSettings(_Section):
     follow_round: bool = Field(True, description="jump to the chain's current round when it is ahead")
     use_bootnodes: bool = Field(True, description="join the bootnodes listed on the contract")
     submit: bool = Field(True, description="submit this node's reward and winners each chain round")
+    poll_interval_s: float = Field(10.0, ge=0.2, le=600.0, description="how often the chain's round is read")
 
 
 class NodeConfig(_Section):

@@ -142,8 +142,11 @@ class CoordinatorClient:
 
     def owner_of(self, peer_id: str) -> str | None:
         """The wallet that registered ``peer_id`` (getEoa), or None when nobody has."""
-        (eoa,) = self._call("look up the peer's wallet", "getEoa", [peer_id])
-        return None if int(eoa, 16) == 0 else Web3.to_checksum_address(eoa)
+        return self.owners([peer_id])[0]
+
+    def owners(self, peer_ids: list[str]) -> list[str | None]:
+        eoas = self._call("look up the peers' wallets", "getEoa", peer_ids)
+        return [None if int(eoa, 16) == 0 else Web3.to_checksum_address(eoa) for eoa in eoas]
 
     def total_rewards(self, peer_ids: list[str]) -> list[int]:
         return [int(v) for v in self._call("read total rewards", "getTotalRewards", peer_ids)]
