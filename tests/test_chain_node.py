@@ -18,14 +18,18 @@ from node.runner import SwarmNode
 from node.wallet import PASSPHRASE_ENV, WalletStore
 from tests.chain_helpers import ETH, chain_settings, deployed, devchain, funded_account  # noqa: F401 - fixture
 from tests.nodes import tiny_config
+from tests.test_wallet import assert_no_plaintext
 
 PASS = "node wallet passphrase"
 PEER = "QmYyQSo1c1Ym7orWxLYvCrM2EmxFTANf8wXmmE7DWjhx5N"
 
 
-def node_wallet(chain, data_dir) -> str:
-    info = WalletStore(data_dir, backend="file", passphrase=PASS).import_private_key(Account.create().key.hex())
+def node_wallet(chain, data_dir, keys: list[str] | None = None) -> str:
+    key = Account.create().key.hex()
+    info = WalletStore(data_dir, backend="file", passphrase=PASS).import_private_key(key)
     chain.fund(info.address, 10 * ETH)
+    if keys is not None:
+        keys.append(key)
     return info.address
 
 
@@ -114,7 +118,8 @@ def test_identity_of_another_wallet_is_not_submitted(devchain, tmp_path, monkeyp
 def test_training_goes_on_while_rpc_is_down_and_queue_delivers_once(tiny_model_dir, devchain, tmp_path, monkeypatch):  # noqa: F811
     monkeypatch.setenv(PASSPHRASE_ENV, PASS)
     target, admin = deployed(devchain, funded_account(devchain))
-    address = node_wallet(devchain, tmp_path)
+    keys: list[str] = []
+    address = node_wallet(devchain, tmp_path, keys)
     config = tiny_config(tiny_model_dir, tmp_path, run={"checkpoint_every": 50}).with_overrides(
         {"chain": chain_settings(devchain, target.coordinator)}
     )
@@ -164,4 +169,5 @@ def test_training_goes_on_while_rpc_is_down_and_queue_delivers_once(tiny_model_d
     summary = account_summary(config, address, peer_id)
     assert summary.registered and summary.total_rewards == rewards[0] + rewards[1] and summary.votes_cast == 2
     assert summary.chain_round == 1 and len(summary.transactions) == 5 and summary.balance_wei > 0
+    assert_no_plaintext(tmp_path, keys[0])  # data folder, queue, checkpoints, logs
     print(f"outage {outage_s:.1f} s; rounds trained during it: >= 2")

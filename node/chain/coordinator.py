@@ -157,8 +157,9 @@ class CoordinatorClient:
     def voter_vote_count(self, peer_id: str) -> int:
         return int(self._call("read the vote count", "getVoterVoteCount", peer_id))
 
-    def reward_submitted(self, round_: int, stage: int = 0) -> bool:
-        return bool(self._call("check the reward", "hasSubmittedRoundStageReward", round_, stage, self._address()))
+    def reward_submitted(self, round_: int, stage: int = 0, account: str | None = None) -> bool:
+        """Whether ``account`` (default: this wallet) submitted its reward for this round and stage."""
+        return bool(self._call("check the reward", "hasSubmittedRoundStageReward", round_, stage, account or self._address()))
 
     def winners_submitted(self, round_: int, peer_id: str) -> bool:
         return bool(self._call("check the winners", "getVoterVotes", round_, peer_id))
