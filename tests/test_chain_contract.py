@@ -128,3 +128,44 @@ def test_network_presets_and_config_errors():
     with pytest.raises(NodeError) as bad:
         NodeConfig.build({"chain": {"network": "mainnet", "coordinator": "0x12"}})
     assert "[chain] network" in bad.value.message and "[chain] coordinator" in bad.value.message
+
+
+@pytest.mark.slow  # each command is a fresh interpreter (~7 s here)
+def test_cli_deploy_register_status_and_identity(devchain, tmp_path):  # noqa: F811
+    import os
+    import subprocess
+    import sys
+
+    from eth_account import Account
+
+    from node.wallet import PASSPHRASE_ENV
+
+    key = Account.create().key.hex()
+    env = {**os.environ, PASSPHRASE_ENV: "cli passphrase"}
+
+    def cli(*args, stdin=""):
+        result = subprocess.run([sys.executable, "-m", "node", *args, "--data-dir", str(tmp_path)], input=stdin,
+                                capture_output=True, text=True, env=env, timeout=120)
+        assert key.removeprefix("0x") not in result.stdout + result.stderr
+        return result
+
+    assert cli("wallet", "import", "--private-key", stdin=key).returncode == 0
+    chain = ("--network", "local", "--rpc-url", devchain.url)
+    broke = cli("chain", "deploy", *chain)
+    assert broke.returncode == 2 and "cannot pay" in broke.stderr  # an unfunded wallet is told so
+    devchain.fund(Account.from_key(key).address, 10**18)
+    deployed_ = cli("chain", "deploy", *chain, "--bootnode", "/ip4/127.0.0.1/tcp/4001/p2p/" + PEER_A)
+    assert deployed_.returncode == 0, deployed_.stderr
+    address = deployed_.stdout.strip().splitlines()[-1]
+    assert address.startswith("0x") and len(address) == 42
+    with_contract = (*chain, "--coordinator", address)
+    registered = cli("chain", "register", *with_contract)
+    assert registered.returncode == 0 and "registered" in registered.stdout, registered.stderr
+    shown = cli("identity", "show", *with_contract)
+    assert f"registered to {Account.from_key(key).address}" in shown.stdout
+    assert cli("chain", "advance", *with_contract).stdout.startswith("round 1")
+    status = cli("chain", "status", *with_contract)
+    assert status.returncode == 0 and "registered yes" in status.stdout and "round 1" in status.stdout, status.stdout
+    wrong = cli("chain", "status", "--network", "custom", "--rpc-url", devchain.url, "--chain-id", "685685",
+                "--coordinator", address)
+    assert wrong.returncode == 1 and "not the expected 685685" in wrong.stderr

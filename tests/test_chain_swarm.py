@@ -13,6 +13,7 @@ from node.wallet import PASSPHRASE_ENV
 from tests.chain_helpers import chain_settings, deployed, devchain, funded_account  # noqa: F401 - fixture
 from tests.nodes import NodeProcess, tiny_config
 from tests.test_chain_node import PASS, node_wallet
+from tests.test_wallet import assert_no_plaintext
 
 pytestmark = pytest.mark.slow
 CHAIN_ROUNDS = 3
@@ -21,11 +22,11 @@ CHAIN_ROUNDS = 3
 def test_two_nodes_register_and_submit_every_round(tiny_model_dir, devchain, tmp_path, monkeypatch):  # noqa: F811
     monkeypatch.setenv(PASSPHRASE_ENV, PASS)
     target, admin = deployed(devchain, funded_account(devchain))
-    nodes, peers, wallets, configs = [], [], [], []
+    nodes, peers, wallets, configs, keys = [], [], [], [], []
     try:
         for name in ("a", "b"):
             data_dir = tmp_path / name
-            wallets.append(node_wallet(devchain, data_dir))
+            wallets.append(node_wallet(devchain, data_dir, keys))
             config = tiny_config(
                 tiny_model_dir, data_dir, training={"external_groups": 1}, run={"checkpoint_every": 50},
             ).with_overrides({"chain": chain_settings(devchain, target.coordinator)})
@@ -73,5 +74,6 @@ def test_two_nodes_register_and_submit_every_round(tiny_model_dir, devchain, tmp
         for row in rows:
             if row.kind == "winners":
                 assert set(row.payload["winners"]) <= set(peers)
+        assert_no_plaintext(config.run.data_dir, *keys)  # node.log, queue, checkpoints, events on disk
         kinds = [e.kind for e in nodes[0].seen]
         assert "chain_transaction" in kinds and "chain_status" in kinds

@@ -228,7 +228,7 @@ class CoordinatorClient:
                 hint="the chain may be congested; it is checked again on the next attempt", code="tx_pending",
             ) from None
         except Web3RPCError as exc:
-            if "insufficient funds" in str(exc).lower():
+            if _no_funds(exc):
                 raise NodeError(
                     f"{action}: the wallet {account.address} cannot pay the gas",
                     hint="fund the wallet with the chain's native token (a testnet faucet for the Gensyn Testnet)",
@@ -257,14 +257,14 @@ def deploy_coordinator(target: ChainTarget, account: LocalAccount, *, w3: Web3 |
         tx_hash = w3.eth.send_raw_transaction(account.sign_transaction(tx).raw_transaction)
         receipt = w3.eth.wait_for_transaction_receipt(tx_hash, timeout=RECEIPT_TIMEOUT_S)
     except Web3RPCError as exc:
-        if "insufficient funds" in str(exc).lower():
+        if _no_funds(exc):
             raise NodeError(
                 f"the wallet {account.address} cannot pay for deploying the coordinator",
                 hint="fund it with the chain's native token first", code="insufficient_funds",
             ) from None
-        raise _rpc_error(target, "deploy the coordinator", exc) from None
+        raise _rpc_error(target, "deploy the coordinator", exc, hint="check the RPC URL and try again") from None
     except Exception as exc:  # noqa: BLE001
-        raise _rpc_error(target, "deploy the coordinator", exc) from None
+        raise _rpc_error(target, "deploy the coordinator", exc, hint="check the RPC URL and try again") from None
     if receipt["status"] != 1 or not receipt["contractAddress"]:
         raise NodeError("deploying the coordinator failed (the transaction reverted)", code="deploy_failed")
     return DeployResult(
@@ -278,9 +278,15 @@ class DeployResult(TxResult):
     address: str
 
 
-def _rpc_error(target: ChainTarget, action: str, exc: Exception) -> NodeError:
+def _rpc_error(target: ChainTarget, action: str, exc: Exception, *, hint: str = "") -> NodeError:
     text = str(exc) or type(exc).__name__
     return NodeError(
         f"could not {action}: the RPC {target.rpc_url} failed ({text[:200]})",
-        hint="check the connection and the RPC URL; submissions are queued and retried", code="rpc_unreachable",
+        hint=hint or "check the connection and the RPC URL; a running node queues its submissions and retries",
+        code="rpc_unreachable",
     )
+
+
+def _no_funds(exc: Exception) -> bool:
+    text = str(exc).lower()
+    return "insufficient funds" in text or "cannot afford" in text
