@@ -93,6 +93,10 @@ class _HumanProgress:
             print(f"[{event.state}] {event.detail}".rstrip(), flush=True)
         elif kind == "error":
             print(f"error: {event.message}" + (f" ({event.hint})" if event.hint else ""), file=sys.stderr)
+        elif kind == "chain_transaction" and event.status != "retrying":
+            where = event.explorer_url or event.tx_hash or ""
+            round_ = "" if event.round is None else f" round {event.round}"
+            print(f"chain: {event.action}{round_} {event.status} {where} {event.message}".rstrip(), flush=True)
         elif kind in ("peer_joined", "peer_left"):
             print(f"{event.peer_name} {'joined' if kind == 'peer_joined' else 'left'}", flush=True)
 
