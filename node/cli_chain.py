@@ -1,4 +1,5 @@
-"""``rl-swarm-node wallet|chain|identity ...``: the wallet, the on-chain coordinator and the peer identity.
+"""``rl-swarm-node wallet|chain ...``: the wallet and the on-chain coordinator (``chain status`` also says which
+wallet owns this node's peer identity on chain; ``rl-swarm-node identity`` backs it up and restores it).
 
 Secrets never come from the command line (other users can read it in the process list): recovery phrases and
 private keys are read from standard input, passphrases from RL_SWARM_WALLET_PASSPHRASE or a hidden prompt.
@@ -56,19 +57,6 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     devnet.add_argument("--fund", action="append", default=[], metavar="ADDRESS", help="give 100 ETH (repeatable)")
     devnet.set_defaults(handler=_chain_devnet)
     for parser in (status, deploy, register, advance):
-        _common(parser, chain=True)
-
-    identity = commands.add_parser("identity", help="show, back up or restore the peer identity")
-    identity_commands = identity.add_subparsers(dest="identity_command", required=True)
-    ishow = identity_commands.add_parser("show", help="peer id, name and (with a chain) the wallet that owns it")
-    ishow.set_defaults(handler=_identity_show)
-    backup = identity_commands.add_parser("backup", help="copy the identity file")
-    backup.add_argument("dest", type=Path)
-    backup.set_defaults(handler=_identity_backup)
-    restore = identity_commands.add_parser("restore", help="replace the identity with a backup")
-    restore.add_argument("src", type=Path)
-    restore.set_defaults(handler=_identity_restore)
-    for parser in (ishow, backup, restore):
         _common(parser, chain=True)
 
 
@@ -298,38 +286,4 @@ def _chain_devnet(args: argparse.Namespace) -> int:
         pass
     finally:
         chain.stop()
-    return 0
-
-
-# ---------------------------------------------------------------------------------------------------- identity
-def _identity_show(args: argparse.Namespace) -> int:
-    from node.identity import load_or_create
-
-    config = _config(args)
-    identity = load_or_create(config.identity_path)
-    print(f"peer {identity.name} ({identity.peer_id})")
-    print(f"file {identity.path}")
-    if config.chain.network != "none":
-        _, target, _, client = _client(args, account=False)
-        owner = client.owner_of(identity.peer_id)
-        print(f"on {target.label}: " + (f"registered to {owner}" if owner else "not registered"))
-    return 0
-
-
-def _identity_backup(args: argparse.Namespace) -> int:
-    from node.identity import backup, load_or_create
-
-    config = _config(args)
-    identity = load_or_create(config.identity_path)
-    backup(identity, args.dest)
-    print(f"identity {identity.name} backed up to {args.dest}")
-    return 0
-
-
-def _identity_restore(args: argparse.Namespace) -> int:
-    from node.identity import restore
-
-    config = _config(args)
-    identity = restore(args.src, config.identity_path)
-    print(f"identity restored: {identity.name} ({identity.peer_id})")
     return 0

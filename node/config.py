@@ -1,8 +1,8 @@
 """The node's one typed configuration, shared by the CLI, the GUI and the config file.
 
-A config file is TOML with the sections ``[training]``, ``[swarm]``, ``[tasks]``, ``[run]`` and ``[chain]``; every field below
-is a key of its section. The CLI's flags override single fields. Validation happens once, in
-:func:`NodeConfig.build`, and every problem is reported as a :class:`~node.errors.NodeError` that names the field,
+A config file is TOML with the sections ``[training]``, ``[swarm]``, ``[tasks]``, ``[run]``, ``[chain]`` and
+``[desktop]`` (the app's own settings); every field below is a key of its section. The CLI's flags override
+single fields. Validation happens once, in :func:`NodeConfig.build`, and every problem is reported as a :class:`~node.errors.NodeError` that names the field,
 the section it lives in and what values are accepted.
 """
 
@@ -121,12 +121,23 @@ class ChainSettings(_Section):
     poll_interval_s: float = Field(10.0, ge=0.2, le=600.0, description="how often the chain's round is read")
 
 
+class DesktopSettings(_Section):
+    """How the desktop app runs the node (the headless node ignores this section)."""
+
+    start_training_on_launch: bool = Field(True, description="start the node when the app opens")
+    pause_on_battery: bool = Field(False, description="hold training while the computer runs on battery")
+    pause_when_user_active: bool = Field(False, description="train only while the computer is idle")
+    idle_minutes: int = Field(5, ge=1, le=240, description="minutes without keyboard or mouse input that count as idle")
+    start_at_login: bool = Field(False, description="open the app (in the tray) when the user logs in")
+
+
 class NodeConfig(_Section):
     training: TrainingSettings = Field(default_factory=TrainingSettings)
     swarm: SwarmSettings = Field(default_factory=SwarmSettings)
     tasks: TaskSettings = Field(default_factory=TaskSettings)
     run: RunSettings = Field(default_factory=RunSettings)
     chain: ChainSettings = Field(default_factory=ChainSettings)
+    desktop: DesktopSettings = Field(default_factory=DesktopSettings)
 
     @classmethod
     def build(cls, data: dict[str, Any] | None = None, *, source: str = "configuration") -> NodeConfig:

@@ -162,10 +162,48 @@ def auto_bf16(hw: HardwareInfo, device: str, *, sampling: bool) -> bool:
     return sampling or device == "cuda"
 
 
+def _required_bytes(model: str, train_dtype: str, sequences_per_pass: int, max_new_tokens: int) -> int:
+    spec = CATALOG[model]
+    return estimate_training_bytes(
+        spec.params,
+        train_dtype=train_dtype,
+        num_sequences=sequences_per_pass,
+        seq_len=PROMPT_TOKENS + max_new_tokens,
+        vocab_size=spec.vocab_size,
+    )
+
+
+def training_budget(hw: HardwareInfo) -> int:
+    """Memory a training run may use: the first GPU's for CUDA, free RAM otherwise (MPS shares RAM)."""
+    return hw.gpus[0].total_memory_bytes if hw.kind == "cuda" else hw.available_ram_bytes
+
+
+@dataclass(frozen=True)
+class ModelFit:
+    """How a catalog model would fit this machine with the recommended round shape (for the model picker)."""
+
+    id: str
+    name: str
+    description: str
+    download_bytes: int
+    required_bytes: int
+    label: Literal["fits", "tight", "won't fit"]
+
+
+def catalog_fits(hw: HardwareInfo, advice: Recommendation) -> list[ModelFit]:
+    budget = training_budget(hw)
+    per_pass = (advice.micro_batch_groups or advice.local_questions + advice.external_groups) * advice.num_generations
+    fits = []
+    for spec in CATALOG.values():
+        need = _required_bytes(spec.id, advice.train_dtype, per_pass, advice.max_new_tokens)
+        fits.append(ModelFit(spec.id, spec.name, spec.description, spec.download_bytes, need, fit_label(need, budget)))
+    return fits
+
+
 def recommend(hw: HardwareInfo) -> Recommendation:
+    budget = training_budget(hw)
     if hw.kind == "cuda":
         gpu = hw.gpus[0]
-        budget = gpu.total_memory_bytes
         dtype = "bfloat16" if hw.bf16_supported else "float32"
         where = f"{gpu.name} with {budget / GIB:.1f} GiB"
         why = "" if hw.bf16_supported else "; this GPU has no bfloat16, so it trains in float32"
@@ -178,14 +216,12 @@ def recommend(hw: HardwareInfo) -> Recommendation:
         max_new_tokens = 256
         micro = 1  # one group per pass: the logits of a 150k vocabulary dominate GPU memory
     elif hw.kind == "mps":
-        budget = hw.available_ram_bytes
         dtype = "float32"
         where = f"Apple GPU (MPS) with {budget / GIB:.1f} GiB of {hw.total_ram_bytes / GIB:.1f} GiB RAM free"
         why = "; it trains in float32 because bfloat16 training on MPS is unreliable"
         model, g, i, j, max_new_tokens = QWEN_0_5B, 4, 2, 2, 256
         micro = 1
     else:
-        budget = hw.available_ram_bytes
         dtype = "float32"
         where = f"CPU only ({hw.cpu_name}, {hw.physical_cores} cores, {budget / GIB:.1f} GiB RAM free)"
         why = "; it works offline and keeps a round to about a minute, larger models would take many minutes"
@@ -193,14 +229,7 @@ def recommend(hw: HardwareInfo) -> Recommendation:
         micro = 0  # the whole round in one pass: fastest on CPU and it fits
 
     def required(candidate: str) -> int:
-        spec = CATALOG[candidate]
-        return estimate_training_bytes(
-            spec.params,
-            train_dtype=dtype,
-            num_sequences=(micro or i + j) * g,  # sequences in one forward/backward pass
-            seq_len=PROMPT_TOKENS + max_new_tokens,
-            vocab_size=spec.vocab_size,
-        )
+        return _required_bytes(candidate, dtype, (micro or i + j) * g, max_new_tokens)
 
     preferred = model
     candidates = _FALLBACKS[_FALLBACKS.index(preferred) :]

@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from node.errors import NodeError
-from node.hardware import PROMPT_TOKENS, GpuInfo, HardwareInfo, detect, recommend
+from node.hardware import PROMPT_TOKENS, GpuInfo, HardwareInfo, catalog_fits, detect, recommend
 from node.limits import apply_resource_limits
 from node.models import BUNDLED, CATALOG, GIB, check_fits, estimate_training_bytes, fit_label, resolve
 
@@ -179,6 +179,25 @@ def test_recommendation_fits_unless_nothing_does(kind, memory_gib, cores, bf16):
             chosen.params, train_dtype=rec.train_dtype, vocab_size=chosen.vocab_size, **settings
         )
         assert fit_label(needed, memory_budget(hw)) != "won't fit"
+
+
+@pytest.mark.parametrize("hw", [this_cpu(), RTX_4090, GTX_1060, MAC_16], ids=["this-cpu", "rtx4090", "gtx1060", "mac16"])
+def test_model_picker_labels_agree_with_the_recommendation(hw):
+    rec = recommend(hw)
+    fits = {fit.id: fit for fit in catalog_fits(hw, rec)}
+    assert set(fits) == set(CATALOG)
+    assert fits[rec.model].label != "won't fit"
+    assert fits[BUNDLED].download_bytes == 0
+    sizes = [fits[m].required_bytes for m in CATALOG]
+    assert sizes == sorted(sizes, reverse=True)  # the catalog is largest first, so are the estimates
+
+
+def test_hardware_json_lists_the_catalog_with_fit_labels():
+    out = subprocess.run([sys.executable, "-m", "node", "hardware", "--json"], capture_output=True, text=True, timeout=120)
+    data = json.loads(out.stdout)
+    assert {m["id"] for m in data["models"]} == set(CATALOG)
+    assert {m["label"] for m in data["models"]} <= {"fits", "tight", "won't fit"}
+    assert data["recommendation"]["model"] in CATALOG
 
 
 # --- resource limits -----------------------------------------------------------------------------------------
