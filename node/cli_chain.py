@@ -51,6 +51,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     register = chain_commands.add_parser("register", help="register this node's peer id to the wallet")
     register.set_defaults(handler=_chain_register)
     advance = chain_commands.add_parser("advance", help="advance the swarm's round (stage manager only)")
+    advance.add_argument("--every", type=float, metavar="SECONDS",
+                         help="keep advancing at this interval until Ctrl-C (the clock of a self-hosted swarm)")
     advance.set_defaults(handler=_chain_advance)
     devnet = chain_commands.add_parser("devnet", help="run a local development chain (needs the devchain extra)")
     devnet.add_argument("--port", type=int, default=8545)
@@ -261,10 +263,25 @@ def _chain_register(args: argparse.Namespace) -> int:
 
 
 def _chain_advance(args: argparse.Namespace) -> int:
+    import time
+
     _, _, _, client = _client(args)
-    client.advance_round()
-    print(f"round {client.current_round()}, stage {client.current_stage()}")
-    return 0
+    if args.every is not None and args.every < 1:
+        raise NodeError("--every must be at least 1 second", hint="e.g. --every 120", code="bad_interval")
+    while True:
+        try:
+            client.advance_round()
+            print(f"round {client.current_round()}, stage {client.current_stage()}", flush=True)
+        except NodeError as exc:
+            if args.every is None or exc.code == "chain_revert":
+                raise
+            print(f"could not advance now ({exc.message}); trying again", file=sys.stderr, flush=True)
+        if args.every is None:
+            return 0
+        try:
+            time.sleep(args.every)
+        except KeyboardInterrupt:
+            return 0
 
 
 def _chain_devnet(args: argparse.Namespace) -> int:
