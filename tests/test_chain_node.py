@@ -13,6 +13,7 @@ from node.chain.account import account_summary
 from node.chain.participant import ChainParticipant, pick_winners, queue_path
 from node.chain.submissions import SubmissionQueue
 from node.config import NodeConfig
+from node.errors import NodeError
 from node.events import EventBus
 from node.runner import SwarmNode
 from node.wallet import PASSPHRASE_ENV, WalletStore
@@ -171,3 +172,25 @@ def test_training_goes_on_while_rpc_is_down_and_queue_delivers_once(tiny_model_d
     assert summary.chain_round == 1 and len(summary.transactions) == 5 and summary.balance_wei > 0
     assert_no_plaintext(tmp_path, keys[0])  # data folder, queue, checkpoints, logs
     print(f"outage {outage_s:.1f} s; rounds trained during it: >= 2")
+
+
+def test_node_refuses_a_chain_with_another_id(devchain, tmp_path, monkeypatch):  # noqa: F811
+    monkeypatch.setenv(PASSPHRASE_ENV, PASS)
+    target, _ = deployed(devchain, funded_account(devchain))
+    node_wallet(devchain, tmp_path)
+    config = NodeConfig.build({"run": {"data_dir": str(tmp_path)},
+                               "chain": chain_settings(devchain, target.coordinator, network="custom", chain_id=685685)})
+    participant = ChainParticipant(config, PEER, EventBus())
+    with pytest.raises(NodeError) as refused:
+        participant.start()
+    participant.stop()
+    assert refused.value.code == "wrong_chain" and "685685" in refused.value.message
+
+
+def test_locked_wallet_is_a_clear_start_error(devchain, tmp_path, monkeypatch):  # noqa: F811
+    monkeypatch.delenv(PASSPHRASE_ENV, raising=False)
+    target, _ = deployed(devchain, funded_account(devchain))
+    node_wallet(devchain, tmp_path)
+    with pytest.raises(NodeError) as locked:
+        ChainParticipant(base_config(tmp_path, devchain, target.coordinator), PEER, EventBus())
+    assert locked.value.code == "locked" and PASSPHRASE_ENV in locked.value.hint
