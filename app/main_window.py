@@ -35,7 +35,7 @@ class MainWindow(QMainWindow):
     quitFinished = Signal()
 
     def __init__(self, config: NodeConfig, config_path: Path, supervisor: NodeSupervisor, icon: QIcon,
-                 app_log: Path, policies: PausePolicies | None = None) -> None:
+                 app_log: Path, policies: PausePolicies | None = None, tray: bool | None = None) -> None:
         super().__init__()
         self.config = config
         self.config_path = config_path
@@ -88,7 +88,7 @@ class MainWindow(QMainWindow):
         self.statusBar().addWidget(self.status_label, 1)
 
         self.tray: Tray | None = None
-        if QSystemTrayIcon.isSystemTrayAvailable():
+        if QSystemTrayIcon.isSystemTrayAvailable() if tray is None else tray:
             self.tray = Tray(icon, self)
             self.tray.open_action.triggered.connect(self.show_window)
             self.tray.pause_action.triggered.connect(supervisor.pause)

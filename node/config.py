@@ -17,7 +17,7 @@ import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from node.errors import NodeError
-from node.tasks import DEFAULT_FAMILIES
+from node.taskref import DEFAULT_FAMILIES
 
 APP_NAME = "rl-swarm"
 
