@@ -207,7 +207,7 @@ def _chain_status(args: argparse.Namespace) -> int:
     print(f"network   {s.network_label}: {rpc.rpc_url} "
           + (f"chain id {rpc.chain_id}, block {rpc.block_number}, {rpc.latency_ms:.0f} ms" if rpc.ok else f"DOWN ({rpc.message})"))
     print(f"wallet    {s.address}  balance {s.balance_eth or '?'}")
-    print(f"peer      {s.peer_name} ({s.peer_id})")
+    print(f"peer      {identity.name} ({s.peer_id})")
     print(f"contract  {s.coordinator or '(none set)'}  round {s.chain_round if s.chain_round is not None else '?'}")
     if s.owned_by_other:
         print(f"WARNING: this peer id is registered to another wallet ({s.owner}); submissions would be refused")

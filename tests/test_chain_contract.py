@@ -167,3 +167,14 @@ def test_cli_deploy_register_and_status(devchain, tmp_path):  # noqa: F811
     wrong = cli("chain", "status", "--network", "custom", "--rpc-url", devchain.url, "--chain-id", "685685",
                 "--coordinator", address)
     assert wrong.returncode == 1 and "not the expected 685685" in wrong.stderr
+
+
+def test_the_gui_facing_chain_api_does_not_import_the_training_stack():
+    import subprocess
+    import sys
+
+    code = ("import sys, node.wallet, node.chain.account, node.chain.networks, node.chain.coordinator; "
+            "print(','.join(m for m in ('torch', 'hivemind', 'transformers', 'trl', 'PySide6') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == ""

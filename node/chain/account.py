@@ -1,7 +1,8 @@
 """What the app's account page shows: wallet, network status, registration, on-chain totals, recent transactions.
 
 Blocking (a few RPC calls, each with the configured timeout); the app runs it in a worker thread. RPC failures do
-not raise: the summary says what could not be read, so the page can still show the local part.
+not raise: the summary says what could not be read, so the page can still show the local part. Light on imports
+(no torch, no hivemind), so the GUI process can call it; the peer's readable name comes with its identity.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from node.chain.participant import queue_path
 from node.chain.submissions import NO_ROUND, SubmissionQueue
 from node.config import NodeConfig
 from node.errors import NodeError
-from node.identity import peer_name
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,6 @@ class AccountSummary:
     balance_wei: int | None
     coordinator: str | None
     peer_id: str | None
-    peer_name: str | None
     owner: str | None  # the wallet that registered peer_id on chain (getEoa)
     registered: bool | None  # peer_id registered to this wallet; None = unknown
     owned_by_other: bool
@@ -86,7 +85,7 @@ def account_summary(config: NodeConfig, address: str, peer_id: str | None = None
     return AccountSummary(
         network=target.network, network_label=target.label, rpc=health, address=address,
         address_url=target.address_url(address), balance_wei=balance, coordinator=target.coordinator,
-        peer_id=peer_id, peer_name=peer_name(peer_id) if peer_id else None, owner=owner,
+        peer_id=peer_id, owner=owner,
         registered=None if (owner is None and rewards is None) else owner == address,
         owned_by_other=owner is not None and owner != address, chain_round=chain_round, total_rewards=rewards,
         total_wins=wins, votes_cast=votes, transactions=recent_transactions(config, limit=limit), problems=problems,
