@@ -5,23 +5,30 @@ from __future__ import annotations
 import argparse
 import logging
 import logging.handlers
+import os
 import signal
 import sys
 from pathlib import Path
+
+import psutil
 
 from PySide6.QtCore import QCoreApplication, QTimer
 from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication, QMessageBox
 
+from app.demo_peers import DemoPeers
 from app.main_window import MainWindow
 from app.paths import default_config_path, resource_path
 from app.supervisor import NodeSupervisor
 from app.wizard import SetupWizard
-from node.config import NodeConfig
+from node.config import NodeConfig, default_data_dir
+from node.demo import demo_config
 from node.errors import NodeError
 
 log = logging.getLogger("app")
 APP_LOG = "app.log"
+DEMO_MAX_NEW_TOKENS = 96
+BUNDLED = "bundled"  # node.models.BUNDLED; importing node.models would pull torch into the GUI process
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -29,6 +36,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", type=Path, default=None, help="config file (default: the user config folder)")
     parser.add_argument("--minimized", action="store_true", help="start in the tray (used by start-at-login)")
     parser.add_argument("--setup", action="store_true", help="open the setup wizard even if a config exists")
+    parser.add_argument("--demo", action="store_true",
+                        help="no setup: the bundled model on a loopback swarm with headless demo peers "
+                             "(the terminal demo where there is no screen)")
+    parser.add_argument("--demo-peers", type=int, default=1, metavar="N", help="headless peers in --demo (default 1)")
     parser.add_argument("--self-test", action="store_true", help="headless check of the installation, then exit")
     return parser
 
@@ -97,8 +108,34 @@ class DesktopApp:
             self.window.apply_config(config)
 
 
+def has_screen() -> bool:
+    if os.environ.get("QT_QPA_PLATFORM") or sys.platform in ("win32", "darwin"):
+        return True
+    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+
+
+def demo_setup(peers: int) -> tuple[Path, DemoPeers]:
+    """The app's node is node 1 of the loopback demo; its config lives beside the user's, never replacing it."""
+    data_dir = default_data_dir() / "demo"
+    threads = max(1, (psutil.cpu_count(logical=False) or 1) // (peers + 1))
+    config = demo_config(data_dir, 0, model=BUNDLED, threads=threads, max_new_tokens=DEMO_MAX_NEW_TOKENS)
+    config = config.with_overrides({"desktop": {"start_training_on_launch": True}})
+    path = default_config_path().with_name("demo.toml")
+    config.save(path)
+    return path, DemoPeers(data_dir, count=peers, model=BUNDLED, threads=threads, max_new_tokens=DEMO_MAX_NEW_TOKENS)
+
+
 def run_app(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
+    if args.demo and not has_screen():
+        from node.demo import run_demo
+
+        print("No screen here: running the terminal demo instead of the app.")
+        return run_demo(nodes=args.demo_peers + 1, rounds=None, data_dir=default_data_dir() / "demo",
+                        model=BUNDLED, max_new_tokens=DEMO_MAX_NEW_TOKENS)
+    demo_peers = None
+    if args.demo:
+        args.config, demo_peers = demo_setup(args.demo_peers)
     QCoreApplication.setOrganizationName("rl-swarm")
     QCoreApplication.setApplicationName("RL Swarm")
     qt_app = QApplication.instance() or QApplication([sys.argv[0]])
@@ -113,6 +150,8 @@ def run_app(argv: list[str]) -> int:
         config = desktop.run_wizard(config or NodeConfig.build())
         if config is None:
             return 0
+    if demo_peers is not None:
+        desktop.supervisor.event.connect(demo_peers.on_event)
     window = desktop.open(config, minimized=args.minimized)
     # Ctrl-C in a terminal quits cleanly: Python only sees signals when the event loop lets it run.
     signal.signal(signal.SIGINT, lambda *_: window.quit())
@@ -122,4 +161,6 @@ def run_app(argv: list[str]) -> int:
     code = qt_app.exec()
     if desktop.supervisor.running and not desktop.supervisor.wait_stopped(5):
         desktop.supervisor.kill()
+    if demo_peers is not None:
+        demo_peers.stop()
     return code

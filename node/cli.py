@@ -14,6 +14,7 @@ from typing import Any
 
 import psutil
 
+from node import cli_hub
 from node.config import NodeConfig, default_data_dir
 from node.errors import NodeError
 from node.invite import format_invite, parse_invite
@@ -287,6 +288,8 @@ def _parser() -> argparse.ArgumentParser:
     invite = commands.add_parser("invite", help="print the invite of the node running with this data folder")
     invite.add_argument("--data-dir", type=Path)
     invite.set_defaults(handler=_cmd_invite)
+
+    cli_hub.add_commands(commands)  # upload, hf login|logout|whoami
 
     from node.cli_chain import add_commands as add_chain_commands
 

@@ -18,6 +18,7 @@ from collections import Counter
 import torch
 
 from node import hardware, limits, models
+from node.auto_upload import AutoUploader
 from node.checkpoint import Checkpointer, CheckpointState
 from node.config import NodeConfig
 from node.errors import NodeError
@@ -63,6 +64,7 @@ class SwarmNode:
         self.chain = None  # ChainParticipant when a chain is configured
         self._chain_round: int | None = None  # the chain's round when the current training round began
         self._peer_last_seen: dict[str, int] = {}
+        self.uploader: AutoUploader | None = None
 
     # ----------------------------------------------------------------------------------------------- controls
     def pause(self) -> None:
@@ -97,6 +99,8 @@ class SwarmNode:
         finally:
             if self.chain is not None:
                 self.chain.stop()
+            if self.uploader is not None:
+                self.uploader.close(should_cancel=lambda: self.stopping or self._state == "error")
             if self.swarm is not None:
                 self.swarm.shutdown()
         self._set_state("stopped")
@@ -169,6 +173,7 @@ class SwarmNode:
             self.last_round = None
             self.rounds_trained = 0
         self.store.truncate_after(self.last_round)
+        self.uploader = AutoUploader(cfg, self.bus, rounds_trained=self.rounds_trained)
 
         self.swarm = Swarm(
             self.identity, swarm_name=cfg.swarm.swarm_name, initial_peers=initial_peers,
@@ -415,6 +420,8 @@ class SwarmNode:
         )
         path = self.checkpointer.save(self.policy.model, self.policy.tokenizer, self.learner.optimizer, state)
         self.bus.emit(CheckpointSaved(round=self.last_round, path=str(path), seconds=time.perf_counter() - started))
+        if self.uploader is not None and not self.stopping:
+            self.uploader.after_checkpoint(self.rounds_trained)
 
     def _set_state(self, state: NodeState, detail: str = "") -> None:
         if state != self._state:

@@ -27,5 +27,12 @@ def make_window(qtbot, config: NodeConfig, *, tray: bool = False, **supervisor_o
     policies = PausePolicies(config.desktop, battery=lambda: False, idle=lambda: None)
     window = MainWindow(config, path, supervisor, QIcon(), setup_app_logging(config.run.data_dir),
                         policies=policies, tray=tray)
-    qtbot.addWidget(window)
+    qtbot.addWidget(window, before_close_func=_leave_quietly)
     return window
+
+
+def _leave_quietly(window: MainWindow) -> None:
+    """Teardown closes the window: no node left behind, and no "quit?" dialog waiting for a click."""
+    window.supervisor.kill()
+    window.supervisor.wait_stopped(30)
+    window.quitting = True

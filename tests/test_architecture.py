@@ -20,7 +20,7 @@ def test_node_imports_no_qt():
 def test_the_gui_process_never_imports_the_training_stack():
     """torch, hivemind and friends live in the node process; the GUI stays small and starts fast."""
     code = (
-        "import sys; import app.gui, app.main_window, app.wizard, app.supervisor, app.dashboard; "
+        "import sys; import app.main, app.gui, app.main_window, app.wizard, app.supervisor, app.dashboard; "
         "print(','.join(m for m in ('torch', 'hivemind', 'transformers', 'trl', 'reasoning_gym') if m in sys.modules))"
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
