@@ -2,7 +2,7 @@
 wallet owns this node's peer identity on chain; ``rl-swarm-node identity`` backs it up and restores it).
 
 Secrets never come from the command line (other users can read it in the process list): recovery phrases and
-private keys are read from standard input, passphrases from RL_SWARM_WALLET_PASSPHRASE or a hidden prompt.
+private keys are read from standard input, passphrases from RL_SWARM_SECRET_PASSPHRASE or a hidden prompt.
 """
 
 from __future__ import annotations

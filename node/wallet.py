@@ -28,7 +28,9 @@ Account.enable_unaudited_hdwallet_features()  # BIP-39 mnemonics (eth-account's 
 MIN_PASSPHRASE = 8
 QUIZ_WORDS = 3  # words asked back to confirm the mnemonic was written down
 DERIVATION_PATH = "m/44'/60'/0'/0/{index}"  # MetaMask's and most wallets' default account path
-PASSPHRASE_ENV = "RL_SWARM_WALLET_PASSPHRASE"  # how a supervising app hands the passphrase to a node process
+# How a supervising app hands the passphrase to a node process: the same variable as node.hub_auth, since the
+# wallet key and the Hub token live in one secret store with one passphrase.
+PASSPHRASE_ENV = "RL_SWARM_SECRET_PASSPHRASE"
 
 Source = Literal["created", "mnemonic", "private_key", "keystore"]
 

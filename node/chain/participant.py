@@ -51,7 +51,7 @@ def queue_path(config: NodeConfig):
 
 
 def unlock_node_wallet(config: NodeConfig) -> LocalAccount:
-    """The configured wallet, unlocked from the OS keyring or with the passphrase in RL_SWARM_WALLET_PASSPHRASE."""
+    """The configured wallet, unlocked from the OS keyring or with the passphrase in RL_SWARM_SECRET_PASSPHRASE."""
     from node.wallet import PASSPHRASE_ENV, WalletStore
 
     store = WalletStore(config.run.data_dir, config.chain.wallet, passphrase=os.environ.get(PASSPHRASE_ENV) or None)
