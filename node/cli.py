@@ -98,6 +98,10 @@ class _HumanProgress:
             print(f"[{event.state}] {event.detail}".rstrip(), flush=True)
         elif kind == "error":
             print(f"error: {event.message}" + (f" ({event.hint})" if event.hint else ""), file=sys.stderr)
+        elif kind == "chain_transaction" and event.status != "retrying":
+            where = event.explorer_url or event.tx_hash or ""
+            round_ = "" if event.round is None else f" round {event.round}"
+            print(f"chain: {event.action}{round_} {event.status} {where} {event.message}".rstrip(), flush=True)
         elif kind in ("peer_joined", "peer_left"):
             print(f"{event.peer_name} {'joined' if kind == 'peer_joined' else 'left'}", flush=True)
 
@@ -152,6 +156,7 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
             "checkpoint_every": args.checkpoint_every, "threads": args.threads,
             "gpu_memory_fraction": args.gpu_memory_fraction, "identity_file": args.identity_file,
         },
+        "chain": {"network": args.network, "rpc_url": args.rpc_url, "coordinator": args.coordinator, "wallet": args.wallet},
     }
     overrides = {section: {k: v for k, v in fields.items() if v is not None} for section, fields in overrides.items()}
     if args.config:
@@ -251,6 +256,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--data-dir", type=Path, help=f"default {default_data_dir()}")
     run.add_argument("--run-name", help="run folder name under <data-dir>/runs (default: default)")
     run.add_argument("--identity-file", type=Path, help="peer key file (default <data-dir>/identity/swarm.key)")
+    run.add_argument("--network", choices=["none", "gensyn-testnet", "local", "custom"], help="on-chain swarm (default none)")
+    run.add_argument("--rpc-url", help="JSON-RPC URL of the chain (default: the network's)")
+    run.add_argument("--coordinator", help="SwarmCoordinator contract address")
+    run.add_argument("--wallet", help="wallet name (default: default)")
     run.add_argument("--events-jsonl", action="store_true", help="print typed events as JSON lines on stdout")
     run.add_argument("--control-stdin", action="store_true", help="accept pause/resume/stop lines on stdin")
     run.add_argument("-v", "--verbose", action="store_true")
@@ -281,6 +290,10 @@ def _parser() -> argparse.ArgumentParser:
     invite.set_defaults(handler=_cmd_invite)
 
     cli_hub.add_commands(commands)  # upload, hf login|logout|whoami
+
+    from node.cli_chain import add_commands as add_chain_commands
+
+    add_chain_commands(commands)
     return parser
 
 

@@ -1,7 +1,7 @@
 """The node's one typed configuration, shared by the CLI, the GUI and the config file.
 
-A config file is TOML with the sections ``[training]``, ``[swarm]``, ``[tasks]``, ``[run]``, ``[upload]`` and
-``[desktop]`` (the app's own settings); every field below is a key of its section. The CLI's flags override single
+A config file is TOML with the sections ``[training]``, ``[swarm]``, ``[tasks]``, ``[run]``, ``[upload]``, ``[chain]``
+and ``[desktop]`` (the app's own settings); every field below is a key of its section. The CLI's flags override single
 fields. Validation happens once, in :func:`NodeConfig.build`, and every problem is reported as a
 :class:`~node.errors.NodeError` that names the field, the section it lives in and what values are accepted.
 """
@@ -102,6 +102,25 @@ class RunSettings(_Section):
     seed: int = Field(0, ge=0, description="sampling and training seed")
 
 
+class ChainSettings(_Section):
+    """The on-chain swarm coordinator (optional): registration, round clock, bootnodes, rewards."""
+
+    network: Literal["none", "gensyn-testnet", "local", "custom"] = Field(
+        "none", description="none = train without a chain; presets fill rpc_url and chain_id (see node.chain.networks)"
+    )
+    rpc_url: str | None = Field(None, pattern=r"^https?://\S+$", description="JSON-RPC endpoint; empty = the preset's")
+    chain_id: int | None = Field(None, ge=1, description="expected chain id; empty = the preset's")
+    coordinator: str | None = Field(
+        None, pattern=r"^0x[0-9a-fA-F]{40}$", description="SwarmCoordinator contract address; empty = the preset's"
+    )
+    wallet: str = Field("default", pattern=r"^[a-z0-9][a-z0-9_-]{0,31}$", description="wallet name in the data folder")
+    rpc_timeout_s: float = Field(10.0, gt=0.0, le=300.0, description="timeout of each RPC call")
+    follow_round: bool = Field(True, description="jump to the chain's current round when it is ahead")
+    use_bootnodes: bool = Field(True, description="join the bootnodes listed on the contract")
+    submit: bool = Field(True, description="submit this node's reward and winners each chain round")
+    poll_interval_s: float = Field(10.0, ge=0.2, le=600.0, description="how often the chain's round is read")
+
+
 class DesktopSettings(_Section):
     """How the desktop app runs the node (the headless node ignores this section)."""
 
@@ -131,6 +150,7 @@ class NodeConfig(_Section):
     swarm: SwarmSettings = Field(default_factory=SwarmSettings)
     tasks: TaskSettings = Field(default_factory=TaskSettings)
     run: RunSettings = Field(default_factory=RunSettings)
+    chain: ChainSettings = Field(default_factory=ChainSettings)
     desktop: DesktopSettings = Field(default_factory=DesktopSettings)
     upload: UploadSettings = Field(default_factory=UploadSettings)
 

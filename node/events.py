@@ -128,6 +128,37 @@ class NodeFailed(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ChainStatus(Event):
+    """The node's view of the on-chain coordinator, sent when it changes."""
+
+    kind: ClassVar[str] = "chain_status"
+    network: str
+    rpc_url: str
+    coordinator: str
+    address: str  # this node's wallet
+    connected: bool
+    chain_id: int | None
+    block_number: int | None
+    chain_round: int | None
+    registered: bool | None  # None: not known yet
+    pending_submissions: int
+    message: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChainTransaction(Event):
+    """A queued chain submission that was delivered, found already on chain, failed for good, or will be retried."""
+
+    kind: ClassVar[str] = "chain_transaction"
+    action: Literal["register", "reward", "winners"]
+    round: int | None
+    status: Literal["delivered", "already_on_chain", "failed", "retrying"]
+    tx_hash: str | None = None
+    explorer_url: str | None = None
+    message: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
 class UploadProgress(Event):
     """Bytes of a Hub upload sent so far (at most a few per second)."""
 
@@ -163,6 +194,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls
     for cls in (
         NodeStarted, StateChanged, RoundMetrics, RolloutSample, PeerJoined, PeerLeft, CheckpointSaved, NodeFailed,
+        ChainStatus, ChainTransaction,
         UploadProgress, UploadFinished, UploadFailed,
     )
 }

@@ -61,6 +61,8 @@ class SwarmNode:
         self._state: NodeState | None = None
         self.swarm: Swarm | None = None
         self.identity: Identity | None = None
+        self.chain = None  # ChainParticipant when a chain is configured
+        self._chain_round: int | None = None  # the chain's round when the current training round began
         self._peer_last_seen: dict[str, int] = {}
         self.uploader: AutoUploader | None = None
 
@@ -95,6 +97,8 @@ class SwarmNode:
             self._set_state("error", repr(exc))
             raise
         finally:
+            if self.chain is not None:
+                self.chain.stop()
             if self.uploader is not None:
                 self.uploader.close(should_cancel=lambda: self.stopping or self._state == "error")
             if self.swarm is not None:
@@ -119,6 +123,13 @@ class SwarmNode:
         self.store = RunStore(self.run_dir)
         cfg.save(self.run_dir / "config.toml")
         self.identity = load_or_create(cfg.identity_path)
+        initial_peers = list(cfg.swarm.initial_peers)
+        if cfg.chain.network != "none":  # fail fast on a locked wallet or a wrong chain, before the model loads
+            from node.chain.participant import ChainParticipant
+
+            self.chain = ChainParticipant(cfg, self.identity.peer_id, self.bus)
+            own = f"/p2p/{self.identity.peer_id}"
+            initial_peers += [p for p in self.chain.start() if p not in initial_peers and not p.endswith(own)]
         self.tasks = TaskSource(
             train_weights(cfg), seed=_task_seed(cfg, self.identity.peer_id), configs=cfg.tasks.configs
         )
@@ -165,7 +176,7 @@ class SwarmNode:
         self.uploader = AutoUploader(cfg, self.bus, rounds_trained=self.rounds_trained)
 
         self.swarm = Swarm(
-            self.identity, swarm_name=cfg.swarm.swarm_name, initial_peers=cfg.swarm.initial_peers,
+            self.identity, swarm_name=cfg.swarm.swarm_name, initial_peers=initial_peers,
             host=cfg.swarm.host, port=cfg.swarm.port, record_ttl=cfg.swarm.record_ttl_s,
             call_timeout=cfg.swarm.call_timeout_s,
         )
@@ -212,6 +223,11 @@ class SwarmNode:
         if announced is not None and announced > round_:
             log.info("catching up with the swarm: round %d -> %d", round_, announced)
             round_ = announced
+        if self.chain is not None:
+            self._chain_round = self.chain.chain_round()
+            if self.config.chain.follow_round and self._chain_round is not None and self._chain_round > round_:
+                log.info("following the chain: round %d -> %d", round_, self._chain_round)
+                round_ = self._chain_round
         self.swarm.announce_round(round_)
         return round_
 
@@ -281,6 +297,11 @@ class SwarmNode:
         )
         samples = self._samples(number, local, local_rewards, external)
         self._track_peers(number, peers)
+        if self.chain is not None:
+            scores: dict[str, list[float]] = {self.identity.peer_id: flat_local}
+            for group in external:
+                scores.setdefault(group.peer_id, []).extend(group.rewards)
+            self.chain.round_finished(self._chain_round, flat_local, scores)
         return metrics, samples
 
     def _generate(self, number: int, rng: random.Random) -> list[tuple[Task, tuple[int, ...], list[Completion]]]:
