@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import queue
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -28,6 +29,7 @@ from node.platform_support import check_platform
 EXIT_OK, EXIT_FAILED, EXIT_PLATFORM = 0, 1, 3
 DEFAULT_TIMEOUT_S = 900.0  # a slow first start converts the bundled model
 STOP_GRACE_S = 30.0
+RUN_NAME = "self-test"
 
 
 @dataclass
@@ -41,7 +43,7 @@ class SelfTestResult:
 def self_test_command(data_dir: Path, model: str) -> list[str]:
     """The smallest real round: 1 question x 2 completions of 8 tokens, no peers, one round, then stop."""
     return node_command(
-        "run", "--events-jsonl", "--data-dir", str(data_dir), "--run-name", "self-test", "--model", model,
+        "run", "--events-jsonl", "--data-dir", str(data_dir), "--run-name", RUN_NAME, "--model", model,
         "--swarm-name", "self-test", "--host", "127.0.0.1", "--families", "basic_arithmetic",
         "-I", "1", "-G", "2", "-J", "0", "--max-new-tokens", "8", "--rounds", "1", "--checkpoint-every", "1",
     )
@@ -62,6 +64,9 @@ def run(data_dir: Path, *, model: str = "bundled", timeout_s: float = DEFAULT_TI
     progress(f"platform: {status.message} ({mark('platform_checked'):.1f} s)")
 
     data_dir.mkdir(parents=True, exist_ok=True)
+    # A fresh run each time (a finished one would resume with its round already done); the converted model in
+    # <data_dir>/models is kept, so a repeated self-test with the same --data-dir skips the conversion.
+    shutil.rmtree(data_dir / "runs" / RUN_NAME, ignore_errors=True)
     stderr_path = data_dir / "self-test.stderr.log"
     with open(stderr_path, "wb") as stderr:
         process = subprocess.Popen(
