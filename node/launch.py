@@ -9,6 +9,7 @@ inside WSL2 (see :mod:`node.platform_support`).
 
 from __future__ import annotations
 
+import subprocess
 import sys
 
 FROZEN_NODE_ARG = "node"
@@ -27,3 +28,11 @@ def node_command(*args: str) -> list[str]:
     if is_frozen():
         return [sys.executable, FROZEN_NODE_ARG, *args]
     return [sys.executable, "-m", "node", *args]
+
+
+def popen_options() -> dict:
+    """Extra ``subprocess.Popen`` arguments for a node child: its own process group (a terminal's Ctrl-C reaches
+    only the parent, which stops the node in order), and on Windows no console window flashing up for wsl.exe."""
+    if sys.platform == "win32":
+        return {"creationflags": subprocess.CREATE_NO_WINDOW | subprocess.CREATE_NEW_PROCESS_GROUP}
+    return {"start_new_session": True}

@@ -16,6 +16,9 @@ def test_self_test_trains_one_round_in_a_node_process_and_passes(tiny_model_dir,
     assert code == selftest.EXIT_OK, out
     assert "node started" in out and "round 0 finished" in out and "self-test passed" in out
     assert (tmp_path / "runs" / "self-test" / "metrics.jsonl").read_text().count("\n") == 1
+    # Again in the same folder (how the smoke test times a warm start): a fresh run, not a finished one resumed.
+    assert selftest.run_self_test(["--data-dir", str(tmp_path), "--model", str(tiny_model_dir)]) == 0
+    assert "round 0 finished" in capsys.readouterr().out
 
 
 def test_self_test_fails_with_the_nodes_own_message_and_hint(tmp_path, capsys):
