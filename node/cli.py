@@ -14,8 +14,10 @@ from typing import Any
 
 import psutil
 
+from node import cli_hub
 from node.config import NodeConfig, default_data_dir
 from node.errors import NodeError
+from node.invite import format_invite, parse_invite
 
 INVITE_FILE = "invite.json"
 
@@ -53,7 +55,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     def remember_invite(event) -> None:
         if isinstance(event, NodeStarted):
             invite_path.write_text(
-                json.dumps({"pid": os.getpid(), "peer_id": event.peer_id, "invite": event.invite}), encoding="utf-8"
+                json.dumps({"pid": os.getpid(), "peer_id": event.peer_id, "swarm_name": event.swarm_name,
+                            "invite": event.invite}),
+                encoding="utf-8",
             )
 
     bus.subscribe(remember_invite)
@@ -79,9 +83,9 @@ class _HumanProgress:
             print(f"run folder {event.run_dir}; log {self.log_path}")
             if event.resumed_from_round is not None:
                 print(f"resumed after round {event.resumed_from_round}")
-            print("others join this swarm with:")
-            for address in event.invite:
-                print(f"  rl-swarm-node run --join {address}")
+            invite = format_invite(event.swarm_name, event.invite)
+            print(f"others join this swarm by pasting this invite into the app, or with\n"
+                  f"  rl-swarm-node run --join '{invite}'")
         elif kind == "round_finished":
             external = "-" if event.reward_external is None else f"{event.reward_external:.3f}"
             print(
@@ -125,6 +129,12 @@ def _read_controls(node) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> NodeConfig:
+    peers: list[str] = []
+    invited_swarm = None
+    for text in args.join or []:
+        invite = parse_invite(text)
+        peers += invite.peers
+        invited_swarm = invited_swarm or invite.swarm_name
     overrides: dict[str, dict[str, Any]] = {
         "training": {
             "model": args.model, "device": args.device, "local_questions": args.local_questions,
@@ -134,7 +144,8 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
             "temperature": args.temperature,
         },
         "swarm": {
-            "swarm_name": args.swarm_name, "initial_peers": args.join or None, "host": args.host, "port": args.port,
+            "swarm_name": args.swarm_name or invited_swarm, "initial_peers": peers or None, "host": args.host,
+            "port": args.port,
             "gather_timeout_s": args.gather_timeout,
         },
         "tasks": {"weights": {f: 1.0 for f in args.families.split(",")} if args.families else None},
@@ -177,6 +188,25 @@ def _cmd_hardware(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_identity(args: argparse.Namespace) -> int:
+    from node import identity
+
+    path = args.identity_file or Path(args.data_dir or default_data_dir()) / "identity" / "swarm.key"
+    if args.restore:
+        peer = identity.restore(args.restore, path)
+    else:
+        peer = identity.load_or_create(path)
+    if args.backup:
+        identity.backup(peer, args.backup)
+    if args.json:
+        print(json.dumps({"peer_id": peer.peer_id, "name": peer.name, "path": str(peer.path)}))
+    else:
+        print(f"{peer.name} ({peer.peer_id})\nkey file {peer.path}")
+        if args.backup:
+            print(f"backed up to {args.backup}")
+    return 0
+
+
 def _cmd_invite(args: argparse.Namespace) -> int:
     path = Path(args.data_dir or default_data_dir()) / INVITE_FILE
     try:
@@ -188,8 +218,7 @@ def _cmd_invite(args: argparse.Namespace) -> int:
             "no node is running with this data folder, so there is no invite yet",
             hint="start one with `rl-swarm-node run` (a fixed --port keeps the invite stable across restarts)",
         )
-    for address in info["invite"]:
-        print(address)
+    print(format_invite(info["swarm_name"], info["invite"]))
     return 0
 
 
@@ -200,7 +229,8 @@ def _parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser("run", help="start a swarm, or join one with --join")
     run.add_argument("--config", type=Path, help="TOML config file ([training], [swarm], [tasks], [run])")
-    run.add_argument("--join", action="append", metavar="INVITE", help="multiaddr of a swarm member (repeatable)")
+    run.add_argument("--join", action="append", metavar="INVITE",
+                     help="an invite (rl-swarm:join?...) or multiaddr of a swarm member (repeatable)")
     run.add_argument("--swarm-name", help="swarm namespace on the DHT (default: local)")
     run.add_argument("--model", help="catalog id, Hub id, model folder, .gguf file, or 'bundled' (default)")
     run.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"])
@@ -240,9 +270,19 @@ def _parser() -> argparse.ArgumentParser:
     hw.add_argument("--json", action="store_true")
     hw.set_defaults(handler=_cmd_hardware)
 
+    ident = commands.add_parser("identity", help="show (creating if needed), back up or restore the peer identity")
+    ident.add_argument("--data-dir", type=Path)
+    ident.add_argument("--identity-file", type=Path)
+    ident.add_argument("--backup", type=Path, metavar="FILE", help="copy the identity key to FILE (owner-only)")
+    ident.add_argument("--restore", type=Path, metavar="FILE", help="replace the identity key with FILE")
+    ident.add_argument("--json", action="store_true")
+    ident.set_defaults(handler=_cmd_identity)
+
     invite = commands.add_parser("invite", help="print the invite of the node running with this data folder")
     invite.add_argument("--data-dir", type=Path)
     invite.set_defaults(handler=_cmd_invite)
+
+    cli_hub.add_commands(commands)  # upload, hf login|logout|whoami
     return parser
 
 

@@ -1,9 +1,9 @@
 """The node's one typed configuration, shared by the CLI, the GUI and the config file.
 
-A config file is TOML with the sections ``[training]``, ``[swarm]``, ``[tasks]``, ``[run]`` and ``[desktop]`` (the
-app's own settings); every field below is a key of its section. The CLI's flags override single fields. Validation happens once, in
-:func:`NodeConfig.build`, and every problem is reported as a :class:`~node.errors.NodeError` that names the field,
-the section it lives in and what values are accepted.
+A config file is TOML with the sections ``[training]``, ``[swarm]``, ``[tasks]``, ``[run]``, ``[upload]`` and
+``[desktop]`` (the app's own settings); every field below is a key of its section. The CLI's flags override single
+fields. Validation happens once, in :func:`NodeConfig.build`, and every problem is reported as a
+:class:`~node.errors.NodeError` that names the field, the section it lives in and what values are accepted.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from node.errors import NodeError
-from node.tasks import DEFAULT_FAMILIES
+from node.taskref import DEFAULT_FAMILIES
 
 APP_NAME = "rl-swarm"
 
@@ -112,12 +112,27 @@ class DesktopSettings(_Section):
     start_at_login: bool = Field(False, description="open the app (in the tray) when the user logs in")
 
 
+class UploadSettings(_Section):
+    """Publishing the trained model to the Hugging Face Hub (see node/hub_upload.py)."""
+
+    repo_id: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$",
+        description="<user or org>/<name>; empty = <user>/<model>-swarm-<peer name>",
+    )
+    private: bool = Field(True, description="create the repo private (an existing repo keeps its visibility)")
+    every_rounds: int = Field(0, ge=0, description="upload automatically every N rounds trained; 0 = off")
+    endpoint: str | None = Field(
+        None, pattern=r"^https?://[^\s/]+(/[^\s]*)?$", description="Hub URL; empty = HF_ENDPOINT or huggingface.co"
+    )
+
+
 class NodeConfig(_Section):
     training: TrainingSettings = Field(default_factory=TrainingSettings)
     swarm: SwarmSettings = Field(default_factory=SwarmSettings)
     tasks: TaskSettings = Field(default_factory=TaskSettings)
     run: RunSettings = Field(default_factory=RunSettings)
     desktop: DesktopSettings = Field(default_factory=DesktopSettings)
+    upload: UploadSettings = Field(default_factory=UploadSettings)
 
     @classmethod
     def build(cls, data: dict[str, Any] | None = None, *, source: str = "configuration") -> NodeConfig:

@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from node.config import NodeConfig
 from node.errors import NodeError
 from node.events import event_from_json
 from node.launch import node_command
@@ -81,24 +82,30 @@ def run_demo(*, nodes: int, rounds: int | None, data_dir: Path, model: str, max_
             signal.signal(sig, handler)
 
 
+def demo_config(data_dir: Path, index: int, *, model: str, threads: int, max_new_tokens: int,
+                rounds: int | None = None, join: list[str] | tuple[str, ...] = ()) -> NodeConfig:
+    """Node ``index`` of a loopback demo swarm (the CLI demo and the app's ``--demo`` use the same settings)."""
+    return NodeConfig.build({
+        # The easiest families, plus a bonus for using the <answer> protocol, give a 135M model the best chance
+        # of a non-zero reward signal; it still scores 0 on most rounds at first (see the README). At
+        # temperature 1.0 the quantized 135M model writes incoherent text; 0.7 keeps the gossip readable.
+        "training": {"model": model, "max_new_tokens": max_new_tokens, "format_reward_weight": 0.2,
+                     "temperature": 0.7},
+        "swarm": {"swarm_name": "demo", "host": "127.0.0.1", "gather_timeout_s": 30.0, "initial_peers": list(join)},
+        "tasks": {"weights": {family: 1.0 for family in DEMO_FAMILIES.split(",")}},
+        "run": {"data_dir": str(data_dir), "run_name": f"node-{index + 1}", "threads": threads,
+                "identity_file": str(data_dir / "identities" / f"node-{index + 1}.key"), "checkpoint_every": 5,
+                "rounds": rounds},
+    })
+
+
 def _spawn(index: int, data_dir: Path, model: str, rounds: int | None, threads: int, max_new_tokens: int,
            *, join: list[str]) -> _NodeView:
-    command = node_command(
-        "run", "--events-jsonl", "--control-stdin",
-        "--data-dir", str(data_dir), "--run-name", f"node-{index + 1}",
-        "--identity-file", str(data_dir / "identities" / f"node-{index + 1}.key"),
-        "--swarm-name", "demo", "--host", "127.0.0.1", "--model", model, "--threads", str(threads),
-        "--max-new-tokens", str(max_new_tokens), "--checkpoint-every", "5", "--gather-timeout", "30",
-        # The easiest families, plus a bonus for using the <answer> protocol, give a 135M model the best chance
-        # of a non-zero reward signal; it still scores 0 on most rounds at first (see the README).
-        "--families", DEMO_FAMILIES, "--format-reward", "0.2",
-        # At 1.0 the quantized 135M model writes incoherent text; 0.7 keeps it readable in the gossip samples.
-        "--temperature", "0.7",
-    )
-    if rounds:
-        command += ["--rounds", str(rounds)]
-    for address in join:
-        command += ["--join", address]
+    config = demo_config(data_dir, index, model=model, threads=threads, max_new_tokens=max_new_tokens,
+                         rounds=rounds, join=join)
+    config_path = data_dir / f"node-{index + 1}.toml"
+    config.save(config_path)
+    command = node_command("run", "--config", str(config_path), "--events-jsonl", "--control-stdin")
     log_path = data_dir / f"node-{index + 1}.stderr.log"
     process = subprocess.Popen(
         command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(log_path, "wb"), text=True, bufsize=1,

@@ -127,9 +127,44 @@ class NodeFailed(Event):
     fatal: bool = False
 
 
+@dataclass(frozen=True, kw_only=True)
+class UploadProgress(Event):
+    """Bytes of a Hub upload sent so far (at most a few per second)."""
+
+    kind: ClassVar[str] = "upload_progress"
+    repo_id: str
+    bytes_done: int
+    bytes_total: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class UploadFinished(Event):
+    kind: ClassVar[str] = "upload_finished"
+    repo_id: str
+    url: str
+    commit: str | None  # None: the repo already held this checkpoint
+    round: int
+    files_uploaded: int
+    bytes_sent: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class UploadFailed(Event):
+    """A Hub upload did not happen; the repo is left at its previous commit and training goes on."""
+
+    kind: ClassVar[str] = "upload_failed"
+    repo_id: str
+    message: str
+    hint: str = ""
+    code: str = "error"
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls
-    for cls in (NodeStarted, StateChanged, RoundMetrics, RolloutSample, PeerJoined, PeerLeft, CheckpointSaved, NodeFailed)
+    for cls in (
+        NodeStarted, StateChanged, RoundMetrics, RolloutSample, PeerJoined, PeerLeft, CheckpointSaved, NodeFailed,
+        UploadProgress, UploadFinished, UploadFailed,
+    )
 }
 
 

@@ -18,6 +18,7 @@ from collections import Counter
 import torch
 
 from node import hardware, limits, models
+from node.auto_upload import AutoUploader
 from node.checkpoint import Checkpointer, CheckpointState
 from node.config import NodeConfig
 from node.errors import NodeError
@@ -61,6 +62,7 @@ class SwarmNode:
         self.swarm: Swarm | None = None
         self.identity: Identity | None = None
         self._peer_last_seen: dict[str, int] = {}
+        self.uploader: AutoUploader | None = None
 
     # ----------------------------------------------------------------------------------------------- controls
     def pause(self) -> None:
@@ -93,6 +95,8 @@ class SwarmNode:
             self._set_state("error", repr(exc))
             raise
         finally:
+            if self.uploader is not None:
+                self.uploader.close(should_cancel=lambda: self.stopping or self._state == "error")
             if self.swarm is not None:
                 self.swarm.shutdown()
         self._set_state("stopped")
@@ -158,6 +162,7 @@ class SwarmNode:
             self.last_round = None
             self.rounds_trained = 0
         self.store.truncate_after(self.last_round)
+        self.uploader = AutoUploader(cfg, self.bus, rounds_trained=self.rounds_trained)
 
         self.swarm = Swarm(
             self.identity, swarm_name=cfg.swarm.swarm_name, initial_peers=cfg.swarm.initial_peers,
@@ -394,6 +399,8 @@ class SwarmNode:
         )
         path = self.checkpointer.save(self.policy.model, self.policy.tokenizer, self.learner.optimizer, state)
         self.bus.emit(CheckpointSaved(round=self.last_round, path=str(path), seconds=time.perf_counter() - started))
+        if self.uploader is not None and not self.stopping:
+            self.uploader.after_checkpoint(self.rounds_trained)
 
     def _set_state(self, state: NodeState, detail: str = "") -> None:
         if state != self._state:

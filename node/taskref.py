@@ -8,6 +8,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# The nine reasoning-gym families of the SAPO experiments (kept here, away from reasoning-gym's heavy import, so
+# the config and the app can name them cheaply).
+DEFAULT_FAMILIES: tuple[str, ...] = (
+    "base_conversion",
+    "basic_arithmetic",
+    "arc_1d",
+    "bf",
+    "propositional_logic",
+    "fraction_simplification",
+    "decimal_arithmetic",
+    "calendar_arithmetic",
+    "binary_matrix",
+)
+
 
 @dataclass(frozen=True, slots=True)
 class TaskRef:

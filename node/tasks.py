@@ -31,21 +31,9 @@ from reasoning_gym.dataset import ProceduralDataset
 from reasoning_gym.factory import DATASETS
 
 from node.errors import NodeError
-from node.taskref import TaskRef
+from node.taskref import DEFAULT_FAMILIES, TaskRef
 
 log = logging.getLogger(__name__)
-
-DEFAULT_FAMILIES: tuple[str, ...] = (
-    "base_conversion",
-    "basic_arithmetic",
-    "arc_1d",
-    "bf",
-    "propositional_logic",
-    "fraction_simplification",
-    "decimal_arithmetic",
-    "calendar_arithmetic",
-    "binary_matrix",
-)
 
 SYSTEM_PROMPT = (
     "You are a careful problem solver. Think briefly and to the point, then give your final answer, "

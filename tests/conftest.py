@@ -10,6 +10,10 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+# The app's settings, autostart entries and saved networks go to a throw-away config folder, never the user's.
+import tempfile  # noqa: E402
+
+os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="rl-swarm-test-config-")
 
 from pathlib import Path  # noqa: E402
 

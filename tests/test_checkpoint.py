@@ -29,6 +29,7 @@ def test_save_and_restore_model_optimizer_and_round(tiny_model_dir, tmp_path):
     assert state == CheckpointState(round=7, rounds_trained=8, global_step=8, model="tiny")
     assert sorted(p.name for p in (tmp_path / "ckpt").glob("round-*")) == ["round-00000004", "round-00000007"]
 
+    assert (folder / "model" / "generation_config.json").is_file()  # uploaded to the Hub with the weights
     restored = AutoModelForCausalLM.from_pretrained(folder / "model")
     for a, b in zip(model.parameters(), restored.parameters(), strict=True):
         assert torch.equal(a, b)

@@ -56,12 +56,12 @@ def test_broken_toml_and_missing_file(tmp_path):
 
 def test_cli_flags_map_onto_the_same_config(tmp_path):
     args = _parser().parse_args(
-        ["run", "-I", "3", "-J", "0", "-G", "6", "--join", "/ip4/127.0.0.1/tcp/1/p2p/QmX", "--data-dir", str(tmp_path),
+        ["run", "-I", "3", "-J", "0", "-G", "6", "--join", "/ip4/127.0.0.1/tcp/1/p2p/QmYyQSo1c1Ym7orWxLYvCrM2EmxFTANf8wXmmE7DWjhx5N", "--data-dir", str(tmp_path),
          "--families", "basic_arithmetic,bf", "--rounds", "2", "--threads", "1"]
     )
     config = config_from_args(args)
     assert (config.training.local_questions, config.training.external_groups, config.training.num_generations) == (3, 0, 6)
-    assert config.swarm.initial_peers == ["/ip4/127.0.0.1/tcp/1/p2p/QmX"]
+    assert config.swarm.initial_peers == ["/ip4/127.0.0.1/tcp/1/p2p/QmYyQSo1c1Ym7orWxLYvCrM2EmxFTANf8wXmmE7DWjhx5N"]
     assert config.tasks.weights == {"basic_arithmetic": 1.0, "bf": 1.0}
     assert config.run.data_dir == tmp_path and config.run.rounds == 2
     assert config.run_dir == tmp_path / "runs" / "default"

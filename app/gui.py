@@ -1,0 +1,166 @@
+"""Starts the desktop app: logging, the config (the setup wizard on first run), the window and the node."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import logging.handlers
+import os
+import signal
+import sys
+from pathlib import Path
+
+import psutil
+
+from PySide6.QtCore import QCoreApplication, QTimer
+from PySide6.QtGui import QIcon
+from PySide6.QtWidgets import QApplication, QMessageBox
+
+from app.demo_peers import DemoPeers
+from app.main_window import MainWindow
+from app.paths import default_config_path, resource_path
+from app.supervisor import NodeSupervisor
+from app.wizard import SetupWizard
+from node.config import NodeConfig, default_data_dir
+from node.demo import demo_config
+from node.errors import NodeError
+
+log = logging.getLogger("app")
+APP_LOG = "app.log"
+DEMO_MAX_NEW_TOKENS = 96
+BUNDLED = "bundled"  # node.models.BUNDLED; importing node.models would pull torch into the GUI process
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rl-swarm", description="RL Swarm desktop app")
+    parser.add_argument("--config", type=Path, default=None, help="config file (default: the user config folder)")
+    parser.add_argument("--minimized", action="store_true", help="start in the tray (used by start-at-login)")
+    parser.add_argument("--setup", action="store_true", help="open the setup wizard even if a config exists")
+    parser.add_argument("--demo", action="store_true",
+                        help="no setup: the bundled model on a loopback swarm with headless demo peers "
+                             "(the terminal demo where there is no screen)")
+    parser.add_argument("--demo-peers", type=int, default=1, metavar="N", help="headless peers in --demo (default 1)")
+    parser.add_argument("--self-test", action="store_true", help="headless check of the installation, then exit")
+    return parser
+
+
+def setup_app_logging(data_dir: Path) -> Path:
+    folder = data_dir / "logs"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / APP_LOG
+    handler = logging.handlers.RotatingFileHandler(path, maxBytes=2 * 2**20, backupCount=3, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers = [handler]
+    root.setLevel(logging.INFO)
+    return path
+
+
+def app_icon() -> QIcon:
+    icon = QIcon()
+    for size in (16, 32, 48, 64, 128, 256, 512):
+        png = resource_path("icons", f"app-{size}.png")
+        if png.exists():
+            icon.addFile(str(png))
+    return icon
+
+
+class DesktopApp:
+    """Owns the long-lived pieces so the wizard can be re-run without restarting the app."""
+
+    def __init__(self, qt_app: QApplication, config_path: Path) -> None:
+        self.qt_app = qt_app
+        self.config_path = config_path
+        self.networks_file = config_path.parent / "networks.toml"
+        self.icon = app_icon()
+        qt_app.setWindowIcon(self.icon)
+        self.window: MainWindow | None = None
+        self.supervisor = NodeSupervisor(config_path)
+
+    def load_config(self) -> NodeConfig | None:
+        if not self.config_path.exists():
+            return None
+        return NodeConfig.load(self.config_path)
+
+    def run_wizard(self, config: NodeConfig) -> NodeConfig | None:
+        wizard = SetupWizard(config, self.networks_file)
+        wizard.setWindowIcon(self.icon)
+        if not wizard.exec() or wizard.result_config is None:
+            return None
+        wizard.result_config.save(self.config_path)
+        return wizard.result_config
+
+    def open(self, config: NodeConfig, *, minimized: bool) -> MainWindow:
+        app_log = setup_app_logging(config.run.data_dir)
+        log.info("app started with config %s", self.config_path)
+        self.window = MainWindow(config, self.config_path, self.supervisor, self.icon, app_log)
+        self.window.wizardRequested.connect(self.rerun_wizard)
+        if not minimized or self.window.tray is None:
+            self.window.show()
+        if config.desktop.start_training_on_launch:
+            self.supervisor.start()
+        return self.window
+
+    def rerun_wizard(self) -> None:
+        assert self.window is not None
+        config = self.run_wizard(self.window.config)
+        if config is not None:
+            self.window.apply_config(config)
+
+
+def has_screen() -> bool:
+    if os.environ.get("QT_QPA_PLATFORM") or sys.platform in ("win32", "darwin"):
+        return True
+    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+
+
+def demo_setup(peers: int) -> tuple[Path, DemoPeers]:
+    """The app's node is node 1 of the loopback demo; its config lives beside the user's, never replacing it."""
+    data_dir = default_data_dir() / "demo"
+    threads = max(1, (psutil.cpu_count(logical=False) or 1) // (peers + 1))
+    config = demo_config(data_dir, 0, model=BUNDLED, threads=threads, max_new_tokens=DEMO_MAX_NEW_TOKENS)
+    config = config.with_overrides({"desktop": {"start_training_on_launch": True}})
+    path = default_config_path().with_name("demo.toml")
+    config.save(path)
+    return path, DemoPeers(data_dir, count=peers, model=BUNDLED, threads=threads, max_new_tokens=DEMO_MAX_NEW_TOKENS)
+
+
+def run_app(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    if args.demo and not has_screen():
+        from node.demo import run_demo
+
+        print("No screen here: running the terminal demo instead of the app.")
+        return run_demo(nodes=args.demo_peers + 1, rounds=None, data_dir=default_data_dir() / "demo",
+                        model=BUNDLED, max_new_tokens=DEMO_MAX_NEW_TOKENS)
+    demo_peers = None
+    if args.demo:
+        args.config, demo_peers = demo_setup(args.demo_peers)
+    QCoreApplication.setOrganizationName("rl-swarm")
+    QCoreApplication.setApplicationName("RL Swarm")
+    qt_app = QApplication.instance() or QApplication([sys.argv[0]])
+    qt_app.setQuitOnLastWindowClosed(False)  # the tray keeps the app alive
+    desktop = DesktopApp(qt_app, args.config or default_config_path())
+    try:
+        config = desktop.load_config()
+    except NodeError as exc:
+        QMessageBox.critical(None, "RL Swarm", f"{exc.message}\n\n{exc.hint}")
+        return 2
+    if config is None or args.setup:
+        config = desktop.run_wizard(config or NodeConfig.build())
+        if config is None:
+            return 0
+    if demo_peers is not None:
+        desktop.supervisor.event.connect(demo_peers.on_event)
+    window = desktop.open(config, minimized=args.minimized)
+    # Ctrl-C in a terminal quits cleanly: Python only sees signals when the event loop lets it run.
+    signal.signal(signal.SIGINT, lambda *_: window.quit())
+    timer = QTimer(interval=300)
+    timer.timeout.connect(lambda: None)
+    timer.start()
+    code = qt_app.exec()
+    if desktop.supervisor.running and not desktop.supervisor.wait_stopped(5):
+        desktop.supervisor.kill()
+    if demo_peers is not None:
+        demo_peers.stop()
+    return code

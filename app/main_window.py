@@ -1,0 +1,292 @@
+"""The main window: header, dashboard, gossip and logs, the controls, and the tray that outlives the window."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from PySide6.QtCore import QSettings, Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QCloseEvent, QIcon, QKeySequence
+from PySide6.QtWidgets import (
+    QApplication, QLabel, QMainWindow, QMessageBox, QSystemTrayIcon, QTabWidget, QToolBar, QVBoxLayout, QWidget,
+)
+
+from app import autostart, status
+from app.dashboard import Dashboard
+from app.gossip import GossipView
+from app.header import StatusHeader
+from app.logs_panel import LogsPanel, environment_report
+from app.policies import PausePolicies
+from app.settings_dialog import SettingsDialog
+from app.supervisor import NodeSupervisor
+from app.tray import Tray
+from node.config import NodeConfig
+from node.events import CheckpointSaved, Event, NodeFailed, NodeStarted, PeerJoined, PeerLeft, RolloutSample, RoundMetrics
+from node.logs import LOG_FILE
+from node.runstore import RunStore
+
+log = logging.getLogger(__name__)
+GOSSIP_HISTORY = 300
+
+
+class MainWindow(QMainWindow):
+    wizardRequested = Signal()
+    quitFinished = Signal()
+
+    def __init__(self, config: NodeConfig, config_path: Path, supervisor: NodeSupervisor, icon: QIcon,
+                 app_log: Path, policies: PausePolicies | None = None, tray: bool | None = None) -> None:
+        super().__init__()
+        self.config = config
+        self.config_path = config_path
+        self.supervisor = supervisor
+        self.app_log = app_log
+        self.started: NodeStarted | None = None
+        self.quitting = False
+        self.prefs = QSettings()
+        self.setWindowTitle("RL Swarm")
+        self.setWindowIcon(icon)
+        self.resize(1180, 820)
+
+        self.header = StatusHeader()
+        self.dashboard = Dashboard()
+        self.gossip = GossipView()
+        self.logs = LogsPanel(self.diagnostics)
+        self.tabs = QTabWidget()
+        self.tabs.addTab(self.dashboard, "Dashboard")
+        self.tabs.addTab(self.gossip, "Gossip")
+        self.tabs.addTab(self.logs, "Logs")
+        central = QWidget()
+        layout = QVBoxLayout(central)
+        layout.addWidget(self.header)
+        layout.addWidget(self.tabs, 1)
+        self.setCentralWidget(central)
+
+        toolbar = QToolBar("Controls")
+        toolbar.setObjectName("controls")
+        toolbar.setMovable(False)
+        toolbar.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.start_action = QAction("Start", self, toolTip="Start the node and join the swarm")
+        self.pause_action = QAction("Pause", self, toolTip="Finish the current round, then hold")
+        self.resume_action = QAction("Resume", self)
+        self.stop_action = QAction("Stop", self, toolTip="Finish the current step, save a checkpoint and leave the swarm")
+        self.settings_action = QAction("Settings", self, shortcut=QKeySequence.StandardKey.Preferences)
+        self.quit_action = QAction("Quit", self, shortcut=QKeySequence.StandardKey.Quit)
+        for action in (self.start_action, self.pause_action, self.resume_action, self.stop_action):
+            toolbar.addAction(action)
+        toolbar.addSeparator()
+        toolbar.addAction(self.settings_action)
+        self.addToolBar(toolbar)
+        self.addAction(self.quit_action)
+        self.start_action.triggered.connect(self.start_node)
+        self.pause_action.triggered.connect(supervisor.pause)
+        self.resume_action.triggered.connect(supervisor.resume)
+        self.stop_action.triggered.connect(supervisor.stop)
+        self.settings_action.triggered.connect(self.open_settings)
+        self.quit_action.triggered.connect(self.quit)
+        self.status_label = QLabel()
+        self.statusBar().addWidget(self.status_label, 1)
+
+        self.tray: Tray | None = None
+        if QSystemTrayIcon.isSystemTrayAvailable() if tray is None else tray:
+            self.tray = Tray(icon, self)
+            self.tray.open_action.triggered.connect(self.show_window)
+            self.tray.pause_action.triggered.connect(supervisor.pause)
+            self.tray.resume_action.triggered.connect(supervisor.resume)
+            self.tray.quit_action.triggered.connect(self.quit)
+            self.tray.activated.connect(
+                lambda reason: self.show_window() if reason == QSystemTrayIcon.ActivationReason.Trigger else None)
+            self.tray.show()
+
+        self.policies = policies or PausePolicies(config.desktop)
+        self.policies.hold.connect(supervisor.hold)
+        supervisor.event.connect(self.on_event)
+        supervisor.stateChanged.connect(self.on_state)
+        supervisor.crashed.connect(self.on_crash)
+        supervisor.gaveUp.connect(self.on_gave_up)
+        self.load_run_history()
+        self.on_state(supervisor.state, supervisor.detail)
+
+    # -- node ----------------------------------------------------------------------------------------------
+
+    def start_node(self) -> None:
+        self.supervisor.start()
+
+    def load_run_history(self) -> None:
+        """Plots and gossip start from what is on disk, so a restarted app shows the whole run."""
+        store = RunStore(self.config.run_dir)
+        self.dashboard.load_history(store.metrics())
+        self.header.set_totals(self.dashboard.history)
+        if self.dashboard.history.last is not None:
+            self.header.set_round(self.dashboard.history.last.round)
+        self.gossip.model.samples.clear()
+        self.gossip.model.layoutChanged.emit()
+        self.gossip.add_samples(store.samples(last=GOSSIP_HISTORY))
+        self.logs.follow(self.config.run_dir / LOG_FILE, self.app_log)
+
+    def on_event(self, event: Event) -> None:
+        if isinstance(event, NodeStarted):
+            self.started = event
+            self.header.set_node(event)
+            if event.resumed_from_round is not None:
+                self.load_run_history()  # the node cut its history back to the checkpoint
+        elif isinstance(event, RoundMetrics):
+            self.dashboard.add_round(event)
+            self.header.set_round(event.round)
+            self.header.set_totals(self.dashboard.history)
+            if self.tray:
+                self.tray.set_round(event.round, event.reward_local)
+        elif isinstance(event, RolloutSample):
+            self.gossip.add_samples([event])
+        elif isinstance(event, NodeFailed):
+            self.statusBar().showMessage(f"{event.message} {event.hint}", 15000)
+            self.notify("RL Swarm: problem", f"{event.message}\n{event.hint}".strip(), critical=event.fatal)
+        elif isinstance(event, (PeerJoined, PeerLeft)):
+            verb = "joined" if isinstance(event, PeerJoined) else "left"
+            self.statusBar().showMessage(f"{event.peer_name} {verb} the swarm", 8000)
+        elif isinstance(event, CheckpointSaved):
+            self.statusBar().showMessage(f"Checkpoint saved after round {event.round}", 5000)
+
+    def on_state(self, state: str, detail: str) -> None:
+        held = bool(self.supervisor.holds)
+        active = state in ("starting", "training", "waiting_for_peers", "paused", "restarting")
+        self.start_action.setEnabled(state in ("stopped", "finished", "failed", "crashed"))
+        self.pause_action.setEnabled(active and "user" not in self.supervisor.holds and state != "restarting")
+        self.resume_action.setEnabled(active and "user" in self.supervisor.holds)
+        self.stop_action.setEnabled(active)
+        if state == "paused" and held and not detail:
+            detail = ", ".join(_HOLD_TEXT.get(h, h) for h in sorted(self.supervisor.holds))
+        self.header.set_state(state, detail)
+        self.status_label.setText(status.label(state, detail))
+        if self.tray:
+            self.tray.set_state(state, detail, self.pause_action.isEnabled(), self.resume_action.isEnabled())
+        previous, self.state = getattr(self, "state", "stopped"), state
+        if state == "stopped":
+            if previous in status.ACTIVE or previous == "stopping":
+                self.notify("RL Swarm stopped", "Training stopped; a checkpoint was saved.")
+            if self.quitting:
+                self._finish_quit()
+        elif state == "finished":
+            self.notify("RL Swarm finished", detail)
+            if self.quitting:
+                self._finish_quit()
+
+    def on_crash(self, report: str) -> None:
+        log.error("node crashed: %s", report)
+        self.notify("RL Swarm: the node stopped unexpectedly", report.split("\n")[0], critical=True)
+        self.statusBar().showMessage(report.split("\n")[0], 20000)
+
+    def on_gave_up(self, message: str) -> None:
+        log.error("%s", message)
+        self.notify("RL Swarm: the node keeps crashing", message.split("\n")[0], critical=True)
+        box = QMessageBox(QMessageBox.Icon.Critical, "The node keeps crashing", message.split("\n\n")[0], parent=self)
+        box.setObjectName("crashLoopBox")
+        box.setDetailedText(message)
+        box.setInformativeText("Look at the Logs tab, change the settings if needed, then press Start.")
+        box.setModal(False)
+        box.show()
+        self.crash_box = box
+
+    def notify(self, title: str, message: str, critical: bool = False) -> None:
+        if self.tray:
+            self.tray.notify(title, message, critical)
+
+    # -- settings ------------------------------------------------------------------------------------------
+
+    def open_settings(self) -> None:
+        dialog = SettingsDialog(self.config, idle_supported=self.policies.idle_supported(), parent=self)
+        accepted = dialog.exec()
+        if dialog.wizard_requested:
+            self.wizardRequested.emit()
+            return
+        if accepted and dialog.result_config is not None:
+            self.apply_config(dialog.result_config)
+
+    def apply_config(self, config: NodeConfig) -> None:
+        """Save the new config; the node reads it at start, so offer a restart when it runs."""
+        node_changed = config.model_dump(exclude={"desktop"}) != self.config.model_dump(exclude={"desktop"})
+        config.save(self.config_path)
+        if config.desktop.start_at_login != autostart.is_enabled():
+            autostart.set_enabled(config.desktop.start_at_login)
+        self.config = config
+        self.policies.apply(config.desktop)
+        self.load_run_history()
+        if node_changed and self.supervisor.running:
+            answer = QMessageBox.question(self, "Restart the node?",
+                                          "The new settings apply when the node starts again. Restart it now? "
+                                          "It finishes its current step and saves a checkpoint first.")
+            if answer == QMessageBox.StandardButton.Yes:
+                self.supervisor.stateChanged.connect(self._start_after_stop)
+                self.supervisor.stop()
+
+    def _start_after_stop(self, state: str, _detail: str) -> None:
+        if state in ("stopped", "finished", "failed", "crashed"):
+            self.supervisor.stateChanged.disconnect(self._start_after_stop)
+            self.supervisor.start()
+
+    def diagnostics(self) -> str:
+        config = self.config.to_dict()
+        hardware = self.started.hardware.get("description", "") if self.started else "node not started yet"
+        return (
+            "# RL Swarm diagnostics\n"
+            f"{environment_report()}\nhardware: {hardware}\n"
+            f"state: {status.label(self.supervisor.state, self.supervisor.detail)}\n"
+            f"peer: {self.started.peer_name + ' ' + self.started.peer_id if self.started else '-'}\n"
+            f"config ({self.config_path}):\n{json.dumps(config, indent=2, default=str)}\n"
+            "## node stderr (last lines)\n" + "\n".join(self.supervisor.stderr_tail)
+        )
+
+    # -- window and quitting -------------------------------------------------------------------------------
+
+    def show_window(self) -> None:
+        self.showNormal()
+        self.raise_()
+        self.activateWindow()
+
+    def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802
+        if self.quitting:
+            event.accept()
+            return
+        if self.tray is not None and self.tray.isVisible():
+            event.ignore()
+            self.hide()
+            if not self.prefs.value("told_about_tray", False, type=bool):
+                self.prefs.setValue("told_about_tray", True)
+                self.tray.notify("RL Swarm keeps training",
+                                 "The window is closed, training goes on. Use the tray icon to open it or quit.")
+            return
+        if not self.supervisor.running:
+            event.accept()
+            self.quit()
+            return
+        # No tray on this desktop: closing the window is the only way out, so ask.
+        box = QMessageBox(QMessageBox.Icon.Question, "Quit RL Swarm?",
+                          "Closing the window stops training (after the current step and a checkpoint).", parent=self)
+        box.setObjectName("confirmQuit")
+        quit_button = box.addButton("Stop training and quit", QMessageBox.ButtonRole.AcceptRole)
+        minimize = box.addButton("Keep training (minimize)", QMessageBox.ButtonRole.RejectRole)
+        box.addButton(QMessageBox.StandardButton.Cancel)
+        box.exec()
+        event.ignore()
+        if box.clickedButton() is quit_button:
+            self.quit()
+        elif box.clickedButton() is minimize:
+            self.showMinimized()
+
+    def quit(self) -> None:
+        """Stop the node cleanly (checkpoint), then leave; the supervisor kills it if it hangs."""
+        self.quitting = True
+        if not self.supervisor.running:
+            self._finish_quit()
+            return
+        self.statusBar().showMessage("Stopping the node: finishing the current step and saving a checkpoint…")
+        self.supervisor.stop()
+
+    def _finish_quit(self) -> None:
+        if self.tray:
+            self.tray.hide()
+        self.quitFinished.emit()
+        QTimer.singleShot(0, QApplication.instance().quit)
+
+
+_HOLD_TEXT = {"user": "paused by you", "battery": "on battery", "user_active": "you are using the computer"}

@@ -1,0 +1,275 @@
+"""Runs the node in a supervised child process and turns its event stream into Qt signals.
+
+The node is a separate process (hivemind forks, and a crash or OOM kill of the trainer must not take the GUI
+down). A reader thread parses its ``--events-jsonl`` stdout and hands each event to the GUI thread through a
+queued signal; another keeps the tail of its stderr so a crash can be explained. Commands go the other way as
+lines on its stdin (``--control-stdin``). When the process dies unexpectedly it is restarted with backoff, until
+it has crashed ``crash_limit`` times within ``crash_window_s``: then the app stops retrying and says why.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import psutil
+from PySide6.QtCore import QObject, QTimer, Signal, Slot
+
+from node.events import Event, NodeFailed, StateChanged, event_from_json
+from node.launch import node_command
+
+log = logging.getLogger(__name__)
+
+# Exit status of the node CLI for a NodeError: a problem the user has to fix (bad config, model won't fit).
+# Restarting cannot help, so it is reported and not retried.
+USER_ERROR_EXIT = 2
+STDERR_LINES = 40
+
+# States of the supervised process as the app shows them; the node's own states come through as they are.
+SupervisorState = str  # "stopped" | "starting" | node states | "restarting" | "crashed" | "failed" | "finished"
+
+
+def describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        if -code == signal.SIGKILL:
+            return (f"the node was killed ({name}); this is most often the system running out of memory: "
+                    "pick a smaller model or fewer completions per round in Settings")
+        return f"the node was terminated by {name}"
+    return f"the node exited with status {code}"
+
+
+class NodeSupervisor(QObject):
+    event = Signal(object)  # every node Event, in order
+    stateChanged = Signal(str, str)  # state, detail
+    crashed = Signal(str)  # why, with the last lines the node wrote to stderr
+    gaveUp = Signal(str)  # crash loop: not retrying
+
+    _eventArrived = Signal(object)
+    _exited = Signal(int, object)  # exit code, the Popen it belongs to
+
+    def __init__(
+        self,
+        config_path: Path,
+        *,
+        command: Callable[[Path], Sequence[str]] | None = None,
+        backoff_s: Sequence[float] = (2.0, 5.0, 15.0, 30.0),
+        crash_limit: int = 4,
+        crash_window_s: float = 600.0,
+        stop_timeout_s: float = 180.0,
+    ) -> None:
+        super().__init__()
+        self.config_path = config_path
+        self._command = command or (lambda path: node_command(
+            "run", "--config", str(path), "--events-jsonl", "--control-stdin"))
+        self.backoff_s = tuple(backoff_s)
+        self.crash_limit = crash_limit
+        self.crash_window_s = crash_window_s
+        self.stop_timeout_s = stop_timeout_s
+        self.state: SupervisorState = "stopped"
+        self.detail = ""
+        self.stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_LINES)
+        self.last_error: NodeFailed | None = None
+        self._process: subprocess.Popen | None = None
+        self._holds: set[str] = set()
+        self._stop_requested = False
+        self._crash_times: list[float] = []
+        self._restart_timer = QTimer(self, singleShot=True)
+        self._restart_timer.timeout.connect(self._launch)
+        self._kill_timer = QTimer(self, singleShot=True)
+        self._kill_timer.timeout.connect(self._force_kill)
+        self._eventArrived.connect(self._on_event)
+        self._exited.connect(self._on_exit)
+
+    # -- controls ------------------------------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process else None
+
+    @property
+    def holds(self) -> frozenset[str]:
+        return frozenset(self._holds)
+
+    def start(self) -> None:
+        if self._process is not None:
+            return
+        self._crash_times.clear()
+        self._launch()
+
+    def stop(self) -> None:
+        """Ask the node to finish its step, checkpoint and exit; force it after ``stop_timeout_s``."""
+        self._restart_timer.stop()
+        self._stop_requested = True
+        if self._process is None:
+            self._set_state("stopped")
+            return
+        self._send("stop")
+        self._set_state("stopping", "finishing the current step and saving a checkpoint")
+        self._kill_timer.start(int(self.stop_timeout_s * 1000))
+
+    def hold(self, reason: str, on: bool = True) -> None:
+        """Pause for a reason ("user", "battery", "user_active"); training resumes when no reason is left."""
+        before = bool(self._holds)
+        (self._holds.add if on else self._holds.discard)(reason)
+        if bool(self._holds) != before and self._process is not None:
+            self._send("pause" if self._holds else "resume")
+            if self._holds and self.state in ("training", "waiting_for_peers", "starting"):
+                self._set_state(self.state, "pausing after this round")
+
+    def pause(self) -> None:
+        self.hold("user", True)
+
+    def resume(self) -> None:
+        self.hold("user", False)
+
+    def wait_stopped(self, timeout_s: float) -> bool:
+        """Blocking wait for the process to end (used when the app quits, after the window has closed)."""
+        process = self._process
+        if process is None:
+            return True
+        try:
+            process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
+    def kill(self) -> None:
+        self._force_kill()
+
+    # -- process -------------------------------------------------------------------------------------------
+
+    def _launch(self) -> None:
+        self._stop_requested = False
+        self.last_error = None
+        self.stderr_tail.clear()
+        command = list(self._command(self.config_path))
+        log.info("starting node: %s", " ".join(command))
+        self._set_state("starting")
+        try:
+            process = subprocess.Popen(
+                command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                text=True, encoding="utf-8", errors="replace", bufsize=1,
+            )
+        except OSError as exc:
+            self._set_state("failed", f"could not start the node: {exc}")
+            self.crashed.emit(f"could not start the node ({exc})")
+            return
+        self._process = process
+        if self._holds:
+            self._send("pause")
+        threading.Thread(target=self._read_events, args=(process,), name="node-events", daemon=True).start()
+        threading.Thread(target=self._read_stderr, args=(process,), name="node-stderr", daemon=True).start()
+
+    def _read_events(self, process: subprocess.Popen) -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                event = event_from_json(line)
+            except ValueError:
+                log.debug("node stdout: %s", line)  # libraries sometimes print; only events matter
+                continue
+            self._eventArrived.emit(event)
+        self._exited.emit(process.wait(), process)
+
+    def _read_stderr(self, process: subprocess.Popen) -> None:
+        assert process.stderr is not None
+        for line in process.stderr:
+            self.stderr_tail.append(line.rstrip())
+
+    def _send(self, command: str) -> None:
+        process = self._process
+        if process is None or process.stdin is None:
+            return
+        try:
+            process.stdin.write(command + "\n")
+            process.stdin.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            log.debug("node stdin closed; %r not delivered", command)
+
+    def _force_kill(self) -> None:
+        process = self._process
+        if process is None:
+            return
+        log.warning("node did not stop in time; killing process %d and its children", process.pid)
+        try:
+            parent = psutil.Process(process.pid)
+            children = parent.children(recursive=True)
+        except psutil.NoSuchProcess:
+            return
+        for proc in [*children, parent]:
+            try:
+                proc.kill()
+            except psutil.NoSuchProcess:
+                pass
+
+    # -- reactions (GUI thread) ----------------------------------------------------------------------------
+
+    @Slot(object)
+    def _on_event(self, event: Event) -> None:
+        if isinstance(event, StateChanged):
+            detail = event.detail
+            if self._holds and event.state in ("training", "waiting_for_peers"):
+                detail = "pausing after this round"
+            # Once a stop is requested the state stays "stopping" until the process has really exited (the node
+            # still shuts its swarm down after saying "stopped").
+            if not self._stop_requested:
+                self._set_state(event.state, detail)
+        elif isinstance(event, NodeFailed):
+            self.last_error = event
+        self.event.emit(event)
+
+    @Slot(int, object)
+    def _on_exit(self, code: int, process: subprocess.Popen) -> None:
+        if process is not self._process:
+            return
+        self._kill_timer.stop()
+        self._process = None
+        if self._stop_requested:
+            self._set_state("stopped")
+            return
+        if code == 0:
+            self._set_state("finished", "the configured number of rounds is done")
+            return
+        why = describe_exit(code)
+        if self.last_error is not None:
+            why += f": {self.last_error.message}" + (f" ({self.last_error.hint})" if self.last_error.hint else "")
+        tail = "\n".join(list(self.stderr_tail)[-12:])
+        report = why + (f"\n\nLast lines from the node:\n{tail}" if tail else "")
+        if code == USER_ERROR_EXIT:
+            self._set_state("failed", why)
+            self.crashed.emit(report)
+            return
+        now = time.monotonic()
+        self._crash_times = [t for t in self._crash_times if now - t < self.crash_window_s] + [now]
+        self.crashed.emit(report)
+        if len(self._crash_times) >= self.crash_limit:
+            minutes = self.crash_window_s / 60
+            message = (f"The node crashed {len(self._crash_times)} times within {minutes:.0f} minutes, so it is "
+                       f"not restarted again. {report}")
+            self._set_state("crashed", f"crashed {len(self._crash_times)} times; not restarting")
+            self.gaveUp.emit(message)
+            return
+        delay = self.backoff_s[min(len(self._crash_times) - 1, len(self.backoff_s) - 1)]
+        self._set_state("restarting", f"{why}; restarting in {delay:g} s")
+        self._restart_timer.start(int(delay * 1000))
+
+    def _set_state(self, state: SupervisorState, detail: str = "") -> None:
+        self.state, self.detail = state, detail
+        self.stateChanged.emit(state, detail)

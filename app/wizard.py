@@ -1,0 +1,381 @@
+"""First-run setup: identity, hardware, model and swarm. Re-opened from Settings to change any of them."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QBrush, QColor, QGuiApplication
+from PySide6.QtWidgets import (
+    QAbstractItemView, QButtonGroup, QCheckBox, QComboBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout,
+    QHeaderView, QLabel, QLineEdit, QPlainTextEdit, QPushButton, QRadioButton, QSpinBox, QTableWidget,
+    QTableWidgetItem, QVBoxLayout, QWidget, QWizard, QWizardPage,
+)
+
+from app.networks import Network, load_networks, save_network
+from app.node_query import NodeQuery
+from node.config import NodeConfig
+from node.errors import NodeError
+from node.invite import format_invite, local_addresses, parse_invite
+
+GIB = 2**30
+FIT_COLORS = {"fits": "#009E73", "tight": "#E69F00", "won't fit": "#D55E00"}
+
+
+def _size(num_bytes: int) -> str:
+    if num_bytes == 0:
+        return "none (offline)"
+    return f"{num_bytes / GIB:.1f} GiB" if num_bytes >= GIB else f"{num_bytes / 2**20:.0f} MiB"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+class IdentityPage(QWizardPage):
+    def __init__(self, config: NodeConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.peer: dict | None = None
+        self.setTitle("Who are you in the swarm?")
+        self.setSubTitle("Your node has a peer identity (a key file on this computer). A wallet can additionally "
+                         "record your participation on chain.")
+        self.local_only = QRadioButton("Local only: train and share with peers, nothing recorded on chain")
+        self.local_only.setChecked(True)
+        self.wallet = QRadioButton("Wallet login (on-chain testnet)")
+        self.wallet.setEnabled(False)
+        self.wallet.setToolTip("Wallet login and on-chain rewards are not available in this version")
+        self.peer_label = QLabel("Loading your peer identity…")
+        self.peer_label.setObjectName("wizardPeer")
+        self.peer_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.peer_label.setWordWrap(True)
+        backup = QPushButton("Back up identity…")
+        backup.clicked.connect(self._backup)
+        restore = QPushButton("Restore from backup…")
+        restore.clicked.connect(self._restore)
+        box = QGroupBox("Peer identity")
+        box_layout = QVBoxLayout(box)
+        box_layout.addWidget(self.peer_label)
+        buttons = QHBoxLayout()
+        buttons.addWidget(backup)
+        buttons.addWidget(restore)
+        buttons.addStretch(1)
+        box_layout.addLayout(buttons)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.local_only)
+        layout.addWidget(self.wallet)
+        layout.addSpacing(12)
+        layout.addWidget(box)
+        layout.addStretch(1)
+        self._query()
+
+    def _identity_args(self) -> list[str]:
+        return ["identity", "--data-dir", str(self.config.run.data_dir), "--identity-file", str(self.config.identity_path)]
+
+    def _query(self, *extra: str) -> None:
+        self.query = NodeQuery([*self._identity_args(), *extra], self._loaded, self._failed, self)
+
+    def _loaded(self, data: dict) -> None:
+        self.peer = data
+        self.peer_label.setText(f"<b>{data['name']}</b><br>{data['peer_id']}<br><small>key file: {data['path']}</small>")
+        self.completeChanged.emit()
+
+    def _failed(self, message: str) -> None:
+        self.peer_label.setText(f"Could not read the peer identity: {message}")
+
+    def _backup(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "Back up peer identity", str(Path.home() / "rl-swarm-identity.key"))
+        if path:
+            self._query("--backup", path)
+
+    def _restore(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Restore peer identity", str(Path.home()))
+        if path:
+            self._query("--restore", path)
+
+    def isComplete(self) -> bool:  # noqa: N802
+        return self.peer is not None
+
+
+class HardwarePage(QWizardPage):
+    def __init__(self) -> None:
+        super().__init__()
+        self.data: dict | None = None
+        self.setTitle("Your hardware")
+        self.setSubTitle("What the node found on this computer, and the settings it recommends.")
+        self.found = QLabel("Detecting GPUs and memory…")
+        self.found.setObjectName("hardwareFound")
+        self.advice = QLabel("")
+        self.advice.setObjectName("hardwareAdvice")
+        for label in (self.found, self.advice):
+            label.setWordWrap(True)
+            label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.found)
+        layout.addSpacing(8)
+        layout.addWidget(self.advice)
+        layout.addStretch(1)
+        self.query = NodeQuery(["hardware"], self._loaded, self._failed, self)
+
+    def _loaded(self, data: dict) -> None:
+        self.data = data
+        hw, rec = data["hardware"], data["recommendation"]
+        kind = {"cuda": "NVIDIA GPU (CUDA)", "mps": "Apple GPU (Metal)", "cpu": "CPU only"}[hw["kind"]]
+        self.found.setText(f"<b>{kind}</b><br>{hw['description']}")
+        self.advice.setText(
+            f"<b>Recommended:</b> {rec['model']} on {rec['device']}, training in {rec['train_dtype']}, "
+            f"{rec['num_generations']} completions for each of {rec['local_questions']} questions plus "
+            f"{rec['external_groups']} groups from peers per round, up to {rec['max_new_tokens']} new tokens, "
+            f"{rec['threads']} CPU threads.<br><br>{rec['reason']}"
+        )
+        self.completeChanged.emit()
+
+    def _failed(self, message: str) -> None:
+        self.found.setText(f"Hardware detection failed: {message}. The node will fall back to the CPU.")
+        self.data = {"hardware": {}, "recommendation": {}, "models": []}
+        self.completeChanged.emit()
+
+    def isComplete(self) -> bool:  # noqa: N802
+        return self.data is not None
+
+
+class ModelPage(QWizardPage):
+    def __init__(self, config: NodeConfig, hardware: HardwarePage) -> None:
+        super().__init__()
+        self.config = config
+        self.hardware = hardware
+        self.setTitle("Which model do you train?")
+        self.setSubTitle("Every peer trains its own copy. Memory needed is for one training step with the "
+                         "recommended round size.")
+        self.table = QTableWidget(0, 4)
+        self.table.setObjectName("modelTable")
+        self.table.setHorizontalHeaderLabels(["Model", "Download", "Memory needed", "On this computer"])
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.verticalHeader().hide()
+        self.table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self.table.itemSelectionChanged.connect(self._selected)
+        self.note = QLabel("")
+        self.note.setWordWrap(True)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.table)
+        layout.addWidget(self.note)
+        self.models: list[dict] = []
+
+    def initializePage(self) -> None:  # noqa: N802
+        data = self.hardware.data or {}
+        self.models = data.get("models", [])
+        recommended = data.get("recommendation", {}).get("model")
+        wanted = self.config.training.model if self.config.training.model in {m["id"] for m in self.models} else recommended
+        self.table.setRowCount(len(self.models))
+        for row, model in enumerate(self.models):
+            name = model["name"] + ("  ★ recommended" if model["id"] == recommended else "")
+            cells = [name, _size(model["download_bytes"]), f"{model['required_bytes'] / GIB:.1f} GiB", model["label"]]
+            for column, text in enumerate(cells):
+                item = QTableWidgetItem(text)
+                item.setToolTip(model["description"])
+                if column == 3:
+                    item.setForeground(QBrush(QColor(FIT_COLORS[model["label"]])))
+                self.table.setItem(row, column, item)
+            if model["id"] == wanted:
+                self.table.selectRow(row)
+        self.table.resizeColumnsToContents()
+        self.table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+
+    def selected(self) -> dict | None:
+        rows = self.table.selectionModel().selectedRows()
+        return self.models[rows[0].row()] if rows else None
+
+    def _selected(self) -> None:
+        model = self.selected()
+        if model is None:
+            self.note.setText("")
+        elif model["label"] == "won't fit":
+            self.note.setText(f"<b>{model['name']} won't fit</b> in this computer's memory; pick a smaller model.")
+        else:
+            download = "nothing to download" if not model["download_bytes"] else \
+                f"downloads {_size(model['download_bytes'])} from Hugging Face the first time"
+            self.note.setText(f"{model['description']}; {download}.")
+        self.completeChanged.emit()
+
+    def isComplete(self) -> bool:  # noqa: N802
+        model = self.selected()
+        return model is not None and model["label"] != "won't fit"
+
+
+class SwarmPage(QWizardPage):
+    def __init__(self, config: NodeConfig, identity: IdentityPage, networks_file: Path) -> None:
+        super().__init__()
+        self.config = config
+        self.identity = identity
+        self.networks_file = networks_file
+        self.setTitle("Which swarm?")
+        self.setSubTitle("Start a new swarm and invite others, join one with an invite, or use a saved network.")
+        self.new = QRadioButton("Start a new swarm")
+        self.join = QRadioButton("Join a swarm with an invite")
+        self.preset = QRadioButton("Use a saved network")
+        self.mode = QButtonGroup(self)
+        for index, button in enumerate((self.new, self.join, self.preset)):
+            self.mode.addButton(button, index)
+        self.mode.idToggled.connect(self._mode_changed)
+
+        self.swarm_name = QLineEdit(config.swarm.swarm_name)
+        self.port = QSpinBox(minimum=1024, maximum=65535)
+        self.port.setValue(config.swarm.port or free_port())
+        self.port.setToolTip("A fixed port keeps your invite the same across restarts; open it in your firewall "
+                             "for peers outside this computer")
+        self.invite_preview = QLineEdit(readOnly=True)
+        self.invite_preview.setObjectName("invitePreview")
+        copy = QPushButton("Copy invite")
+        copy.clicked.connect(lambda: QGuiApplication.clipboard().setText(self.invite_preview.text()))
+        self.new_box = QWidget()
+        new_form = QFormLayout(self.new_box)
+        new_form.addRow("Swarm name", self.swarm_name)
+        new_form.addRow("Port", self.port)
+        invite_row = QHBoxLayout()
+        invite_row.addWidget(self.invite_preview, 1)
+        invite_row.addWidget(copy)
+        new_form.addRow("Invite to share", invite_row)
+        self.swarm_name.textChanged.connect(self._update_invite)
+        self.port.valueChanged.connect(self._update_invite)
+
+        self.invite_text = QPlainTextEdit(placeholderText="Paste the invite here (rl-swarm:join?...)")
+        self.invite_text.setObjectName("inviteInput")
+        self.invite_text.setMaximumHeight(80)
+        self.invite_status = QLabel("")
+        self.invite_status.setWordWrap(True)
+        self.save_as = QCheckBox("Save as a network named")
+        self.save_name = QLineEdit(placeholderText="e.g. Study group swarm")
+        self.join_box = QWidget()
+        join_layout = QVBoxLayout(self.join_box)
+        join_layout.addWidget(self.invite_text)
+        join_layout.addWidget(self.invite_status)
+        save_row = QHBoxLayout()
+        save_row.addWidget(self.save_as)
+        save_row.addWidget(self.save_name, 1)
+        join_layout.addLayout(save_row)
+        self.invite_text.textChanged.connect(self._check_invite)
+
+        self.networks = load_networks(networks_file)
+        self.preset_combo = QComboBox()
+        for network in self.networks:
+            self.preset_combo.addItem(network.name)
+        self.preset_info = QLabel("")
+        self.preset_info.setWordWrap(True)
+        self.preset_combo.currentIndexChanged.connect(self._preset_changed)
+        self.preset_box = QWidget()
+        preset_layout = QVBoxLayout(self.preset_box)
+        preset_layout.addWidget(self.preset_combo)
+        preset_layout.addWidget(self.preset_info)
+
+        layout = QVBoxLayout(self)
+        for button, box in ((self.new, self.new_box), (self.join, self.join_box), (self.preset, self.preset_box)):
+            layout.addWidget(button)
+            layout.addWidget(box)
+        layout.addStretch(1)
+        (self.join if config.swarm.initial_peers else self.new).setChecked(True)
+        if config.swarm.initial_peers:
+            self.invite_text.setPlainText(format_invite(config.swarm.swarm_name, config.swarm.initial_peers))
+        self._preset_changed(0)
+        self._mode_changed()
+
+    def initializePage(self) -> None:  # noqa: N802
+        self._update_invite()
+
+    def _mode_changed(self, *_: object) -> None:
+        self.new_box.setEnabled(self.new.isChecked())
+        self.join_box.setEnabled(self.join.isChecked())
+        self.preset_box.setEnabled(self.preset.isChecked())
+        self.completeChanged.emit()
+
+    def _update_invite(self) -> None:
+        peer = self.identity.peer
+        if peer is None:
+            self.invite_preview.setText("")
+            return
+        self.invite_preview.setText(format_invite(self.swarm_name.text().strip(),
+                                                  local_addresses(peer["peer_id"], self.port.value())))
+        self.invite_preview.setCursorPosition(0)
+        self.completeChanged.emit()
+
+    def _check_invite(self) -> None:
+        text = self.invite_text.toPlainText()
+        try:
+            invite = parse_invite(text)
+        except NodeError as exc:
+            self.invite_status.setText(f"<span style='color:#D55E00'>{exc.message}</span> {exc.hint}" if text.strip() else "")
+        else:
+            swarm = invite.swarm_name or self.config.swarm.swarm_name
+            self.invite_status.setText(f"Joining swarm <b>{swarm}</b> through {len(invite.peers)} address(es).")
+        self.completeChanged.emit()
+
+    def _preset_changed(self, index: int) -> None:
+        if 0 <= index < len(self.networks):
+            network = self.networks[index]
+            peers = f"{len(network.initial_peers)} bootstrap address(es)" if network.initial_peers else "starts its own swarm"
+            self.preset_info.setText(f"{network.description} (swarm {network.swarm_name}; {peers})")
+
+    def isComplete(self) -> bool:  # noqa: N802
+        if self.join.isChecked():
+            try:
+                parse_invite(self.invite_text.toPlainText())
+            except NodeError:
+                return False
+            return not self.save_as.isChecked() or bool(self.save_name.text().strip())
+        if self.preset.isChecked():
+            return bool(self.networks)
+        return bool(self.swarm_name.text().strip())
+
+    def swarm_settings(self) -> dict:
+        if self.join.isChecked():
+            invite = parse_invite(self.invite_text.toPlainText())
+            settings = {"swarm_name": invite.swarm_name or self.config.swarm.swarm_name,
+                        "initial_peers": list(invite.peers), "host": "0.0.0.0", "port": 0}
+            if self.save_as.isChecked():
+                save_network(self.networks_file, Network(name=self.save_name.text().strip(), **{
+                    k: settings[k] for k in ("swarm_name", "initial_peers", "host")}))
+            return settings
+        if self.preset.isChecked():
+            network = self.networks[self.preset_combo.currentIndex()]
+            return {"swarm_name": network.swarm_name, "initial_peers": network.initial_peers, "host": network.host,
+                    "port": 0}
+        return {"swarm_name": self.swarm_name.text().strip(), "initial_peers": [], "host": "0.0.0.0",
+                "port": self.port.value()}
+
+
+class SetupWizard(QWizard):
+    """Produces a validated NodeConfig from the current one; nothing is saved until Finish."""
+
+    def __init__(self, config: NodeConfig, networks_file: Path, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("RL Swarm setup")
+        self.setWizardStyle(QWizard.WizardStyle.ModernStyle)
+        self.setOption(QWizard.WizardOption.NoBackButtonOnStartPage)
+        self.config = config
+        self.identity_page = IdentityPage(config)
+        self.hardware_page = HardwarePage()
+        self.model_page = ModelPage(config, self.hardware_page)
+        self.swarm_page = SwarmPage(config, self.identity_page, networks_file)
+        for page in (self.identity_page, self.hardware_page, self.model_page, self.swarm_page):
+            self.addPage(page)
+        self.resize(760, 560)
+        self.result_config: NodeConfig | None = None
+
+    def accept(self) -> None:
+        rec = (self.hardware_page.data or {}).get("recommendation", {})
+        model = self.model_page.selected() or {"id": self.config.training.model}
+        training = {"model": model["id"]}
+        if rec:
+            training.update(device="auto", local_questions=rec["local_questions"], external_groups=rec["external_groups"],
+                            num_generations=rec["num_generations"], max_new_tokens=rec["max_new_tokens"],
+                            micro_batch_groups=rec["micro_batch_groups"])
+        try:
+            self.result_config = self.config.with_overrides({"training": training, "swarm": self.swarm_page.swarm_settings()})
+        except NodeError as exc:
+            self.swarm_page.invite_status.setText(f"{exc.message} {exc.hint}")
+            return
+        super().accept()

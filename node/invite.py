@@ -1,0 +1,72 @@
+"""Invites: how a swarm member tells others where to join, as one line that survives copy and paste.
+
+``rl-swarm:join?swarm=<name>&peer=<multiaddr>&peer=...`` carries the swarm name with the addresses, because a
+node that joins under another swarm name would share and gather under different keys and never see anyone.
+Bare multiaddrs (one per line or separated by spaces) are accepted as well.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass
+from urllib.parse import parse_qs, urlencode, urlsplit
+
+import psutil
+
+from node.errors import NodeError
+
+PREFIX = "rl-swarm:join?"
+_MULTIADDR = re.compile(
+    r"^/(ip4|ip6|dns|dns4|dns6)/[^/\s]+/(tcp|udp)/\d{1,5}(/quic(-v1)?)?/p2p/[1-9A-HJ-NP-Za-km-z]{40,60}$"
+)
+_SWARM = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+@dataclass(frozen=True)
+class Invite:
+    swarm_name: str | None  # None for bare addresses: the joiner's own swarm name is used
+    peers: tuple[str, ...]
+
+
+def format_invite(swarm_name: str, addresses: list[str]) -> str:
+    return PREFIX + urlencode([("swarm", swarm_name), *(("peer", a) for a in addresses)], safe="/")
+
+
+def parse_invite(text: str) -> Invite:
+    text = text.strip()
+    if not text:
+        raise NodeError("The invite is empty.", hint="paste the invite a swarm member copied for you", code="bad_invite")
+    swarm_name = None
+    if text.startswith(PREFIX):
+        query = parse_qs(urlsplit(text).query)
+        swarm_name = (query.get("swarm") or [None])[0]
+        peers = query.get("peer", [])
+        if swarm_name is not None and not _SWARM.match(swarm_name):
+            raise NodeError(f"The invite names an invalid swarm {swarm_name!r}.",
+                            hint="ask for a fresh invite", code="bad_invite")
+    else:
+        peers = text.split()
+    bad = [p for p in peers if not _MULTIADDR.match(p)]
+    if bad or not peers:
+        raise NodeError(
+            f"Not a valid invite: {bad[0] if bad else text[:80]!r}.",
+            hint="an invite starts with 'rl-swarm:join?' or is an address like /ip4/1.2.3.4/tcp/31337/p2p/Qm...",
+            code="bad_invite",
+        )
+    return Invite(swarm_name, tuple(dict.fromkeys(peers)))
+
+
+def local_addresses(peer_id: str, port: int) -> list[str]:
+    """Addresses others on this computer and its networks can reach us at (LAN first, loopback last)."""
+    lan, loopback = [], []
+    for addresses in psutil.net_if_addrs().values():
+        for address in addresses:
+            try:
+                ip = ipaddress.ip_address(address.address.split("%")[0])
+            except ValueError:
+                continue
+            if ip.version != 4 or ip.is_link_local:
+                continue
+            (loopback if ip.is_loopback else lan).append(f"/ip4/{ip}/tcp/{port}/p2p/{peer_id}")
+    return lan + loopback
