@@ -40,16 +40,16 @@ isolated() {
     HF_HOME="$tmp/hf" HF_HUB_OFFLINE=1 "$@"
 }
 self_test() {
-  local label=$1 exe=$2 began
+  local label=$1 exe=$2 data=$3 began
   echo "== self-test from the $label"
   began=$EPOCHREALTIME
-  isolated "$exe" --self-test --data-dir "$tmp/data-$label" || fail "self-test from the $label"
+  isolated "$exe" --self-test --data-dir "$tmp/$data" || fail "self-test from the $label"
   echo "$label: self-test took $(echo "$EPOCHREALTIME - $began" | bc) s (wall clock)"
 }
 mkdir -p "$tmp/home"
-self_test deb "$app/rl-swarm"
+self_test deb "$app/rl-swarm" data-deb
 # Again with the same data folder: the app's usual start, the bundled model already converted.
-self_test deb "$app/rl-swarm"
+self_test "deb, second start" "$app/rl-swarm" data-deb
 
 echo "== tarball ($tarball)"
 mkdir "$tmp/tar"
@@ -58,5 +58,5 @@ tree="$tmp/tar/rl-swarm-desktop"
 [ -x "$tree/install-menu-entry.sh" ] && [ -f "$tree/VERSION" ] || fail "tarball layout"
 isolated XDG_DATA_HOME="$tmp/xdg" sh "$tree/install-menu-entry.sh" >/dev/null || fail "install-menu-entry.sh"
 grep -q "^Exec=\"$tree/rl-swarm\"$" "$tmp/xdg/applications/rl-swarm-desktop.desktop" || fail "menu entry Exec"
-self_test tarball "$tree/rl-swarm"
+self_test tarball "$tree/rl-swarm" data-tarball
 echo "SMOKE PASSED"
