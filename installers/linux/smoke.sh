@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Smoke test of what installers/linux/build.sh made, as a user gets it: unpack the .deb and the tarball into a
-# temporary root, check their layout and menu entry, and run the bundled app's `--self-test` (headless: platform
+# temporary root, check their layout and menu entry, run the bundled app's `--self-test` (headless: platform
 # check, bundled model, a solo node for one round started from the bundle itself) with nothing from this
-# checkout or its virtualenv in sight. Prints the time to the first finished round; exits non-zero on any failure.
+# checkout or its virtualenv in sight, and start the app's window offscreen. Prints the time to the first
+# finished round; exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 deb=$(ls -t dist/rl-swarm-desktop_*_amd64.deb | head -n 1)
@@ -50,6 +51,12 @@ mkdir -p "$tmp/home"
 self_test deb "$app/rl-swarm" data-deb
 # Again with the same data folder: the app's usual start, the bundled model already converted.
 self_test "deb, second start" "$app/rl-swarm" data-deb
+
+echo "== the app's window (offscreen Qt) stays up"
+rc=0
+isolated timeout 20 "$app/rl-swarm" > "$tmp/gui.log" 2>&1 || rc=$?
+[ "$rc" = 124 ] || fail "the app exited with code $rc within 20 s: $(tail -n 3 "$tmp/gui.log")"
+echo "app: running after 20 s"
 
 echo "== tarball ($tarball)"
 mkdir "$tmp/tar"
