@@ -125,7 +125,7 @@ class Dashboard(QWidget):
         self.plots["seconds"].getPlotItem().enableAutoRange()
         if h.last is not None:
             m = h.last
-            external = "no peer groups" if m.reward_external is None else f"external {m.reward_external:.3f}"
+            external = "no peer groups trained on" if m.reward_external is None else f"external {m.reward_external:.3f}"
             self.summary.setText(
                 f"Round {m.round}: reward local {m.reward_local:.3f}, {external}; loss {m.loss:+.4f}; "
                 f"{m.seconds_total:.0f} s ({m.generation_tokens_per_s:.0f} tokens/s generating); "

@@ -16,13 +16,18 @@ from app import autostart, status
 from app.dashboard import Dashboard
 from app.gossip import GossipView
 from app.header import StatusHeader
+from app.hub_panel import HubPanel
 from app.logs_panel import LogsPanel, environment_report
 from app.policies import PausePolicies
 from app.settings_dialog import SettingsDialog
 from app.supervisor import NodeSupervisor
 from app.tray import Tray
 from node.config import NodeConfig
-from node.events import CheckpointSaved, Event, NodeFailed, NodeStarted, PeerJoined, PeerLeft, RolloutSample, RoundMetrics
+from node.events import (
+    CheckpointSaved, Event, NodeFailed, NodeStarted, PeerJoined, PeerLeft, RolloutSample, RoundMetrics, UploadFailed,
+    UploadFinished,
+)
+from node.hub_auth import PASSPHRASE_ENV
 from node.logs import LOG_FILE
 from node.runstore import RunStore
 
@@ -43,6 +48,7 @@ class MainWindow(QMainWindow):
         self.app_log = app_log
         self.started: NodeStarted | None = None
         self.quitting = False
+        self._quit_done = False
         self.prefs = QSettings()
         self.setWindowTitle("RL Swarm")
         self.setWindowIcon(icon)
@@ -52,9 +58,16 @@ class MainWindow(QMainWindow):
         self.dashboard = Dashboard()
         self.gossip = GossipView()
         self.logs = LogsPanel(self.diagnostics)
+        self.hub = HubPanel(config, config_path)
+        self.hub.settingsChanged.connect(self.apply_config)
+        self.hub.uploadFinished.connect(self._upload_finished)
+        self.hub.uploadFailed.connect(self._upload_failed)
+        # Automatic uploads run in the node: it needs the passphrase too (environment only, never a file).
+        self.hub.unlocked.connect(lambda passphrase: supervisor.environment.update({PASSPHRASE_ENV: passphrase}))
         self.tabs = QTabWidget()
         self.tabs.addTab(self.dashboard, "Dashboard")
         self.tabs.addTab(self.gossip, "Gossip")
+        self.tabs.addTab(self.hub, "Hugging Face")
         self.tabs.addTab(self.logs, "Logs")
         central = QWidget()
         layout = QVBoxLayout(central)
@@ -128,6 +141,7 @@ class MainWindow(QMainWindow):
         if isinstance(event, NodeStarted):
             self.started = event
             self.header.set_node(event)
+            self.hub.set_peer_name(event.peer_name)
             if event.resumed_from_round is not None:
                 self.load_run_history()  # the node cut its history back to the checkpoint
         elif isinstance(event, RoundMetrics):
@@ -144,6 +158,10 @@ class MainWindow(QMainWindow):
         elif isinstance(event, (PeerJoined, PeerLeft)):
             verb = "joined" if isinstance(event, PeerJoined) else "left"
             self.statusBar().showMessage(f"{event.peer_name} {verb} the swarm", 8000)
+        elif isinstance(event, UploadFinished):
+            self._upload_finished(event)
+        elif isinstance(event, UploadFailed):
+            self._upload_failed(event)
         elif isinstance(event, CheckpointSaved):
             self.statusBar().showMessage(f"Checkpoint saved after round {event.round}", 5000)
 
@@ -187,6 +205,13 @@ class MainWindow(QMainWindow):
         box.show()
         self.crash_box = box
 
+    def _upload_finished(self, event: UploadFinished) -> None:
+        self.notify("Upload finished", f"Round {event.round} is on the Hub: {event.url}")
+
+    def _upload_failed(self, event: UploadFailed) -> None:
+        if event.code != "upload_cancelled":
+            self.notify("Upload failed", f"{event.message}\n{event.hint}".strip(), critical=True)
+
     def notify(self, title: str, message: str, critical: bool = False) -> None:
         if self.tray:
             self.tray.notify(title, message, critical)
@@ -209,6 +234,7 @@ class MainWindow(QMainWindow):
         if config.desktop.start_at_login != autostart.is_enabled():
             autostart.set_enabled(config.desktop.start_at_login)
         self.config = config
+        self.hub.set_config(config)
         self.policies.apply(config.desktop)
         self.load_run_history()
         if node_changed and self.supervisor.running:
@@ -276,13 +302,16 @@ class MainWindow(QMainWindow):
     def quit(self) -> None:
         """Stop the node cleanly (checkpoint), then leave; the supervisor kills it if it hangs."""
         self.quitting = True
+        if self.supervisor.running:
+            self.statusBar().showMessage("Stopping the node: finishing the current step and saving a checkpoint…")
+        self.supervisor.stop()  # also cancels a restart that is waiting for its backoff
         if not self.supervisor.running:
             self._finish_quit()
-            return
-        self.statusBar().showMessage("Stopping the node: finishing the current step and saving a checkpoint…")
-        self.supervisor.stop()
 
     def _finish_quit(self) -> None:
+        if self._quit_done:
+            return
+        self._quit_done = True
         if self.tray:
             self.tray.hide()
         self.quitFinished.emit()

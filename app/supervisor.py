@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
 import signal
 import subprocess
 import threading
@@ -79,6 +80,7 @@ class NodeSupervisor(QObject):
         self.detail = ""
         self.stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_LINES)
         self.last_error: NodeFailed | None = None
+        self.environment: dict[str, str] = {}  # extra variables for the node (e.g. the secret-store passphrase)
         self._process: subprocess.Popen | None = None
         self._holds: set[str] = set()
         self._stop_requested = False
@@ -162,7 +164,7 @@ class NodeSupervisor(QObject):
         try:
             process = subprocess.Popen(
                 command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                text=True, encoding="utf-8", errors="replace", bufsize=1,
+                text=True, encoding="utf-8", errors="replace", bufsize=1, env={**os.environ, **self.environment},
             )
         except OSError as exc:
             self._set_state("failed", f"could not start the node: {exc}")

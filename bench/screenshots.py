@@ -58,10 +58,21 @@ def main() -> int:
     app = QApplication([sys.argv[0]])
     if args.style:
         app.setStyle(args.style)
-    if args.dark:
-        from PySide6.QtCore import Qt
+    if args.dark:  # what a desktop with a dark theme hands the app
+        from PySide6.QtGui import QColor, QPalette
 
-        app.styleHints().setColorScheme(Qt.ColorScheme.Dark)
+        app.setStyle("Fusion")
+        palette = QPalette()
+        for role, color in ((QPalette.ColorRole.Window, "#2b2b2b"), (QPalette.ColorRole.WindowText, "#e6e6e6"),
+                            (QPalette.ColorRole.Base, "#1e1e1e"), (QPalette.ColorRole.AlternateBase, "#2b2b2b"),
+                            (QPalette.ColorRole.Text, "#e6e6e6"), (QPalette.ColorRole.Button, "#3a3a3a"),
+                            (QPalette.ColorRole.ButtonText, "#e6e6e6"), (QPalette.ColorRole.Highlight, "#2a82da"),
+                            (QPalette.ColorRole.HighlightedText, "#ffffff"), (QPalette.ColorRole.ToolTipBase, "#3a3a3a"),
+                            (QPalette.ColorRole.ToolTipText, "#e6e6e6"), (QPalette.ColorRole.PlaceholderText, "#9a9a9a")):
+            palette.setColor(role, QColor(color))
+        for role in (QPalette.ColorRole.WindowText, QPalette.ColorRole.Text, QPalette.ColorRole.ButtonText):
+            palette.setColor(QPalette.ColorGroup.Disabled, role, QColor("#7a7a7a"))
+        app.setPalette(palette)
     suffix = "-dark" if args.dark else ""
     data = Path(tempfile.mkdtemp(prefix="rl-swarm-screens-"))
     config = NodeConfig.build({"run": {"data_dir": str(data)}, "swarm": {"swarm_name": "study-group"}})
@@ -92,6 +103,9 @@ def main() -> int:
     window.gossip.table.selectRow(0)
     settle(app)
     save(window, args.out, f"main-gossip{suffix}")
+    window.tabs.setCurrentWidget(window.hub)
+    settle(app)
+    save(window, args.out, f"main-huggingface{suffix}")
     window.tabs.setCurrentWidget(window.logs)
     import logging
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from node.config import NodeConfig, default_data_dir, merge
 from node.errors import NodeError
+from node.units import format_bytes
 
 
 def add_commands(commands) -> None:
@@ -29,6 +30,8 @@ def add_commands(commands) -> None:
     visibility.add_argument("--public", dest="private", action="store_false", help="create the repo public")
     upload.add_argument("--token-stdin", action="store_true", help="read a token from stdin for this upload only")
     upload.add_argument("--endpoint", help="Hub URL (default: HF_ENDPOINT or https://huggingface.co)")
+    upload.add_argument("--events-jsonl", action="store_true",
+                        help="report as JSON-lines upload events, and cancel on a 'cancel' line on stdin (for the app)")
     upload.set_defaults(handler=_cmd_upload)
 
     hf = commands.add_parser("hf", help="the Hugging Face token used for uploads")
@@ -113,21 +116,14 @@ def _stored_token(data_dir: Path | None) -> str:
 
 # ----------------------------------------------------------------------------------------------------- upload
 def _cmd_upload(args: argparse.Namespace) -> int:
-    from node.hub_upload import upload_run
-
     config = _run_config(args)
+    if args.events_jsonl:
+        return _upload_events(config, args)
     token = _read_token(True, "") if args.token_stdin else _stored_token(config.run.data_dir)
     cancel = threading.Event()
     outcome: dict[str, Any] = {}
     with _ByteProgress() as bar:
-        def work() -> None:
-            try:
-                outcome["result"] = upload_run(config, token=token, progress=bar.update, cancel=cancel)
-            except BaseException as exc:  # noqa: BLE001 - handed to the main thread
-                outcome["error"] = exc
-
-        worker = threading.Thread(target=work, name="hub-upload", daemon=True)
-        worker.start()
+        worker = _start_upload(config, token, bar.update, cancel, outcome)
         try:
             while worker.is_alive():
                 worker.join(0.2)
@@ -142,9 +138,60 @@ def _cmd_upload(args: argparse.Namespace) -> int:
         print(f"{result.repo_id} already holds the checkpoint of round {result.round}; nothing to upload")
     else:
         print(f"uploaded the checkpoint of round {result.round} ({result.rounds_trained} rounds trained) to "
-              f"{result.url}: {len(result.uploaded)} files changed, {_size(result.bytes_sent)} sent in "
+              f"{result.url}: {len(result.uploaded)} files changed, {format_bytes(result.bytes_sent)} sent in "
               f"{result.seconds:.1f} s, commit {result.commit[:12]}"
               + (f"; created the {'private' if result.private else 'public'} repo" if result.created_repo else ""))
+    return 0
+
+
+def _start_upload(config: NodeConfig, token: str, progress, cancel: threading.Event,
+                  outcome: dict[str, Any]) -> threading.Thread:
+    from node.hub_upload import upload_run
+
+    def work() -> None:
+        try:
+            outcome["result"] = upload_run(config, token=token, progress=progress, cancel=cancel)
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=work, name="hub-upload", daemon=True)
+    worker.start()
+    return worker
+
+
+def _upload_events(config: NodeConfig, args: argparse.Namespace) -> int:
+    """The app's way to upload: the app stays free of torch, and reads progress like any other node event."""
+    from node.events import JsonLinesWriter, UploadFailed, UploadFinished, UploadProgress
+
+    emit = JsonLinesWriter(sys.stdout)
+    repo = config.upload.repo_id or ""
+    cancel = threading.Event()
+
+    def read_commands() -> None:
+        for line in sys.stdin:
+            if line.strip() == "cancel":
+                cancel.set()
+        cancel.set()  # the app went away
+
+    try:
+        token = _read_token(True, "") if args.token_stdin else _stored_token(config.run.data_dir)
+    except NodeError as exc:
+        emit(UploadFailed(repo_id=repo, message=exc.message, hint=exc.hint, code=exc.code))
+        return 2
+    threading.Thread(target=read_commands, name="upload-commands", daemon=True).start()
+    outcome: dict[str, Any] = {}
+    _start_upload(config, token, lambda done, total: emit(UploadProgress(repo_id=repo, bytes_done=done,
+                                                                         bytes_total=total)),
+                  cancel, outcome).join()
+    error = outcome.get("error")
+    if error is not None:
+        if not isinstance(error, NodeError):
+            raise error
+        emit(UploadFailed(repo_id=repo, message=error.message, hint=error.hint, code=error.code))
+        return 2
+    result = outcome["result"]
+    emit(UploadFinished(repo_id=result.repo_id, url=result.url, commit=result.commit, round=result.round,
+                        files_uploaded=len(result.uploaded), bytes_sent=result.bytes_sent))
     return 0
 
 
@@ -185,11 +232,3 @@ class _ByteProgress:
 
     def __exit__(self, *exc_info) -> None:
         self._progress.stop()
-
-
-def _size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"

@@ -33,12 +33,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from node.checkpoint import Checkpointer, CheckpointState
 from node.config import NodeConfig
 from node.errors import NodeError
 from node.hub_auth import require_write, validate_token
 from node.hub_errors import as_node_error
+
+if TYPE_CHECKING:
+    from node.checkpoint import CheckpointState
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +148,8 @@ def upload_run(
     cancel = cancel or threading.Event()
     endpoint = endpoint or config.upload.endpoint
     private = config.upload.private if private is None else private
+    from node.checkpoint import Checkpointer  # torch: imported only when uploading, not by the app
+
     latest = Checkpointer(config.run_dir / "checkpoints").latest()
     if latest is None:
         raise NodeError(

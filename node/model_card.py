@@ -9,13 +9,16 @@ from __future__ import annotations
 import io
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 
-from node.checkpoint import CheckpointState
 from node.config import NodeConfig
 from node.events import RoundMetrics
+
+if TYPE_CHECKING:
+    from node.checkpoint import CheckpointState
 
 TAGS = ("rl-swarm", "grpo", "sapo", "reasoning-gym")
 BUNDLED_BASE = "HuggingFaceTB/SmolLM2-135M-Instruct"

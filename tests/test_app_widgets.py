@@ -233,3 +233,13 @@ def test_crash_loop_message_box(qtbot, tmp_path):
     window = make_window(qtbot, config_in(tmp_path))
     window.on_gave_up("The node crashed 4 times within 10 minutes, so it is not restarted again.\n\nLast lines...")
     assert window.crash_box.isVisible() and window.crash_box.icon() == QMessageBox.Icon.Critical
+
+
+def test_quitting_while_a_restart_is_pending_cancels_it(qtbot, tmp_path):
+    window = make_window(qtbot, config_in(tmp_path))
+    window.supervisor._restart_timer.start(60_000)  # a crashed node waiting for its backoff
+    finished = []
+    window.quitFinished.connect(lambda: finished.append(True))
+    window.quit()
+    assert not window.supervisor._restart_timer.isActive() and finished == [True]
+    assert window.supervisor.state == "stopped"

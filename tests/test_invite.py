@@ -55,3 +55,10 @@ def test_identity_command_creates_backs_up_and_restores(tmp_path):
     (tmp_path / "identity" / "swarm.key").unlink()
     assert identity()["peer_id"] != first["peer_id"]  # a lost key is a new peer ...
     assert identity("--restore", str(tmp_path / "backup.key"))["peer_id"] == first["peer_id"]  # ... unless restored
+
+
+def test_format_bytes():
+    from node.units import format_bytes
+
+    assert [format_bytes(n) for n in (0, 1023, 1536, 5 * 2**20, 3 * 2**40)] == \
+        ["0 B", "1023 B", "1.5 KiB", "5.0 MiB", "3072.0 GiB"]

@@ -1,0 +1,85 @@
+"""The first-run wizard, offscreen, asking the real node CLI for identity and hardware."""
+
+from __future__ import annotations
+
+from app.networks import load_networks
+from app.wizard import SetupWizard
+from node.config import NodeConfig
+from node.invite import format_invite, parse_invite
+
+PEER = "QmYyQSo1c1Ym7orWxLYvCrM2EmxFTANf8wXmmE7DWjhx5N"
+INVITE = format_invite("study-group", [f"/ip4/192.168.1.7/tcp/31337/p2p/{PEER}"])
+QUERY_MS = 180_000  # the hardware query imports torch in a child process
+
+
+def open_wizard(qtbot, tmp_path) -> SetupWizard:
+    config = NodeConfig.build({"run": {"data_dir": str(tmp_path / "data")}})
+    wizard = SetupWizard(config, tmp_path / "networks.toml")
+    qtbot.addWidget(wizard)
+    wizard.show()
+    qtbot.waitUntil(lambda: wizard.identity_page.peer is not None and wizard.hardware_page.data is not None,
+                    timeout=QUERY_MS)
+    return wizard
+
+
+def test_wizard_joins_a_swarm_with_a_model_that_fits(qtbot, tmp_path):
+    wizard = open_wizard(qtbot, tmp_path)
+    peer = wizard.identity_page.peer
+    assert peer["name"] in wizard.identity_page.peer_label.text()
+    assert wizard.identity_page.local_only.isChecked()
+    assert (tmp_path / "data" / "identity" / "swarm.key").exists()
+    wizard.next()
+    assert "CPU" in wizard.hardware_page.found.text() and "Recommended" in wizard.hardware_page.advice.text()
+    wizard.next()
+    models = wizard.model_page
+    labels = {m["id"]: m["label"] for m in models.models}
+    assert models.selected()["id"] == "bundled" and labels["bundled"] != "won't fit"  # the CPU recommendation
+    too_big = next(i for i, m in enumerate(models.models) if m["label"] == "won't fit")
+    models.table.selectRow(too_big)
+    assert not models.isComplete() and "won't fit" in models.note.text()
+    models.table.selectRow(next(i for i, m in enumerate(models.models) if m["id"] == "bundled"))
+    assert models.isComplete()
+    wizard.next()
+
+    swarm = wizard.swarm_page
+    assert swarm.new.isChecked() and peer["peer_id"] in parse_invite(swarm.invite_preview.text()).peers[0]
+    swarm.join.setChecked(True)
+    swarm.invite_text.setPlainText("not an invite")
+    assert not swarm.isComplete() and "Not a valid invite" in swarm.invite_status.text()
+    swarm.invite_text.setPlainText(INVITE)
+    assert swarm.isComplete() and "study-group" in swarm.invite_status.text()
+    swarm.save_as.setChecked(True)
+    assert not swarm.isComplete()  # a saved network needs a name
+    swarm.save_name.setText("Study group")
+    wizard.accept()
+
+    config = wizard.result_config
+    assert config.training.model == "bundled"
+    assert config.swarm.swarm_name == "study-group" and config.swarm.initial_peers == list(parse_invite(INVITE).peers)
+    saved = [n for n in load_networks(tmp_path / "networks.toml") if n.name == "Study group"]
+    assert saved and saved[0].initial_peers == config.swarm.initial_peers
+
+
+def test_wizard_starts_a_new_swarm_on_a_fixed_port(qtbot, tmp_path):
+    wizard = open_wizard(qtbot, tmp_path)
+    for _ in range(3):
+        wizard.next()
+    swarm = wizard.swarm_page
+    swarm.swarm_name.setText("my-swarm")
+    swarm.port.setValue(40123)
+    invite = parse_invite(swarm.invite_preview.text())
+    assert invite.swarm_name == "my-swarm" and all("/tcp/40123/" in a for a in invite.peers)
+    wizard.accept()
+    assert wizard.result_config.swarm.port == 40123 and wizard.result_config.swarm.initial_peers == []
+    assert wizard.result_config.training.local_questions == wizard.hardware_page.data["recommendation"]["local_questions"]
+
+
+def test_wizard_offers_the_saved_networks(qtbot, tmp_path):
+    wizard = open_wizard(qtbot, tmp_path)
+    for _ in range(3):
+        wizard.next()
+    swarm = wizard.swarm_page
+    swarm.preset.setChecked(True)
+    assert swarm.preset_combo.count() >= 1 and "loopback" in swarm.preset_combo.itemText(0)
+    wizard.accept()
+    assert wizard.result_config.swarm.host == "127.0.0.1"
