@@ -12,7 +12,7 @@ from PySide6.QtCore import QObject
 from node.demo import demo_config
 from node.events import Event, NodeStarted
 from node.invite import format_invite
-from node.launch import node_command
+from node.launch import node_command, node_environment, popen_options
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,8 @@ class DemoPeers(QObject):
             stderr = open(self.data_dir / f"node-{index + 1}.stderr.log", "wb")
             self.processes.append(subprocess.Popen(
                 node_command("run", "--config", str(path), "--control-stdin"),
-                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True,
+                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=stderr, env=node_environment(),
+                **popen_options(),
             ))
             log.info("demo peer %d started (pid %d)", index, self.processes[-1].pid)
 

@@ -14,7 +14,7 @@ import psutil
 
 from PySide6.QtCore import QCoreApplication, QTimer
 from PySide6.QtGui import QIcon
-from PySide6.QtWidgets import QApplication, QMessageBox
+from PySide6.QtWidgets import QApplication, QInputDialog, QLineEdit, QMessageBox
 
 from app.demo_peers import DemoPeers
 from app.main_window import MainWindow
@@ -24,6 +24,9 @@ from app.wizard import SetupWizard
 from node.config import NodeConfig, default_data_dir
 from node.demo import demo_config
 from node.errors import NodeError
+from node.hub_auth import PASSPHRASE_ENV
+from node.secret_store import keyring_available
+from node.wallet import WalletStore
 
 log = logging.getLogger("app")
 APP_LOG = "app.log"
@@ -88,16 +91,39 @@ class DesktopApp:
         if not wizard.exec() or wizard.result_config is None:
             return None
         wizard.result_config.save(self.config_path)
+        if wizard.passphrase:
+            self.supervisor.environment[PASSPHRASE_ENV] = wizard.passphrase
         return wizard.result_config
+
+    def unlock_wallet(self, config: NodeConfig) -> None:
+        """Without an OS keyring the wallet key is sealed with a passphrase: ask for it once per session."""
+        if config.chain.network == "none" or keyring_available() or PASSPHRASE_ENV in self.supervisor.environment:
+            return
+        store = WalletStore(config.run.data_dir, config.chain.wallet)
+        if not store.exists():
+            return  # the node itself says that no wallet was set up, with the fix
+        prompt = "The wallet key is stored encrypted. Passphrase:"
+        while True:
+            passphrase, ok = QInputDialog.getText(None, "Unlock wallet", prompt, QLineEdit.EchoMode.Password)
+            if not ok:
+                return  # the node will report the locked wallet
+            try:
+                WalletStore(config.run.data_dir, config.chain.wallet, passphrase=passphrase).unlock()
+            except NodeError as exc:
+                prompt = f"{exc.message}. Passphrase:"
+                continue
+            self.supervisor.environment[PASSPHRASE_ENV] = passphrase
+            return
 
     def open(self, config: NodeConfig, *, minimized: bool) -> MainWindow:
         app_log = setup_app_logging(config.run.data_dir)
+        self.unlock_wallet(config)
         log.info("app started with config %s", self.config_path)
         self.window = MainWindow(config, self.config_path, self.supervisor, self.icon, app_log)
         self.window.wizardRequested.connect(self.rerun_wizard)
         if not minimized or self.window.tray is None:
             self.window.show()
-        if config.desktop.start_training_on_launch:
+        if config.desktop.start_training_on_launch and self.window.platform.ok:
             self.supervisor.start()
         return self.window
 

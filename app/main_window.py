@@ -13,6 +13,7 @@ from PySide6.QtWidgets import (
 )
 
 from app import autostart, status
+from app.account_page import AccountPage
 from app.dashboard import Dashboard
 from app.gossip import GossipView
 from app.header import StatusHeader
@@ -29,6 +30,7 @@ from node.events import (
 )
 from node.hub_auth import PASSPHRASE_ENV
 from node.logs import LOG_FILE
+from node.platform_support import check_platform
 from node.runstore import RunStore
 
 log = logging.getLogger(__name__)
@@ -67,10 +69,19 @@ class MainWindow(QMainWindow):
         self.tabs = QTabWidget()
         self.tabs.addTab(self.dashboard, "Dashboard")
         self.tabs.addTab(self.gossip, "Gossip")
+        self.account = AccountPage(config)
+        self.tabs.addTab(self.account, "Account")
         self.tabs.addTab(self.hub, "Hugging Face")
         self.tabs.addTab(self.logs, "Logs")
         central = QWidget()
         layout = QVBoxLayout(central)
+        self.platform = check_platform()
+        self.platform_banner = QLabel(f"<b>The node cannot run yet: {self.platform.message}.</b> {self.platform.hint}")
+        self.platform_banner.setObjectName("platformBanner")
+        self.platform_banner.setWordWrap(True)
+        self.platform_banner.setStyleSheet("QLabel#platformBanner { background: #D55E00; color: white; padding: 8px; }")
+        self.platform_banner.setVisible(not self.platform.ok)
+        layout.addWidget(self.platform_banner)
         layout.addWidget(self.header)
         layout.addWidget(self.tabs, 1)
         self.setCentralWidget(central)
@@ -138,10 +149,12 @@ class MainWindow(QMainWindow):
         self.logs.follow(self.config.run_dir / LOG_FILE, self.app_log)
 
     def on_event(self, event: Event) -> None:
+        self.account.on_event(event)
         if isinstance(event, NodeStarted):
             self.started = event
             self.header.set_node(event)
             self.hub.set_peer_name(event.peer_name)
+            self.account.set_peer(event.peer_id)
             if event.resumed_from_round is not None:
                 self.load_run_history()  # the node cut its history back to the checkpoint
         elif isinstance(event, RoundMetrics):
@@ -168,7 +181,7 @@ class MainWindow(QMainWindow):
     def on_state(self, state: str, detail: str) -> None:
         held = bool(self.supervisor.holds)
         active = state in ("starting", "training", "waiting_for_peers", "paused", "restarting")
-        self.start_action.setEnabled(state in ("stopped", "finished", "failed", "crashed"))
+        self.start_action.setEnabled(state in ("stopped", "finished", "failed", "crashed") and self.platform.ok)
         self.pause_action.setEnabled(active and "user" not in self.supervisor.holds and state != "restarting")
         self.resume_action.setEnabled(active and "user" in self.supervisor.holds)
         self.stop_action.setEnabled(active)
@@ -235,6 +248,7 @@ class MainWindow(QMainWindow):
             autostart.set_enabled(config.desktop.start_at_login)
         self.config = config
         self.hub.set_config(config)
+        self.account.set_config(config)
         self.policies.apply(config.desktop)
         self.load_run_history()
         if node_changed and self.supervisor.running:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import os
 import signal
 import subprocess
 import threading
@@ -23,7 +22,7 @@ import psutil
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
 from node.events import Event, NodeFailed, StateChanged, event_from_json
-from node.launch import node_command
+from node.launch import node_command, node_environment, popen_options
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +163,8 @@ class NodeSupervisor(QObject):
         try:
             process = subprocess.Popen(
                 command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                text=True, encoding="utf-8", errors="replace", bufsize=1, env={**os.environ, **self.environment},
+                text=True, encoding="utf-8", errors="replace", bufsize=1,
+                env={**node_environment(), **self.environment}, **popen_options(),
             )
         except OSError as exc:
             self._set_state("failed", f"could not start the node: {exc}")

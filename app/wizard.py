@@ -15,11 +15,13 @@ from PySide6.QtWidgets import (
 
 from app.networks import Network, load_networks, save_network
 from app.node_query import NodeQuery
+from app.wallet_page import WalletPage
 from node.config import NodeConfig
 from node.errors import NodeError
 from node.invite import format_invite, local_addresses, parse_invite
 
 GIB = 2**30
+IDENTITY_PAGE, WALLET_PAGE, HARDWARE_PAGE, MODEL_PAGE, SWARM_PAGE = range(5)
 FIT_COLORS = {"fits": "#009E73", "tight": "#E69F00", "won't fit": "#D55E00"}
 
 
@@ -45,9 +47,9 @@ class IdentityPage(QWizardPage):
                          "record your participation on chain.")
         self.local_only = QRadioButton("Local only: train and share with peers, nothing recorded on chain")
         self.local_only.setChecked(True)
-        self.wallet = QRadioButton("Wallet login (on-chain testnet)")
-        self.wallet.setEnabled(False)
-        self.wallet.setToolTip("Wallet login and on-chain rewards are not available in this version")
+        self.wallet = QRadioButton("Wallet login: register this peer on the swarm's coordinator contract and record "
+                                   "rewards on chain (Gensyn Testnet, a local chain or a custom RPC)")
+        self.wallet.setChecked(config.chain.network != "none")
         self.peer_label = QLabel("Loading your peer identity…")
         self.peer_label.setObjectName("wizardPeer")
         self.peer_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -98,6 +100,9 @@ class IdentityPage(QWizardPage):
 
     def isComplete(self) -> bool:  # noqa: N802
         return self.peer is not None
+
+    def nextId(self) -> int:  # noqa: N802
+        return WALLET_PAGE if self.wallet.isChecked() else HARDWARE_PAGE
 
 
 class HardwarePage(QWizardPage):
@@ -357,13 +362,21 @@ class SetupWizard(QWizard):
         self.setOption(QWizard.WizardOption.NoBackButtonOnStartPage)
         self.config = config
         self.identity_page = IdentityPage(config)
+        self.wallet_page = WalletPage(config)
         self.hardware_page = HardwarePage()
         self.model_page = ModelPage(config, self.hardware_page)
         self.swarm_page = SwarmPage(config, self.identity_page, networks_file)
-        for page in (self.identity_page, self.hardware_page, self.model_page, self.swarm_page):
-            self.addPage(page)
+        for page_id, page in ((IDENTITY_PAGE, self.identity_page), (WALLET_PAGE, self.wallet_page),
+                              (HARDWARE_PAGE, self.hardware_page), (MODEL_PAGE, self.model_page),
+                              (SWARM_PAGE, self.swarm_page)):
+            self.setPage(page_id, page)
         self.resize(760, 560)
         self.result_config: NodeConfig | None = None
+
+    @property
+    def passphrase(self) -> str | None:
+        """The secret-store passphrase the wallet page unlocked with (the node needs it too; never saved)."""
+        return self.wallet_page.passphrase_used if self.identity_page.wallet.isChecked() else None
 
     def accept(self) -> None:
         rec = (self.hardware_page.data or {}).get("recommendation", {})
@@ -374,7 +387,11 @@ class SetupWizard(QWizard):
                             num_generations=rec["num_generations"], max_new_tokens=rec["max_new_tokens"],
                             micro_batch_groups=rec["micro_batch_groups"])
         try:
-            self.result_config = self.config.with_overrides({"training": training, "swarm": self.swarm_page.swarm_settings()})
+            chain = self.wallet_page.chain_settings() if self.identity_page.wallet.isChecked() else {"network": "none"}
+            data = self.config.to_dict()
+            data.pop("chain", None)  # a fresh [chain] section: keys the user cleared must not survive the merge
+            self.result_config = NodeConfig.build(data).with_overrides(
+                {"training": training, "swarm": self.swarm_page.swarm_settings(), "chain": chain})
         except NodeError as exc:
             self.swarm_page.invite_status.setText(f"{exc.message} {exc.hint}")
             return

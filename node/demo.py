@@ -21,7 +21,7 @@ from rich.table import Table
 from node.config import NodeConfig
 from node.errors import NodeError
 from node.events import event_from_json
-from node.launch import node_command
+from node.launch import node_command, node_environment, popen_options
 
 START_TIMEOUT_S = 600  # first start converts the bundled model
 STOP_TIMEOUT_S = 120
@@ -110,7 +110,7 @@ def _spawn(index: int, data_dir: Path, model: str, rounds: int | None, threads: 
     process = subprocess.Popen(
         command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(log_path, "wb"), text=True, bufsize=1,
         # The demo's own Ctrl-C handler stops the nodes in order; they must not get the terminal's SIGINT too.
-        start_new_session=True,
+        env=node_environment(), **popen_options(),
     )
     view = _NodeView(index=index, process=process, log_path=log_path)
     threading.Thread(target=_follow, args=(view,), name=f"demo-node-{index + 1}", daemon=True).start()

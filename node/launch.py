@@ -9,6 +9,7 @@ inside WSL2 (see :mod:`node.platform_support`).
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -36,3 +37,12 @@ def popen_options() -> dict:
     if sys.platform == "win32":
         return {"creationflags": subprocess.CREATE_NO_WINDOW | subprocess.CREATE_NEW_PROCESS_GROUP}
     return {"start_new_session": True}
+
+
+def node_environment() -> dict[str, str]:
+    """The environment of a node child: ours, with glibc's malloc held to two arenas unless the user chose.
+
+    torch's CPU threads otherwise each grow an arena of their own that is rarely returned: a bundled-model node
+    peaked at 13.1 GB RSS with the default and 8.6 GB with two arenas (one round each, this 2-core machine).
+    """
+    return {"MALLOC_ARENA_MAX": "2", **os.environ}

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from node.events import event_from_json
-from node.launch import node_command, popen_options
+from node.launch import node_command, node_environment, popen_options
 from node.platform_support import check_platform
 
 EXIT_OK, EXIT_FAILED, EXIT_PLATFORM = 0, 1, 3
@@ -71,7 +71,7 @@ def run(data_dir: Path, *, model: str = "bundled", timeout_s: float = DEFAULT_TI
     with open(stderr_path, "wb") as stderr:
         process = subprocess.Popen(
             self_test_command(data_dir, model), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr,
-            text=True, bufsize=1, **popen_options(),
+            text=True, bufsize=1, env=node_environment(), **popen_options(),
         )
     events: queue.Queue = queue.Queue()
     threading.Thread(target=_read_events, args=(process, events), name="self-test-events", daemon=True).start()
