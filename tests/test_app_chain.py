@@ -1,0 +1,97 @@
+"""Wallet login in the wizard and the account page, against a real local chain (eth-tester over loopback HTTP)."""
+
+from __future__ import annotations
+
+from app.account_page import AccountPage
+from app.wizard import HARDWARE_PAGE, WALLET_PAGE, SetupWizard
+from node.config import NodeConfig
+from node.wallet import WalletStore
+from tests.chain_helpers import deployed, devchain, funded_account  # noqa: F401 - devchain is a fixture
+
+PEER = "QmYyQSo1c1Ym7orWxLYvCrM2EmxFTANf8wXmmE7DWjhx5N"
+OTHER_PEER = "QmSC4ZigCVQwsb531fxsEeLGG2QVmhTgrYCM8Y5U4ZWGph"
+PASSPHRASE = "correct horse battery"
+
+
+def test_wizard_creates_a_wallet_after_the_phrase_is_confirmed(qtbot, tmp_path, devchain):  # noqa: F811
+    owner = funded_account(devchain)
+    target, _ = deployed(devchain, owner)
+    config = NodeConfig.build({"run": {"data_dir": str(tmp_path / "data")}})
+    wizard = SetupWizard(config, tmp_path / "networks.toml")
+    qtbot.addWidget(wizard)
+    wizard.show()
+    qtbot.waitUntil(lambda: wizard.identity_page.peer is not None, timeout=180_000)
+    wizard.identity_page.wallet.setChecked(True)
+    wizard.next()
+    assert wizard.currentId() == WALLET_PAGE
+    page = wizard.wallet_page
+    assert page.file_store  # no OS keyring here: the key is sealed with a passphrase
+    page.network.setCurrentIndex(page.network.findData("local"))
+    page.rpc.setText(devchain.url)
+    page.coordinator.setText(target.coordinator)
+    page.check_network()
+    qtbot.waitUntil(lambda: "Connected" in page.network_status.text(), timeout=30_000)
+
+    page.generate()
+    pending = page.pending
+    assert all(word in page.words.text() for word in pending.words)
+    page.passphrase.setText(PASSPHRASE)
+    page.repeat.setText(PASSPHRASE)
+    for position, edit in page.quiz.items():
+        edit.setText("wrong")
+    wizard.next()
+    assert wizard.currentId() == WALLET_PAGE and "do not match" in page.error.text()
+    for position, edit in page.quiz.items():
+        edit.setText(pending.words[position - 1])
+    wizard.next()
+    assert wizard.currentId() == HARDWARE_PAGE
+    assert pending.address not in page.words.text()  # the phrase is not shown again
+
+    qtbot.waitUntil(lambda: wizard.hardware_page.data is not None, timeout=180_000)
+    wizard.next()
+    wizard.next()
+    wizard.accept()
+    chain = wizard.result_config.chain
+    assert (chain.network, chain.rpc_url, chain.coordinator) == ("local", devchain.url, target.coordinator)
+    assert wizard.passphrase == PASSPHRASE
+    info = WalletStore(config.run.data_dir).info()
+    assert info.address == pending.address
+    on_disk = b"".join(p.read_bytes() for p in config.run.data_dir.rglob("*") if p.is_file())
+    assert " ".join(pending.words).encode() not in on_disk and pending._key[2:].encode() not in on_disk
+
+
+def test_account_page_shows_registration_totals_and_a_foreign_owner(qtbot, tmp_path, devchain):  # noqa: F811
+    owner = funded_account(devchain)
+    target, admin = deployed(devchain, owner)
+    me = funded_account(devchain)
+    config = NodeConfig.build({
+        "run": {"data_dir": str(tmp_path / "data")},
+        "chain": {"network": "local", "rpc_url": devchain.url, "coordinator": target.coordinator},
+    })
+    WalletStore(config.run.data_dir, passphrase=PASSPHRASE).import_private_key(me.key.hex())
+    from node.chain.coordinator import CoordinatorClient
+
+    mine = CoordinatorClient(target, me)
+    mine.register_peer(PEER)
+    mine.submit_reward(0, 750, PEER)
+    admin.register_peer(OTHER_PEER)
+
+    page = AccountPage(config)
+    qtbot.addWidget(page)
+    page.set_peer(PEER)
+    qtbot.waitUntil(lambda: page.summary is not None and page.summary.peer_id == PEER, timeout=30_000)
+    assert me.address in page.fields["address"].text()
+    assert "ETH" in page.fields["balance"].text()
+    assert page.fields["registration"].text() == "registered to this wallet"
+    assert page.fields["rewards"].text() == "750"
+
+    page.summary = None
+    page.set_peer(OTHER_PEER)
+    qtbot.waitUntil(lambda: page.summary is not None and page.summary.peer_id == OTHER_PEER, timeout=30_000)
+    assert "belongs to another wallet" in page.fields["registration"].text()
+
+
+def test_account_page_without_a_chain_says_local_only(qtbot, tmp_path):
+    page = AccountPage(NodeConfig.build({"run": {"data_dir": str(tmp_path / "data")}}))
+    qtbot.addWidget(page)
+    assert "Local only" in page.status.text() and not page.refresh_button.isEnabled()
