@@ -9,7 +9,8 @@ from pathlib import Path
 from PySide6.QtCore import QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QIcon, QKeySequence
 from PySide6.QtWidgets import (
-    QApplication, QLabel, QMainWindow, QMessageBox, QSystemTrayIcon, QTabWidget, QToolBar, QVBoxLayout, QWidget,
+    QApplication, QLabel, QMainWindow, QMessageBox, QPushButton, QSystemTrayIcon, QTabWidget, QToolBar, QVBoxLayout,
+    QWidget,
 )
 
 from app import autostart, status
@@ -23,6 +24,7 @@ from app.policies import PausePolicies
 from app.settings_dialog import SettingsDialog
 from app.supervisor import NodeSupervisor
 from app.tray import Tray
+from app.worker import Worker
 from node.config import NodeConfig
 from node.events import (
     CheckpointSaved, Event, NodeFailed, NodeStarted, PeerJoined, PeerLeft, RolloutSample, RoundMetrics, UploadFailed,
@@ -30,7 +32,7 @@ from node.events import (
 )
 from node.hub_auth import PASSPHRASE_ENV
 from node.logs import LOG_FILE
-from node.platform_support import check_platform
+from node.platform_support import check_platform, install_wsl_node
 from node.runstore import RunStore
 
 log = logging.getLogger(__name__)
@@ -81,7 +83,14 @@ class MainWindow(QMainWindow):
         self.platform_banner.setWordWrap(True)
         self.platform_banner.setStyleSheet("QLabel#platformBanner { background: #D55E00; color: white; padding: 8px; }")
         self.platform_banner.setVisible(not self.platform.ok)
+        self.install_node_button = QPushButton("Install the node in WSL")
+        self.install_node_button.setVisible(self.platform.code == "wsl_node_missing")
+        self.install_node_button.clicked.connect(self.install_wsl_node)
+        self.installer = Worker()
+        self.installer.done.connect(lambda _: self.recheck_platform())
+        self.installer.failed.connect(lambda exc: self.platform_banner.setText(f"<b>{exc.message}.</b> {exc.hint}"))
         layout.addWidget(self.platform_banner)
+        layout.addWidget(self.install_node_button)
         layout.addWidget(self.header)
         layout.addWidget(self.tabs, 1)
         self.setCentralWidget(central)
@@ -132,6 +141,20 @@ class MainWindow(QMainWindow):
         self.on_state(supervisor.state, supervisor.detail)
 
     # -- node ----------------------------------------------------------------------------------------------
+
+    def install_wsl_node(self) -> None:
+        """Windows: unpack the Linux node shipped with the app into WSL2 (about a minute, once per version)."""
+        self.install_node_button.setEnabled(False)
+        self.platform_banner.setText("Installing the node in WSL (about a minute)…")
+        self.installer.run(install_wsl_node, "wsl-install")
+
+    def recheck_platform(self) -> None:
+        self.platform = check_platform()
+        self.platform_banner.setText(f"<b>The node cannot run yet: {self.platform.message}.</b> {self.platform.hint}")
+        self.platform_banner.setVisible(not self.platform.ok)
+        self.install_node_button.setVisible(self.platform.code == "wsl_node_missing")
+        self.install_node_button.setEnabled(True)
+        self.on_state(self.supervisor.state, self.supervisor.detail)
 
     def start_node(self) -> None:
         self.supervisor.start()

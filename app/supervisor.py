@@ -13,6 +13,7 @@ import collections
 import logging
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -21,8 +22,10 @@ from pathlib import Path
 import psutil
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
+from node.config import NodeConfig
 from node.events import Event, NodeFailed, StateChanged, event_from_json
 from node.launch import node_command, node_environment, popen_options
+from node.platform_support import wsl_config
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +160,7 @@ class NodeSupervisor(QObject):
         self._stop_requested = False
         self.last_error = None
         self.stderr_tail.clear()
-        command = list(self._command(self.config_path))
+        command = list(self._command(self._node_config_path()))
         log.info("starting node: %s", " ".join(command))
         self._set_state("starting")
         try:
@@ -175,6 +178,14 @@ class NodeSupervisor(QObject):
             self._send("pause")
         threading.Thread(target=self._read_events, args=(process,), name="node-events", daemon=True).start()
         threading.Thread(target=self._read_stderr, args=(process,), name="node-stderr", daemon=True).start()
+
+    def _node_config_path(self) -> Path:
+        """On Windows the node runs in WSL2 and reads Linux paths: it gets a translated copy of the config."""
+        if sys.platform != "win32":
+            return self.config_path
+        path = self.config_path.with_suffix(".wsl.toml")
+        wsl_config(NodeConfig.load(self.config_path)).save(path)
+        return path
 
     def _read_events(self, process: subprocess.Popen) -> None:
         assert process.stdout is not None

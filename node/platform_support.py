@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path, PureWindowsPath
 from typing import Literal
 
+from node.config import NodeConfig
 from node.errors import NodeError
 
 DISTRIBUTION = "rl-swarm-desktop"
@@ -224,3 +225,11 @@ def _run(argv: Sequence[str]) -> subprocess.CompletedProcess:
         return subprocess.run(list(argv), capture_output=True, timeout=WSL_TIMEOUT_S)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return subprocess.CompletedProcess(list(argv), 1, b"", str(exc).encode())
+
+
+def wsl_config(config: NodeConfig) -> NodeConfig:
+    """The config as the node inside WSL must read it: the data folder and key file as /mnt/<drive>/... paths."""
+    run = {"data_dir": to_wsl_path(str(config.run.data_dir))}
+    if config.run.identity_file is not None:
+        run["identity_file"] = to_wsl_path(str(config.run.identity_file))
+    return config.with_overrides({"run": run})

@@ -125,3 +125,15 @@ def test_windows_check_walks_the_user_through_each_missing_piece(monkeypatch):
     ready = check_windows("wsl.exe", FakeWsl(WSL_LIST, version))
     assert ready.ok and "Ubuntu-24.04" in ready.message
     assert check_windows("wsl.exe", FakeWsl(WSL_LIST, version), distro="Debian").code == "wsl_no_distro"
+
+
+def test_the_wsl_node_reads_the_config_with_linux_paths():
+    from node.config import NodeConfig
+    from node.platform_support import wsl_config
+
+    config = NodeConfig.build({"run": {"data_dir": "C:\\Users\\me\\AppData\\Local\\rl-swarm",
+                                       "identity_file": "D:\\keys\\swarm.key"}})
+    translated = wsl_config(config)
+    assert str(translated.run.data_dir) == "/mnt/c/Users/me/AppData/Local/rl-swarm"
+    assert str(translated.run.identity_file) == "/mnt/d/keys/swarm.key"
+    assert translated.training == config.training
