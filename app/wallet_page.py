@@ -84,11 +84,13 @@ class WalletPage(QWizardPage):
         self.words = QLabel("")
         self.words.setObjectName("recoveryPhrase")
         self.words.setWordWrap(True)
+        self.words.setMinimumHeight(110)
         self.quiz_form = QFormLayout()
         self.quiz: dict[int, QLineEdit] = {}
         create_layout.addWidget(generate)
         create_layout.addWidget(self.words)
         create_layout.addLayout(self.quiz_form)
+        create_layout.addStretch(1)
         self.phrase = QPlainTextEdit(placeholderText="the 12 or 24 words, in order")
         self.phrase.setMaximumHeight(70)
         self.private_key = QLineEdit(placeholderText="0x… (64 hex digits)")

@@ -370,7 +370,7 @@ class SetupWizard(QWizard):
                               (HARDWARE_PAGE, self.hardware_page), (MODEL_PAGE, self.model_page),
                               (SWARM_PAGE, self.swarm_page)):
             self.setPage(page_id, page)
-        self.resize(760, 560)
+        self.resize(860, 720)
         self.result_config: NodeConfig | None = None
 
     @property
