@@ -130,11 +130,14 @@ class HardwarePage(QWizardPage):
         hw, rec = data["hardware"], data["recommendation"]
         kind = {"cuda": "NVIDIA GPU (CUDA)", "mps": "Apple GPU (Metal)", "cpu": "CPU only"}[hw["kind"]]
         self.found.setText(f"<b>{kind}</b><br>{hw['description']}")
+        names = {m["id"]: m["name"] for m in data.get("models", [])}
+        threads = f"{rec['threads']} CPU thread" + ("s" if rec["threads"] != 1 else "")
         self.advice.setText(
-            f"<b>Recommended:</b> {rec['model']} on {rec['device']}, training in {rec['train_dtype']}, "
+            f"<b>Recommended:</b> {names.get(rec['model'], rec['model'])} on {rec['device']}, "
+            f"training in {rec['train_dtype']}, "
             f"{rec['num_generations']} completions for each of {rec['local_questions']} questions plus "
             f"{rec['external_groups']} groups from peers per round, up to {rec['max_new_tokens']} new tokens, "
-            f"{rec['threads']} CPU threads.<br><br>{rec['reason']}"
+            f"{threads}.<br><br>{rec['reason']}"
         )
         self.completeChanged.emit()
 
