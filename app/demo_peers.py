@@ -11,7 +11,6 @@ from PySide6.QtCore import QObject
 
 from node.demo import demo_config
 from node.events import Event, NodeStarted
-from node.invite import format_invite
 from node.launch import node_command, node_environment, popen_options
 
 log = logging.getLogger(__name__)
@@ -28,13 +27,13 @@ class DemoPeers(QObject):
     def on_event(self, event: Event) -> None:
         """Peers join once the app's node has started and published its invite."""
         if isinstance(event, NodeStarted) and not any(p.poll() is None for p in self.processes):
-            self.spawn(format_invite(event.swarm_name, event.invite))
+            self.spawn(event.invite)
 
-    def spawn(self, invite: str) -> None:
+    def spawn(self, addresses: list[str]) -> None:
         self.processes = []
         for index in range(1, self.count + 1):
             config = demo_config(self.data_dir, index, model=self.model, threads=self.threads,
-                                 max_new_tokens=self.max_new_tokens, join=[invite])
+                                 max_new_tokens=self.max_new_tokens, join=addresses)
             path = self.data_dir / f"node-{index + 1}.toml"
             config.save(path)
             stderr = open(self.data_dir / f"node-{index + 1}.stderr.log", "wb")
