@@ -190,13 +190,10 @@ class HubPanel(QWidget):
         self.cancel_button.setEnabled(uploading)
 
     def _save_settings(self) -> None:
-        repo = self.repo.text().strip() or None
         try:
-            config = self.config.with_overrides({"upload": {"private": self.private.isChecked(),
-                                                            "every_rounds": self.every.value()}})
-            data = config.to_dict()
-            data["upload"].pop("repo_id", None)
-            config = NodeConfig.build(data).with_overrides({"upload": {"repo_id": repo}})
+            config = self.config.with_values({"upload": {"private": self.private.isChecked(),
+                                                         "every_rounds": self.every.value(),
+                                                         "repo_id": self.repo.text().strip() or None}})
         except NodeError as exc:
             self.result.setText(f"{exc.message} {exc.hint}")
             return

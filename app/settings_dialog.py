@@ -97,13 +97,8 @@ class SettingsDialog(QDialog):
                         "idle_minutes": self.idle.value(), "start_at_login": self.login.isChecked(),
                         "start_training_on_launch": self.on_launch.isChecked()},
         }
-        data = self.config.to_dict()
-        # None means "automatic"; merge() skips None, so clear those keys explicitly.
-        for key in ("threads", "gpu_memory_fraction"):
-            if overrides["run"][key] is None:
-                data["run"].pop(key, None)
         try:
-            self.result_config = NodeConfig.build(data).with_overrides(overrides)
+            self.result_config = self.config.with_values(overrides)
         except NodeError as exc:
             self.error.setText(f"{exc.message}\n{exc.hint}")
             return

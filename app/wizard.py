@@ -390,10 +390,9 @@ class SetupWizard(QWizard):
                             num_generations=rec["num_generations"], max_new_tokens=rec["max_new_tokens"],
                             micro_batch_groups=rec["micro_batch_groups"])
         try:
-            chain = self.wallet_page.chain_settings() if self.identity_page.wallet.isChecked() else {"network": "none"}
-            data = self.config.to_dict()
-            data.pop("chain", None)  # a fresh [chain] section: keys the user cleared must not survive the merge
-            self.result_config = NodeConfig.build(data).with_overrides(
+            chain = self.wallet_page.chain_settings() if self.identity_page.wallet.isChecked() else \
+                {"network": "none", "rpc_url": None, "chain_id": None, "coordinator": None}
+            self.result_config = self.config.with_values(
                 {"training": training, "swarm": self.swarm_page.swarm_settings(), "chain": chain})
         except NodeError as exc:
             self.swarm_page.invite_status.setText(f"{exc.message} {exc.hint}")

@@ -173,7 +173,15 @@ class NodeConfig(_Section):
         return cls.build(merge(data, overrides or {}), source=str(path))
 
     def with_overrides(self, overrides: dict[str, Any]) -> NodeConfig:
+        """Command-line style: a None value means "not given", so the current value stays."""
         return NodeConfig.build(merge(self.to_dict(), overrides))
+
+    def with_values(self, values: dict[str, dict[str, Any]]) -> NodeConfig:
+        """Form style (the app's dialogs): every field given is set, None included (None = automatic / empty)."""
+        data = self.model_dump(mode="json")
+        for section, fields in values.items():
+            data[section].update(fields)
+        return NodeConfig.build(data)
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude_none=True)

@@ -65,3 +65,13 @@ def test_cli_flags_map_onto_the_same_config(tmp_path):
     assert config.tasks.weights == {"basic_arithmetic": 1.0, "bf": 1.0}
     assert config.run.data_dir == tmp_path and config.run.rounds == 2
     assert config.run_dir == tmp_path / "runs" / "default"
+
+
+def test_with_values_sets_none_where_with_overrides_keeps(tmp_path):
+    config = NodeConfig.build({"run": {"data_dir": str(tmp_path), "threads": 3}, "upload": {"repo_id": "a/b"}})
+    assert config.with_overrides({"run": {"threads": None}}).run.threads == 3  # a flag not given
+    cleared = config.with_values({"run": {"threads": None}, "upload": {"repo_id": None, "every_rounds": 5}})
+    assert cleared.run.threads is None and cleared.upload.repo_id is None and cleared.upload.every_rounds == 5
+    assert cleared.run.data_dir == config.run.data_dir and cleared.training == config.training
+    with pytest.raises(NodeError):
+        config.with_values({"run": {"threads": 0}})
