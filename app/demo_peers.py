@@ -6,12 +6,11 @@ import logging
 import subprocess
 from pathlib import Path
 
-import psutil
 from PySide6.QtCore import QObject
 
 from node.demo import demo_config
 from node.events import Event, NodeStarted
-from node.launch import node_command, node_environment, popen_options
+from node.launch import node_command, node_environment, popen_options, stop_processes
 
 log = logging.getLogger(__name__)
 
@@ -39,25 +38,11 @@ class DemoPeers(QObject):
             stderr = open(self.data_dir / f"node-{index + 1}.stderr.log", "wb")
             self.processes.append(subprocess.Popen(
                 node_command("run", "--config", str(path), "--control-stdin"),
-                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=stderr, env=node_environment(),
+                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=stderr, text=True, env=node_environment(),
                 **popen_options(),
             ))
             log.info("demo peer %d started (pid %d)", index, self.processes[-1].pid)
 
     def stop(self, timeout_s: float = 60.0) -> None:
-        for process in self.processes:
-            try:
-                process.stdin.write(b"stop\n")
-                process.stdin.close()
-            except (BrokenPipeError, OSError, ValueError):
-                pass
-        for process in self.processes:
-            try:
-                process.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                try:
-                    for proc in [*psutil.Process(process.pid).children(recursive=True), psutil.Process(process.pid)]:
-                        proc.kill()
-                except psutil.NoSuchProcess:
-                    pass
+        stop_processes(self.processes, timeout_s)
         self.processes = []

@@ -77,15 +77,13 @@ class MainWindow(QMainWindow):
         self.tabs.addTab(self.logs, "Logs")
         central = QWidget()
         layout = QVBoxLayout(central)
-        self.platform = check_platform()
-        self.platform_banner = QLabel(f"<b>The node cannot run yet: {self.platform.message}.</b> {self.platform.hint}")
+        self.platform_banner = QLabel()
         self.platform_banner.setObjectName("platformBanner")
         self.platform_banner.setWordWrap(True)
         self.platform_banner.setStyleSheet("QLabel#platformBanner { background: #D55E00; color: white; padding: 8px; }")
-        self.platform_banner.setVisible(not self.platform.ok)
         self.install_node_button = QPushButton("Install the node in WSL")
-        self.install_node_button.setVisible(self.platform.code == "wsl_node_missing")
         self.install_node_button.clicked.connect(self.install_wsl_node)
+        self._show_platform()
         self.installer = Worker()
         self.installer.done.connect(lambda _: self.recheck_platform())
         self.installer.failed.connect(lambda exc: self.platform_banner.setText(f"<b>{exc.message}.</b> {exc.hint}"))
@@ -149,12 +147,15 @@ class MainWindow(QMainWindow):
         self.installer.run(install_wsl_node, "wsl-install")
 
     def recheck_platform(self) -> None:
+        self._show_platform()
+        self.on_state(self.supervisor.state, self.supervisor.detail)
+
+    def _show_platform(self) -> None:
         self.platform = check_platform()
         self.platform_banner.setText(f"<b>The node cannot run yet: {self.platform.message}.</b> {self.platform.hint}")
         self.platform_banner.setVisible(not self.platform.ok)
         self.install_node_button.setVisible(self.platform.code == "wsl_node_missing")
         self.install_node_button.setEnabled(True)
-        self.on_state(self.supervisor.state, self.supervisor.detail)
 
     def start_node(self) -> None:
         self.supervisor.start()
@@ -203,8 +204,8 @@ class MainWindow(QMainWindow):
 
     def on_state(self, state: str, detail: str) -> None:
         held = bool(self.supervisor.holds)
-        active = state in ("starting", "training", "waiting_for_peers", "paused", "restarting")
-        self.start_action.setEnabled(state in ("stopped", "finished", "failed", "crashed") and self.platform.ok)
+        active = state in status.ACTIVE
+        self.start_action.setEnabled(state in status.ENDED and self.platform.ok)
         self.pause_action.setEnabled(active and "user" not in self.supervisor.holds and state != "restarting")
         self.resume_action.setEnabled(active and "user" in self.supervisor.holds)
         self.stop_action.setEnabled(active)
@@ -266,6 +267,7 @@ class MainWindow(QMainWindow):
     def apply_config(self, config: NodeConfig) -> None:
         """Save the new config; the node reads it at start, so offer a restart when it runs."""
         node_changed = config.model_dump(exclude={"desktop"}) != self.config.model_dump(exclude={"desktop"})
+        run_moved = config.run_dir != self.config.run_dir
         config.save(self.config_path)
         if config.desktop.start_at_login != autostart.is_enabled():
             autostart.set_enabled(config.desktop.start_at_login)
@@ -273,7 +275,8 @@ class MainWindow(QMainWindow):
         self.hub.set_config(config)
         self.account.set_config(config)
         self.policies.apply(config.desktop)
-        self.load_run_history()
+        if run_moved:  # another data folder: another run's history and logs
+            self.load_run_history()
         if node_changed and self.supervisor.running:
             answer = QMessageBox.question(self, "Restart the node?",
                                           "The new settings apply when the node starts again. Restart it now? "
@@ -283,7 +286,7 @@ class MainWindow(QMainWindow):
                 self.supervisor.stop()
 
     def _start_after_stop(self, state: str, _detail: str) -> None:
-        if state in ("stopped", "finished", "failed", "crashed"):
+        if state in status.ENDED:
             self.supervisor.stateChanged.disconnect(self._start_after_stop)
             self.supervisor.start()
 

@@ -22,6 +22,7 @@ COLORS = {
     "crashed": "#D55E00", "failed": "#D55E00", "error": "#D55E00",
 }
 ACTIVE = {"starting", "training", "waiting_for_peers", "paused", "restarting"}
+ENDED = {"stopped", "finished", "failed", "crashed"}  # no node process: Start is offered
 
 
 def label(state: str, detail: str = "") -> str:

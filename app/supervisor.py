@@ -19,12 +19,11 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import psutil
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
 from node.config import NodeConfig
 from node.events import Event, NodeFailed, StateChanged, event_from_json
-from node.launch import node_command, node_environment, popen_options
+from node.launch import kill_tree, node_command, node_environment, popen_options
 from node.platform_support import wsl_config
 
 log = logging.getLogger(__name__)
@@ -221,16 +220,7 @@ class NodeSupervisor(QObject):
         if process is None:
             return
         log.warning("node did not stop in time; killing process %d and its children", process.pid)
-        try:
-            parent = psutil.Process(process.pid)
-            children = parent.children(recursive=True)
-        except psutil.NoSuchProcess:
-            return
-        for proc in [*children, parent]:
-            try:
-                proc.kill()
-            except psutil.NoSuchProcess:
-                pass
+        kill_tree(process.pid)
 
     # -- reactions (GUI thread) ----------------------------------------------------------------------------
 

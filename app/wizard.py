@@ -19,6 +19,7 @@ from app.wallet_page import WalletPage
 from node.config import NodeConfig
 from node.errors import NodeError
 from node.invite import format_invite, local_addresses, parse_invite
+from node.units import format_bytes
 
 GIB = 2**30
 IDENTITY_PAGE, WALLET_PAGE, HARDWARE_PAGE, MODEL_PAGE, SWARM_PAGE = range(5)
@@ -26,9 +27,7 @@ FIT_COLORS = {"fits": "#009E73", "tight": "#E69F00", "won't fit": "#D55E00"}
 
 
 def _size(num_bytes: int) -> str:
-    if num_bytes == 0:
-        return "none (offline)"
-    return f"{num_bytes / GIB:.1f} GiB" if num_bytes >= GIB else f"{num_bytes / 2**20:.0f} MiB"
+    return "none (offline)" if num_bytes == 0 else format_bytes(num_bytes)
 
 
 def free_port() -> int:

@@ -36,7 +36,8 @@ from node.grpo import GrpoLearner, Policy, TrainGroup  # noqa: E402
 from node.identity import load_or_create  # noqa: E402
 from node.records import RoundRecord, SharedGroup  # noqa: E402
 from node.swarm import Swarm  # noqa: E402
-from node.tasks import DEFAULT_FAMILIES, TaskSource, build_messages, score  # noqa: E402
+from node.taskref import DEFAULT_FAMILIES  # noqa: E402
+from node.tasks import TaskSource, build_messages, score  # noqa: E402
 
 
 def main() -> None:

@@ -21,7 +21,7 @@ from rich.table import Table
 from node.config import NodeConfig
 from node.errors import NodeError
 from node.events import event_from_json
-from node.launch import node_command, node_environment, popen_options
+from node.launch import node_command, node_environment, popen_options, stop_processes
 
 START_TIMEOUT_S = 600  # first start converts the bundled model
 STOP_TIMEOUT_S = 120
@@ -171,31 +171,7 @@ def _fmt(value, spec: str = ".3f") -> str:
 
 
 def _stop_all(views: list[_NodeView]) -> None:
-    for view in views:
-        if view.process.poll() is None and view.process.stdin:
-            try:
-                view.process.stdin.write("stop\n")
-                view.process.stdin.flush()
-            except (BrokenPipeError, OSError):
-                pass
-    deadline = time.monotonic() + STOP_TIMEOUT_S
-    for view in views:
-        try:
-            view.process.wait(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            _kill_tree(view.process.pid)
-
-
-def _kill_tree(pid: int) -> None:
-    try:
-        parent = psutil.Process(pid)
-    except psutil.NoSuchProcess:
-        return
-    for process in [*parent.children(recursive=True), parent]:
-        try:
-            process.kill()
-        except psutil.NoSuchProcess:
-            pass
+    stop_processes([view.process for view in views], STOP_TIMEOUT_S)
 
 
 def _finish(views: list[_NodeView], console: Console, *, stopped_early: bool) -> int:

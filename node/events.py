@@ -78,6 +78,18 @@ class RoundMetrics(Event):
     groups_zero_advantage: int
     groups_rejected: int
     rejected_reasons: dict[str, int]
+    # Received peer groups by fate: groups_received = groups_used + groups_zero_advantage (all rewards equal)
+    # + groups_rejected + groups_not_needed (usable, but J were already taken).
+    groups_not_needed: int = 0
+    # Signals that move while the model learns (GRPO's loss is ~0 by construction with one iteration and beta=0).
+    wellformed_rate: float = 0.0  # share of local completions with one complete <answer> block
+    accuracy_local: float = 0.0  # share of local completions whose answer is exactly right
+    groups_with_spread: float = 0.0  # share of trained groups whose rewards differ (the ones that give a gradient)
+    mean_abs_advantage: float = 0.0
+    grad_norm: float | None = None
+    entropy: float | None = None
+    update_skipped: bool = False  # no trained group had reward spread: no forward/backward was run
+    difficulty: dict[str, int] = field(default_factory=dict)  # curriculum level per task family
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,6 +105,41 @@ class RolloutSample(Event):
     question: str
     completion: str
     reward: float
+    expected: str | None = None  # our own regenerated ground truth (never taken from a peer)
+    reason: str = ""  # why it scored what it did: correct, wrong_value, partial_credit, no_answer_block, cut_at_token_limit
+    fate: str = "trained"  # trained, dropped_equal_rewards, not_needed, rejected:<reason>
+    group_rewards: list[float] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoundProgress(Event):
+    """Where the current round is, for a progress bar; ``total`` 0 means no count is known."""
+
+    kind: ClassVar[str] = "round_progress"
+    round: int
+    phase: Literal["loading_model", "generating", "sharing", "waiting_for_peers", "training", "checkpoint", "evaluating"]
+    done: int = 0
+    total: int = 0
+    detail: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvalFinished(Event):
+    """Held-out evaluation on unseen tasks (a seed space disjoint from training), run at round 0 and every N rounds.
+
+    Exact-match and reasoning-gym's own score are reported apart, so partial credit never passes for accuracy.
+    """
+
+    kind: ClassVar[str] = "eval_finished"
+    round: int
+    rounds_trained: int
+    questions: int
+    accuracy_greedy: float  # pass@1, greedy decoding, exact match
+    exact_mean: float  # mean exact match over the sampled completions per question
+    score_mean: float  # mean reasoning-gym score (partial credit included) of the sampled completions
+    wellformed_rate: float
+    per_family: dict[str, float] = field(default_factory=dict)  # greedy exact accuracy by family
+    seconds: float = 0.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -193,7 +240,7 @@ class UploadFailed(Event):
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls
     for cls in (
-        NodeStarted, StateChanged, RoundMetrics, RolloutSample, PeerJoined, PeerLeft, CheckpointSaved, NodeFailed,
+        NodeStarted, StateChanged, RoundMetrics, RolloutSample, RoundProgress, EvalFinished, PeerJoined, PeerLeft, CheckpointSaved, NodeFailed,
         ChainStatus, ChainTransaction,
         UploadProgress, UploadFinished, UploadFailed,
     )

@@ -12,6 +12,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
+
+import psutil
 
 FROZEN_NODE_ARG = "node"
 
@@ -46,3 +49,34 @@ def node_environment() -> dict[str, str]:
     peaked at 13.1 GB RSS with the default and 8.6 GB with two arenas (one round each, this 2-core machine).
     """
     return {"MALLOC_ARENA_MAX": "2", **os.environ}
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL a node and its p2p daemon: a killed parent cannot take its children down, they would be orphans."""
+    try:
+        parent = psutil.Process(pid)
+        family = [*parent.children(recursive=True), parent]
+    except psutil.NoSuchProcess:
+        return
+    for process in family:
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
+def stop_processes(processes: list[subprocess.Popen], timeout_s: float) -> None:
+    """Ask node children (started with ``--control-stdin``, text pipes) to stop; kill what is still up at the end."""
+    for process in processes:
+        if process.poll() is None and process.stdin:
+            try:
+                process.stdin.write("stop\n")
+                process.stdin.flush()
+            except (BrokenPipeError, OSError, ValueError):
+                pass
+    deadline = time.monotonic() + timeout_s
+    for process in processes:
+        try:
+            process.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            kill_tree(process.pid)

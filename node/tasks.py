@@ -31,7 +31,7 @@ from reasoning_gym.dataset import ProceduralDataset
 from reasoning_gym.factory import DATASETS
 
 from node.errors import NodeError
-from node.taskref import DEFAULT_FAMILIES, TaskRef
+from node.taskref import TaskRef
 
 log = logging.getLogger(__name__)
 

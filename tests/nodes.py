@@ -11,10 +11,10 @@ import threading
 import time
 from pathlib import Path
 
-import psutil
 
 from node.config import NodeConfig
 from node.events import Event, event_from_json
+from node.launch import kill_tree
 
 FAST_FAMILIES = "basic_arithmetic,base_conversion,fraction_simplification"
 
@@ -85,17 +85,8 @@ class NodeProcess:
 
     def kill_tree(self) -> None:
         """SIGKILL the node and its p2p daemon (a killed parent cannot take its children down)."""
-        try:
-            children = psutil.Process(self.process.pid).children(recursive=True)
-        except psutil.NoSuchProcess:
-            children = []
-        self.process.kill()
+        kill_tree(self.process.pid)
         self.process.wait()
-        for child in children:
-            try:
-                child.kill()
-            except psutil.NoSuchProcess:
-                pass
 
     def events_of(self, kind: str) -> list[Event]:
         return [e for e in self.seen if e.kind == kind]

@@ -7,7 +7,7 @@ import pytest
 from node.cli import _parser, config_from_args
 from node.config import NodeConfig
 from node.errors import NodeError
-from node.tasks import DEFAULT_FAMILIES
+from node.taskref import DEFAULT_FAMILIES
 
 
 def test_defaults_are_valid_and_sapo_shaped():

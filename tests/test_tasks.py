@@ -12,9 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from node.errors import NodeError
-from node.taskref import TaskRef
+from node.taskref import DEFAULT_FAMILIES, TaskRef
 from node.tasks import (
-    DEFAULT_FAMILIES,
     MAX_INDEX,
     SYSTEM_PROMPT,
     Task,
