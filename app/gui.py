@@ -177,7 +177,7 @@ def run_app(argv: list[str]) -> int:
         if config is None:
             return 0
     if demo_peers is not None:
-        desktop.supervisor.event.connect(demo_peers.on_event)
+        demo_peers.attach(desktop.supervisor)  # peers start and stop with the app's node
     window = desktop.open(config, minimized=args.minimized)
     # Ctrl-C in a terminal quits cleanly: Python only sees signals when the event loop lets it run.
     signal.signal(signal.SIGINT, lambda *_: window.quit())

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
+import socket
 import sys
 import threading
 from dataclasses import asdict
@@ -20,6 +22,7 @@ from node.errors import NodeError
 from node.invite import format_invite, parse_invite
 
 INVITE_FILE = "invite.json"
+PORT_FILE = "listen_port"  # in the run folder: the port the node got last time it was given "any free port"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,17 +46,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from node.logs import setup_logging
     from node.runner import SwarmNode
 
-    config = config_from_args(args)
+    config = keep_last_port(config_from_args(args))
     log_path = setup_logging(config.run_dir, verbose=args.verbose)
     bus = EventBus()
-    if args.events_jsonl:
-        bus.subscribe(JsonLinesWriter(sys.stdout))
+    events = event_stream(args)
+    if events is not None:
+        bus.subscribe(JsonLinesWriter(events))
     else:
         bus.subscribe(_HumanProgress(log_path))
     invite_path = config.run.data_dir / INVITE_FILE
 
     def remember_invite(event) -> None:
         if isinstance(event, NodeStarted):
+            remember_port(config, event.invite)
             invite_path.write_text(
                 json.dumps({"pid": os.getpid(), "peer_id": event.peer_id, "swarm_name": event.swarm_name,
                             "invite": event.invite}),
@@ -70,6 +75,58 @@ def _cmd_run(args: argparse.Namespace) -> int:
     finally:
         invite_path.unlink(missing_ok=True)
     return 0
+
+
+def keep_last_port(config: NodeConfig) -> NodeConfig:
+    """A node told to take any free port (0) takes the port of its last run again when that port is free: its
+    address stays the same across a stop and start, so peers that know it (invites, demo peers, routing tables)
+    find it again."""
+    if config.swarm.port:
+        return config
+    try:
+        port = int((config.run_dir / PORT_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return config
+    if not 0 < port <= 65535 or not _port_free(config.swarm.host, port):
+        return config
+    return config.with_overrides({"swarm": {"port": port}})
+
+
+def remember_port(config: NodeConfig, invite: list[str]) -> None:
+    ports = {int(match.group(1)) for address in invite if (match := re.search(r"/tcp/(\d+)", address))}
+    if len(ports) == 1:
+        config.run_dir.mkdir(parents=True, exist_ok=True)
+        (config.run_dir / PORT_FILE).write_text(str(ports.pop()), encoding="utf-8")
+
+
+def _port_free(host: str, port: int) -> bool:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a just-stopped node leaves TIME_WAIT behind
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def add_event_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--events-jsonl", action="store_true",
+                        help="print typed events as JSON lines on stdout (where --events-fd is not possible)")
+    parser.add_argument("--events-fd", type=int, metavar="FD",
+                        help="write typed events as JSON lines to this inherited file descriptor (the app's channel)")
+
+
+def event_stream(args: argparse.Namespace):
+    """Where JSON-lines events go: the inherited fd the supervising process reads, else stdout, else nowhere."""
+    if args.events_fd is not None:
+        try:
+            os.set_inheritable(args.events_fd, False)  # ours alone: the p2p daemon must not hold the pipe open
+            return os.fdopen(args.events_fd, "w", encoding="utf-8", buffering=1)
+        except OSError as exc:
+            raise NodeError(f"--events-fd {args.events_fd} is not an open file descriptor ({exc})",
+                            hint="pass a descriptor the parent process left open, or use --events-jsonl") from None
+    return sys.stdout if args.events_jsonl else None
 
 
 class _HumanProgress:
@@ -124,7 +181,7 @@ def _stop_on_signals(node) -> None:
 
 def _read_controls(node) -> None:
     """Commands for a supervising process (the desktop app): one word per line on stdin."""
-    actions = {"pause": node.pause, "resume": node.resume, "stop": node.stop}
+    actions = {"pause": node.pause, "resume": node.resume, "stop": node.stop, "cancel": node.stop}
     for line in sys.stdin:
         action = actions.get(line.strip().lower())
         if action:
@@ -262,8 +319,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--rpc-url", help="JSON-RPC URL of the chain (default: the network's)")
     run.add_argument("--coordinator", help="SwarmCoordinator contract address")
     run.add_argument("--wallet", help="wallet name (default: default)")
-    run.add_argument("--events-jsonl", action="store_true", help="print typed events as JSON lines on stdout")
-    run.add_argument("--control-stdin", action="store_true", help="accept pause/resume/stop lines on stdin")
+    add_event_options(run)
+    run.add_argument("--control-stdin", action="store_true", help="accept pause/resume/stop/cancel lines on stdin")
     run.add_argument("-v", "--verbose", action="store_true")
     run.set_defaults(handler=_cmd_run)
 
