@@ -145,7 +145,7 @@ def demo_setup(peers: int) -> tuple[Path, DemoPeers]:
     data_dir = default_data_dir() / "demo"
     threads = max(1, (psutil.cpu_count(logical=False) or 1) // (peers + 1))
     config = demo_config(data_dir, 0, model=BUNDLED, threads=threads, max_new_tokens=DEMO_MAX_NEW_TOKENS)
-    config = config.with_overrides({"desktop": {"start_training_on_launch": True}})
+    config = config.update({"desktop": {"start_training_on_launch": True}})
     path = default_config_path().with_name("demo.toml")
     config.save(path)
     return path, DemoPeers(data_dir, count=peers, model=BUNDLED, threads=threads, max_new_tokens=DEMO_MAX_NEW_TOKENS)

@@ -195,7 +195,7 @@ class HubPanel(QWidget):
 
     def _save_settings(self) -> None:
         try:
-            config = self.config.with_values({"upload": {"private": self.private.isChecked(),
+            config = self.config.update({"upload": {"private": self.private.isChecked(),
                                                          "every_rounds": self.every.value(),
                                                          "repo_id": self.repo.text().strip() or None}})
         except NodeError as exc:

@@ -391,7 +391,7 @@ class SetupWizard(QWizard):
         try:
             chain = self.wallet_page.chain_settings() if self.identity_page.wallet.isChecked() else \
                 {"network": "none", "rpc_url": None, "chain_id": None, "coordinator": None}
-            self.result_config = self.config.with_values(
+            self.result_config = self.config.update(
                 {"training": training, "swarm": self.swarm_page.swarm_settings(), "chain": chain})
         except NodeError as exc:
             self.swarm_page.invite_status.setText(f"{exc.message} {exc.hint}")

@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from node.config import NodeConfig, default_data_dir, merge
+from node.config import NodeConfig, default_data_dir, given
 from node.errors import NodeError
 from node.units import format_bytes
 
@@ -201,17 +201,17 @@ def _upload_events(config: NodeConfig, args: argparse.Namespace) -> int:
 
 def _run_config(args: argparse.Namespace) -> NodeConfig:
     """The run's own saved config (it knows the model and settings trained with), with the upload flags on top."""
-    overrides: dict[str, dict[str, Any]] = {
-        "run": {"data_dir": args.data_dir, "run_name": args.run_name},
-        "upload": {"repo_id": args.repo, "private": args.private, "endpoint": args.endpoint},
+    changes: dict[str, dict[str, Any]] = {
+        "run": given({"data_dir": args.data_dir, "run_name": args.run_name}),
+        "upload": given({"repo_id": args.repo, "private": args.private, "endpoint": args.endpoint}),
     }
     if args.config:
-        config = NodeConfig.load(args.config, overrides)
+        config = NodeConfig.load(args.config, changes)
     else:
-        config = NodeConfig.build(merge({}, overrides), source="command line")
+        config = NodeConfig.build().update(changes, source="command line")
         saved = config.run_dir / "config.toml"
         if saved.is_file():
-            config = NodeConfig.load(saved, overrides)
+            config = NodeConfig.load(saved, changes)
     return config
 
 

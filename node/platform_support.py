@@ -233,4 +233,4 @@ def wsl_config(config: NodeConfig) -> NodeConfig:
     run = {"data_dir": to_wsl_path(str(config.run.data_dir))}
     if config.run.identity_file is not None:
         run["identity_file"] = to_wsl_path(str(config.run.identity_file))
-    return config.with_overrides({"run": run})
+    return config.update({"run": run})

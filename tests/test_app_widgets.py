@@ -140,7 +140,7 @@ def test_settings_dialog_validates_and_returns_a_new_config(qtbot, tmp_path):
 
 def test_settings_are_saved_with_the_node_config(qtbot, tmp_path):
     window = make_window(qtbot, config_in(tmp_path))
-    new = window.config.with_overrides({"desktop": {"pause_on_battery": True, "idle_minutes": 9}})
+    new = window.config.update({"desktop": {"pause_on_battery": True, "idle_minutes": 9}})
     window.apply_config(new)
     saved = NodeConfig.load(window.config_path)
     assert saved.desktop.pause_on_battery and saved.desktop.idle_minutes == 9
