@@ -21,6 +21,7 @@ from app.main_window import MainWindow
 from app.paths import default_config_path, resource_path
 from app.supervisor import NodeSupervisor
 from app.wizard import SetupWizard
+from node.api import BUNDLED
 from node.config import NodeConfig, default_data_dir
 from node.demo import demo_config
 from node.errors import NodeError
@@ -31,7 +32,6 @@ from node.wallet import WalletStore
 log = logging.getLogger("app")
 APP_LOG = "app.log"
 DEMO_MAX_NEW_TOKENS = 96
-BUNDLED = "bundled"  # node.models.BUNDLED; importing node.models would pull torch into the GUI process
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -12,7 +12,7 @@ import sys
 import threading
 import types
 import typing
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -292,12 +292,13 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def _cmd_hardware(args: argparse.Namespace) -> int:
     from node import hardware
+    from node.api import HardwareReport
 
     info = hardware.detect()
     advice = hardware.recommend(info)
     if args.json:
-        models = [asdict(fit) for fit in hardware.catalog_fits(info, advice)]
-        print(json.dumps({"hardware": info.to_dict(), "recommendation": asdict(advice), "models": models}, indent=2))
+        report = HardwareReport(info.to_dict(), advice, hardware.catalog_fits(info, advice))
+        print(json.dumps(report.to_json(), indent=2))
         return 0
     print(info.describe())
     print(f"recommended: model {advice.model} on {advice.device}, train {advice.train_dtype}, "

@@ -32,6 +32,7 @@ from typing import Literal
 import psutil
 import torch
 
+from node.api import ModelFit, Recommendation
 from node.models import BUNDLED, CATALOG, GIB, estimate_training_bytes, fit_label
 
 PROMPT_TOKENS = 256  # a reasoning-gym question in the chat template; completions come on top
@@ -136,21 +137,6 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine() or "unknown CPU"
 
 
-@dataclass(frozen=True)
-class Recommendation:
-    model: str  # a node.models.CATALOG id
-    device: str  # "cuda" | "mps" | "cpu"
-    train_dtype: str  # "float32" | "bfloat16"
-    generation_dtype: str
-    num_generations: int  # G: completions per question
-    local_questions: int  # I: questions this node samples per round
-    external_groups: int  # J: groups taken from peers per round
-    max_new_tokens: int
-    micro_batch_groups: int  # groups per forward/backward pass, 0 = the whole round
-    threads: int  # torch CPU threads
-    reason: str  # shown to the user
-
-
 def auto_bf16(hw: HardwareInfo, device: str, *, sampling: bool) -> bool:
     """Mixed-precision training on CUDA only; bf16 sampling wherever bf16 runs natively except MPS.
 
@@ -176,18 +162,6 @@ def _required_bytes(model: str, train_dtype: str, sequences_per_pass: int, max_n
 def training_budget(hw: HardwareInfo) -> int:
     """Memory a training run may use: the first GPU's for CUDA, free RAM otherwise (MPS shares RAM)."""
     return hw.gpus[0].total_memory_bytes if hw.kind == "cuda" else hw.available_ram_bytes
-
-
-@dataclass(frozen=True)
-class ModelFit:
-    """How a catalog model would fit this machine with the recommended round shape (for the model picker)."""
-
-    id: str
-    name: str
-    description: str
-    download_bytes: int
-    required_bytes: int
-    label: Literal["fits", "tight", "won't fit"]
 
 
 def catalog_fits(hw: HardwareInfo, advice: Recommendation) -> list[ModelFit]:

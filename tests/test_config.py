@@ -111,3 +111,17 @@ def test_generated_flags_set_fields_and_flags_left_out_keep_the_file(tmp_path):
     assert config.training.num_generations == 8 and config.run.threads == 2  # not given: the file's values
     with pytest.raises(SystemExit):
         _parser().parse_args(["run", "--device", "tpu"])
+
+
+def test_the_hardware_answer_round_trips_through_the_seam_codec_and_tolerates_skew():
+    from node.api import HardwareReport
+    from tests.test_app_wizard import CPU_LAPTOP
+
+    report = HardwareReport.from_json(CPU_LAPTOP)
+    assert report.recommendation.local_questions == 3 and report.model("bundled").label == "fits"
+    assert HardwareReport.from_json(report.to_json()) == report
+    newer = {**CPU_LAPTOP, "recommendation": {**CPU_LAPTOP["recommendation"], "added_later": True}}
+    assert HardwareReport.from_json(newer) == report  # fields a newer node adds are ignored
+    older = {**CPU_LAPTOP, "recommendation": {k: v for k, v in CPU_LAPTOP["recommendation"].items() if k != "threads"}}
+    with pytest.raises(NodeError, match="Recommendation lacks threads"):
+        HardwareReport.from_json(older)
