@@ -27,8 +27,11 @@ PEER_STOP_TIMEOUT_S = 60.0
 class DemoPeers(QObject):
     _peerExited = Signal()  # from a peer's client thread to the GUI thread
 
-    def __init__(self, data_dir: Path, *, count: int, model: str, threads: int, max_new_tokens: int) -> None:
+    def __init__(self, data_dir: Path, *, count: int, model: str, threads: int, max_new_tokens: int,
+                 changes: dict | None = None) -> None:
+        """``changes`` are applied to each peer's demo config (tests shrink the round with them)."""
         super().__init__()
+        self.changes = changes or {}
         self.data_dir = data_dir
         self.count = count
         self.model, self.threads, self.max_new_tokens = model, threads, max_new_tokens
@@ -78,7 +81,7 @@ class DemoPeers(QObject):
         self.processes = []
         for index in range(1, self.count + 1):
             config = demo_config(self.data_dir, index, model=self.model, threads=self.threads,
-                                 max_new_tokens=self.max_new_tokens, join=addresses)
+                                 max_new_tokens=self.max_new_tokens, join=addresses).update(self.changes)
             path = self.data_dir / f"node-{index + 1}.toml"
             config.save(path)
             self.processes.append(NodeProcess(
