@@ -140,8 +140,8 @@ def _cpu_name() -> str:
 def auto_bf16(hw: HardwareInfo, device: str, *, sampling: bool) -> bool:
     """Mixed-precision training on CUDA only; bf16 sampling wherever bf16 runs natively except MPS.
 
-    Sampling from a bf16 copy is the main CPU speed lever (bench/round_throughput.py: ~1.9x the fp32 batched
-    generation); the update itself keeps fp32 master weights.
+    Sampling from a bf16 copy is the main CPU speed lever (bench/round_throughput.py measures it against fp32
+    batched generation); the update itself keeps fp32 master weights.
     """
     if not hw.bf16_supported or device == "mps":
         return False
@@ -164,9 +164,15 @@ def training_budget(hw: HardwareInfo) -> int:
     return hw.gpus[0].total_memory_bytes if hw.kind == "cuda" else hw.available_ram_bytes
 
 
+def sequences_per_pass(advice: Recommendation) -> int:
+    """Completions in one forward/backward pass, as the node's fit check counts them: (micro batch or I+J) x G."""
+    groups = advice.local_questions + advice.external_groups
+    return min(advice.micro_batch_groups or groups, groups) * advice.num_generations
+
+
 def catalog_fits(hw: HardwareInfo, advice: Recommendation) -> list[ModelFit]:
     budget = training_budget(hw)
-    per_pass = (advice.micro_batch_groups or advice.local_questions + advice.external_groups) * advice.num_generations
+    per_pass = sequences_per_pass(advice)
     fits = []
     for spec in CATALOG.values():
         need = _required_bytes(spec.id, advice.train_dtype, per_pass, advice.max_new_tokens)
