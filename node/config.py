@@ -100,7 +100,10 @@ class EvaluationSettings(_Section):
 
     every_rounds: int = Field(10, ge=0, description="evaluate at round 0 and every N rounds trained; 0 = never")
     questions: int = Field(64, ge=1, le=4096, description="size of the fixed evaluation set")
-    samples: int = Field(4, ge=0, le=64, description="sampled answers per question for the mean exact-match")
+    samples: int = Field(
+        0, ge=0, le=64,
+        description="sampled answers per question for the mean exact-match; 0 = means over the greedy answers",
+    )
     seed: int = Field(0, ge=0, description="picks the evaluation set; peers with the same seed share it")
     levels: int = Field(2, ge=1, le=16, description="difficulty levels of each family in the evaluation set")
 
