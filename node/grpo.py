@@ -22,7 +22,9 @@ from datasets import Dataset
 from transformers import StoppingCriteria, StoppingCriteriaList
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+from accelerate.utils import is_peft_model  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
+from trl.kernels import ChunkedLogProbFunction  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +67,7 @@ class Policy:
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
         self.eos_ids = _eos_ids(model, tokenizer)
-        self._sampler = model if generation_dtype == model.dtype else copy.deepcopy(model).to(generation_dtype)
+        self._sampler = model if generation_dtype == model.dtype else _low_precision_copy(model, generation_dtype)
         self._sampler.eval()
 
     def prompt_ids(self, messages: list[dict[str, str]]) -> tuple[int, ...]:
@@ -127,6 +129,23 @@ class Policy:
                 target.copy_(source)
 
 
+def _low_precision_copy(model, dtype: torch.dtype):
+    """``copy.deepcopy(model).to(dtype)`` without the float32 deep copy in between.
+
+    Copying the float32 weights first and casting them afterwards briefly doubles the model in memory and leaves
+    the freed float32 copy behind as heap fragmentation; here each tensor is cast straight into the copy, shared
+    (tied) weights stay shared.
+    """
+    memo: dict[int, object] = {}
+    for tensor in [*model.parameters(), *model.buffers()]:
+        if id(tensor) not in memo:
+            cast = tensor.detach().to(dtype) if tensor.is_floating_point() else tensor.detach().clone()
+            memo[id(tensor)] = torch.nn.Parameter(cast, requires_grad=False) if isinstance(
+                tensor, torch.nn.Parameter
+            ) else cast
+    return copy.deepcopy(model, memo).to(dtype)
+
+
 class _Cancelled(StoppingCriteria):
     def __init__(self, should_stop: Callable[[], bool]) -> None:
         self.should_stop = should_stop
@@ -173,6 +192,66 @@ class RoundAdapter:
         return list(sapo_reward)
 
 
+# Elements of one [tokens, vocabulary] logits tile: bounds the log-prob pass's temporaries (~8 tiles at its backward
+# peak) whatever the round's size, where TRL's CPU path tiles 4,096 tokens x 32,768 vocabulary entries.
+LOGIT_TILE_ELEMENTS = 4 * 2**20
+# Config fields that rescale logits (Granite, Falcon-H1, ...): such models keep TRL's own log-prob path.
+_LOGIT_SCALES = ("logit_scale", "output_multiplier", "lm_head_multiplier", "logits_scaling")
+
+
+class SapoGRPOTrainer(GRPOTrainer):
+    """TRL's GRPOTrainer with the per-token log-probs computed over the completion tokens only, in bounded tiles.
+
+    TRL 1.16 scores every position of every sequence (prompt and padding included) through its fused LM head
+    whenever Triton cannot run (CPU, MPS), with [4,096 x 32,768] float32 tiles and a dozen tile-sized
+    temporaries in the backward: ~2.3 MB per trained token on CPU. Here the backbone runs as usual, then only the
+    hidden states that predict a completion token go through the same TRL kernel (same online log-sum-exp, same
+    entropy) with tiles of :data:`LOGIT_TILE_ELEMENTS`, so the result matches TRL's to float rounding.
+    """
+
+    def _get_per_token_logps_and_entropies(
+        self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False,
+        compute_aux_loss=False, **multimodal,
+    ):
+        causal_lm = self.accelerator.unwrap_model(model)
+        if is_peft_model(causal_lm):
+            causal_lm = causal_lm.get_base_model()
+        config = causal_lm.config.get_text_config()
+        if (
+            compute_aux_loss
+            or any(value is not None for value in multimodal.values())
+            or any(getattr(config, name, None) is not None for name in _LOGIT_SCALES)
+        ):
+            return super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss,
+                **multimodal,
+            )
+        lm_head = causal_lm.get_output_embeddings()
+        outputs = ("log_probs", "entropy") if compute_entropy else ("log_probs",)
+        batch_size = batch_size or input_ids.size(0)
+        all_logps, all_entropies = [], []
+        for start in range(0, input_ids.size(0), batch_size):
+            ids = input_ids[start : start + batch_size]
+            attention = attention_mask[start : start + batch_size]
+            with self.accelerator.autocast():
+                hidden = causal_lm.base_model(input_ids=ids, attention_mask=attention, use_cache=False).last_hidden_state
+            # Position t predicts token t + 1: the last logits_to_keep tokens are predicted by the states before them.
+            hidden = hidden[:, -logits_to_keep - 1 : -1]
+            targets = ids[:, -logits_to_keep:]
+            mask = attention[:, -logits_to_keep:].bool()
+            tokens = hidden[mask]
+            vocab_chunk = max(1024, LOGIT_TILE_ELEMENTS // max(1, min(tokens.size(0), 4096)))
+            logps, entropy, *_ = ChunkedLogProbFunction.apply(
+                tokens.to(lm_head.weight.device), lm_head.weight, lm_head.bias, targets[mask], self.temperature,
+                vocab_chunk, getattr(config, "final_logit_softcapping", None), 1.0, outputs,
+            )
+            all_logps.append(logps.new_zeros(mask.shape).masked_scatter(mask, logps))
+            if compute_entropy:
+                all_entropies.append(entropy.new_zeros(mask.shape).masked_scatter(mask, entropy))
+        entropies = torch.cat(all_entropies) if compute_entropy else None
+        return torch.cat(all_logps), entropies, None
+
+
 class GrpoLearner:
     """A GRPOTrainer built once and advanced by exactly one optimizer step per call of :meth:`step`."""
 
@@ -208,7 +287,7 @@ class GrpoLearner:
             logging_steps=1,
             seed=seed,
         )
-        self.trainer = GRPOTrainer(
+        self.trainer = SapoGRPOTrainer(
             model=policy.model,
             reward_funcs=[self.adapter],
             args=args,
