@@ -9,6 +9,7 @@ the verifier runs exactly once per completion.
 from __future__ import annotations
 
 import copy
+import importlib.util
 import logging
 import math
 import os
@@ -50,6 +51,27 @@ class TrainGroup:
 
 
 @dataclass(frozen=True)
+class LoraSettings:
+    """Train a low-rank adapter (peft LoRA) instead of every weight: the same GRPO update on fewer parameters."""
+
+    rank: int
+    alpha: float | None = None  # None: 2 x rank
+    target_modules: str = "all-linear"  # or comma-separated module names
+
+    def peft_config(self):
+        from peft import LoraConfig
+
+        targets = self.target_modules
+        return LoraConfig(
+            r=self.rank,
+            lora_alpha=self.alpha or 2 * self.rank,
+            lora_dropout=0.0,  # GRPO's importance ratio needs the same function in every forward
+            target_modules=targets if targets == "all-linear" else [t.strip() for t in targets.split(",") if t.strip()],
+            task_type="CAUSAL_LM",
+        )
+
+
+@dataclass(frozen=True)
 class StepStats:
     loss: float
     kl: float | None
@@ -58,7 +80,12 @@ class StepStats:
 
 
 class Policy:
-    """The model being trained plus an optional low-precision copy used only for sampling."""
+    """The model being trained, and how completions are sampled from it.
+
+    With a ``generation_dtype`` other than the model's, each :meth:`generate` call samples from a fresh cast copy
+    (adapters merged in) that is dropped when it returns: casting costs a fraction of a second per round, where a
+    copy kept alive would sit in memory through the training step, the round's peak.
+    """
 
     def __init__(self, model, tokenizer, *, generation_dtype: torch.dtype, max_prompt_tokens: int) -> None:
         self.model = model
@@ -67,8 +94,7 @@ class Policy:
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
         self.eos_ids = _eos_ids(model, tokenizer)
-        self._sampler = model if generation_dtype == model.dtype else _low_precision_copy(model, generation_dtype)
-        self._sampler.eval()
+        self.generation_dtype = generation_dtype
 
     def prompt_ids(self, messages: list[dict[str, str]]) -> tuple[int, ...]:
         ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
@@ -91,13 +117,32 @@ class Policy:
 
         ``should_stop`` is polled after every token, so a cancelled node does not sit out a long generation.
         """
-        device = next(self._sampler.parameters()).device
+        sampler = self.sampling_model()
+        try:
+            return self._generate(sampler, prompts, num_generations, max_new_tokens, temperature, top_p, seed,
+                                  should_stop)
+        finally:
+            del sampler
+
+    def sampling_model(self):
+        """The model to sample from: the policy itself, or a copy in ``generation_dtype`` with adapters merged."""
+        if self.generation_dtype == self.model.dtype:
+            return self.model
+        sampler = _low_precision_copy(self.model, self.generation_dtype)
+        # TRL patches the policy's forward per instance (its fused LM head) with a closure over the original
+        # model's forward: the copy must use its class's forward, or it would silently run the float32 weights.
+        vars(sampler).pop("forward", None)
+        _merge_adapters(sampler, self.model)
+        return sampler.eval()
+
+    def _generate(self, sampler, prompts, num_generations, max_new_tokens, temperature, top_p, seed, should_stop):
+        device = next(sampler.parameters()).device
         width = max(len(p) for p in prompts)
         pad = self.tokenizer.pad_token_id
         input_ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompts], device=device)
         attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
         torch.manual_seed(seed)
-        output = self._sampler.generate(
+        output = sampler.generate(
             input_ids=input_ids,
             attention_mask=attention,
             do_sample=True,
@@ -121,13 +166,6 @@ class Policy:
         ids = row if end is None else row[:end]
         return Completion(ids=tuple(ids), text=self.tokenizer.decode(ids, skip_special_tokens=True), finished=end is not None)
 
-    def sync_sampler(self) -> None:
-        if self._sampler is self.model:
-            return
-        with torch.no_grad():
-            for target, source in zip(self._sampler.parameters(), self.model.parameters(), strict=True):
-                target.copy_(source)
-
 
 def _low_precision_copy(model, dtype: torch.dtype):
     """``copy.deepcopy(model).to(dtype)`` without the float32 deep copy in between.
@@ -144,6 +182,30 @@ def _low_precision_copy(model, dtype: torch.dtype):
                 tensor, torch.nn.Parameter
             ) else cast
     return copy.deepcopy(model, memo).to(dtype)
+
+
+def _merge_adapters(copy_: torch.nn.Module, source: torch.nn.Module) -> None:
+    """Replace the LoRA layers of a sampling copy by plain layers holding ``source``'s merged weights.
+
+    The merge is done in the source's float32 and cast once, as the merged upload is, not in the copy's bfloat16.
+    """
+    try:
+        from peft.tuners.lora import LoraLayer
+    except ImportError:
+        return
+    originals = {name: m for name, m in source.named_modules() if isinstance(m, LoraLayer)}
+    for name, module in list(copy_.named_modules()):
+        if not isinstance(module, LoraLayer):
+            continue
+        original, plain = originals[name], module.get_base_layer()
+        with torch.no_grad():
+            weight = original.get_base_layer().weight.detach().clone()
+            for adapter in original.active_adapters:
+                if adapter in original.lora_A:
+                    weight += original.get_delta_weight(adapter).to(weight.dtype)
+            plain.weight.copy_(weight)
+        parent, _, child = name.rpartition(".")
+        setattr(copy_.get_submodule(parent) if parent else copy_, child, plain)
 
 
 class _Cancelled(StoppingCriteria):
@@ -258,8 +320,10 @@ class GrpoLearner:
     def __init__(
         self, policy: Policy, *, output_dir: Path, device: str, mixed_bf16: bool, num_generations: int,
         max_new_tokens: int, learning_rate: float, beta: float, epsilon: float, epsilon_high: float, loss_type: str,
-        max_grad_norm: float, seed: int, micro_batch_groups: int = 0,
+        max_grad_norm: float, seed: int, micro_batch_groups: int = 0, lora: LoraSettings | None = None,
+        adapter_dir: Path | None = None,
     ) -> None:
+        """``lora`` trains an adapter; ``adapter_dir`` resumes one saved by :meth:`save_adapter`."""
         self.policy = policy
         self.micro_batch_groups = micro_batch_groups
         self.adapter = RoundAdapter(eos_id=policy.eos_ids[0])
@@ -281,24 +345,48 @@ class GrpoLearner:
             epsilon=epsilon,
             epsilon_high=epsilon_high,
             loss_type=loss_type,
-            optim="adamw_torch",
+            # On CUDA an 8-bit AdamW (bitsandbytes) quarters the optimizer states, the largest full fine-tune item.
+            optim="adamw_bnb_8bit" if device == "cuda" and _has_bitsandbytes() else "adamw_torch",
             disable_dropout=True,
             save_strategy="no",
             logging_steps=1,
             seed=seed,
         )
+        model, peft_config = policy.model, None
+        if adapter_dir is not None:
+            from peft import PeftModel
+
+            model = PeftModel.from_pretrained(policy.model, adapter_dir, is_trainable=True)
+        elif lora is not None:
+            peft_config = lora.peft_config()
         self.trainer = SapoGRPOTrainer(
-            model=policy.model,
+            model=model,
+            peft_config=peft_config,
             reward_funcs=[self.adapter],
             args=args,
             train_dataset=Dataset.from_dict({"prompt": ["unused: rounds are fed by the adapter"]}),
             processing_class=policy.tokenizer,
             rollout_func=self.adapter.rollout,
         )
+        # Trainer.train() would switch activation checkpointing on (TRL's default); without it every layer's
+        # activations of the whole pass stay alive for the backward: ~13 GB instead of ~3 for a bundled round.
+        if args.activation_checkpointing:
+            self.trainer.model.activation_checkpointing_enable(
+                activation_checkpointing_kwargs=args.activation_checkpointing_kwargs or None
+            )
         self.trainer.create_optimizer_and_scheduler(num_training_steps=_SCHEDULE_STEPS)
         # Trainer.train() would set this; step() sets it per forward/backward pass.
         self.trainer.current_gradient_accumulation_steps = 1
         self.num_generations = num_generations
+
+    @property
+    def model(self):
+        """What is trained: the policy, or a peft model wrapping it (the policy then holds the adapter layers)."""
+        return self.trainer.model
+
+    @property
+    def is_adapter(self) -> bool:
+        return is_peft_model(self.trainer.model)
 
     @property
     def optimizer(self) -> torch.optim.Optimizer:
@@ -334,7 +422,6 @@ class GrpoLearner:
         trainer.lr_scheduler.step()
         trainer.optimizer.zero_grad(set_to_none=True)
         trainer.state.global_step += 1
-        self.policy.sync_sampler()
         metrics = trainer._metrics["train"]
         kl = _mean(metrics.get("kl")) if trainer.beta else None
         return StepStats(
@@ -343,6 +430,10 @@ class GrpoLearner:
             completion_length=_mean(metrics.get("completions/mean_length")) or 0.0,
             seconds=time.perf_counter() - started,
         )
+
+
+def _has_bitsandbytes() -> bool:
+    return importlib.util.find_spec("bitsandbytes") is not None
 
 
 def _mean(values) -> float | None:

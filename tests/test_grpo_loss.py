@@ -130,6 +130,8 @@ def test_advantages_and_loss_match_hand_computation(tiny_model_dir, tmp_path, lo
 
 def test_step_updates_weights_once_per_round(tiny_model_dir, tmp_path):
     learner = _learner(tiny_model_dir, tmp_path, "grpo")
+    # Trainer.train() is never called, so the learner itself must switch TRL's activation checkpointing on.
+    assert learner.trainer.model.is_activation_checkpointing
     before = [p.detach().clone() for p in learner.policy.model.parameters()]
     stats = learner.step(_batch(learner.policy))
     assert learner.global_step == 1
@@ -214,11 +216,13 @@ def test_tiles_bound_the_vocabulary_chunk(tiny_model_dir, tmp_path, monkeypatch)
     torch.testing.assert_close(tiled, whole, atol=1e-5, rtol=1e-5)
 
 
-def test_bf16_sampler_is_a_cast_copy_with_tied_weights(tiny_model_dir):
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    policy = Policy(model, tokenizer, generation_dtype=torch.bfloat16, max_prompt_tokens=64)
-    sampler = policy._sampler
+def test_bf16_sampler_is_a_cast_copy_with_tied_weights(tiny_model_dir, tmp_path):
+    policy = _learner(tiny_model_dir, tmp_path, "grpo").policy  # the trainer has patched the policy's forward
+    policy.generation_dtype = torch.bfloat16
+    model = policy.model
+    sampler = policy.sampling_model()
+    with torch.inference_mode():
+        assert sampler(input_ids=torch.tensor([[1, 2, 3]])).logits.dtype == torch.bfloat16
     assert sampler is not model
     assert all(p.dtype == torch.bfloat16 for p in sampler.parameters())
     assert sampler.get_output_embeddings().weight is sampler.get_input_embeddings().weight
@@ -227,5 +231,6 @@ def test_bf16_sampler_is_a_cast_copy_with_tied_weights(tiny_model_dir):
         assert ours.data_ptr() != source.data_ptr()
     with torch.no_grad():
         next(model.parameters()).add_(1.0)
-    policy.sync_sampler()
-    assert torch.equal(next(sampler.parameters()), next(model.parameters()).detach().to(torch.bfloat16))
+    fresh = policy.sampling_model()  # each generation samples from the weights as they are now
+    assert torch.equal(next(fresh.parameters()), next(model.parameters()).detach().to(torch.bfloat16))
+    assert not torch.equal(next(fresh.parameters()), next(sampler.parameters()))
