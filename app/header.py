@@ -104,4 +104,4 @@ class StatusHeader(QFrame):
         if label == "Copied":
             return
         button.setText("Copied")
-        QTimer.singleShot(COPIED_MS, lambda: button.setText(label))
+        QTimer.singleShot(COPIED_MS, button, lambda: button.setText(label))

@@ -118,6 +118,7 @@ class MainWindow(QMainWindow):
         menu.addSeparator()
         menu.addAction(self.quit_action)
         self.quit_dialog: QuitDialog | None = None
+        self.hardware_data: dict | None = None  # the node's `hardware --json` answer, once Settings asked for it
         self.start_action.triggered.connect(self.start_node)
         self.pause_action.triggered.connect(supervisor.pause)
         self.resume_action.triggered.connect(supervisor.resume)
@@ -295,8 +296,10 @@ class MainWindow(QMainWindow):
     # -- settings ------------------------------------------------------------------------------------------
 
     def open_settings(self) -> None:
-        dialog = SettingsDialog(self.config, idle_supported=self.policies.idle_supported(), parent=self)
+        dialog = SettingsDialog(self.config, idle_supported=self.policies.idle_supported(),
+                                hardware=self.hardware_data, parent=self)
         accepted = dialog.exec()
+        self.hardware_data = dialog.hardware or self.hardware_data  # asked once per session: it imports torch
         if dialog.wizard_requested:
             self.wizardRequested.emit()
             return

@@ -28,17 +28,17 @@ class QuitDialog(QDialog):
         self.hint.hide()
         self.stop_now = QPushButton("Stop now")
         self.stop_now.setObjectName("stopNow")
-        self.stop_now.hide()
         self.stop_now.clicked.connect(self._stop_now)
         buttons = QDialogButtonBox()
         buttons.addButton(self.stop_now, QDialogButtonBox.ButtonRole.DestructiveRole)
+        self.stop_now.hide()  # offered after a few seconds: most stops take less
         layout = QVBoxLayout(self)
         layout.addWidget(self.text)
         layout.addWidget(busy)
         layout.addWidget(self.hint)
         layout.addWidget(buttons)
         self.set_waiting_for("")
-        QTimer.singleShot(stop_now_after_ms, self._offer_stop_now)
+        QTimer.singleShot(stop_now_after_ms, self, self._offer_stop_now)
 
     def set_waiting_for(self, step: str) -> None:
         doing = f" It is at: {step}." if step else ""

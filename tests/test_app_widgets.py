@@ -121,7 +121,7 @@ def test_tray_menu_and_close_to_tray(qtbot, tmp_path):
 
 def test_settings_dialog_validates_and_returns_a_new_config(qtbot, tmp_path):
     config = config_in(tmp_path)
-    dialog = SettingsDialog(config, idle_supported=False)
+    dialog = SettingsDialog(config, idle_supported=False, hardware={})
     qtbot.addWidget(dialog)
     assert not dialog.active.isEnabled()  # no idle time on this desktop: the option says so instead of lying
     dialog.threads.setValue(1)
@@ -131,7 +131,7 @@ def test_settings_dialog_validates_and_returns_a_new_config(qtbot, tmp_path):
     new = dialog.result_config
     assert new.run.threads == 1 and new.run.gpu_memory_fraction == 0.5 and new.desktop.pause_on_battery
     assert new.training == config.training
-    dialog = SettingsDialog(new, idle_supported=True)
+    dialog = SettingsDialog(new, idle_supported=True, hardware={})
     qtbot.addWidget(dialog)
     dialog.threads.setValue(0)
     dialog.gpu_cap.setValue(0)
