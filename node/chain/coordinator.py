@@ -189,6 +189,11 @@ class CoordinatorClient:
     def version(self) -> CoordinatorVersion:
         return self.detect()
 
+    @property
+    def detected(self) -> CoordinatorVersion | None:
+        """The version if it was detected already (never touches the network)."""
+        return self._version
+
     def stage_count(self) -> int:
         """Stages per round, as the contract's stageCount() says."""
         self.detect()
