@@ -23,7 +23,7 @@ from app.supervisor import NodeSupervisor
 from app.wizard import SetupWizard
 from node.api import BUNDLED
 from node.config import NodeConfig, default_data_dir
-from node.demo import demo_config
+from node.demo import DEMO_MAX_NEW_TOKENS, demo_config
 from node.errors import NodeError
 from node.hub_auth import PASSPHRASE_ENV
 from node.secret_store import keyring_available
@@ -31,7 +31,6 @@ from node.wallet import WalletStore
 
 log = logging.getLogger("app")
 APP_LOG = "app.log"
-DEMO_MAX_NEW_TOKENS = 96
 
 
 def _parser() -> argparse.ArgumentParser:

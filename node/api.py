@@ -61,6 +61,11 @@ class ModelFit:
     download_bytes: int
     required_bytes: int
     label: FitLabel
+    # The estimate is linear in the tokens of one pass, so a torch-free caller (the app's Settings) can redo it for
+    # any round shape: base_bytes + bytes_per_token * sequences_per_pass * (prompt_tokens + max_new_tokens).
+    base_bytes: int = 0
+    bytes_per_token: int = 0
+    prompt_tokens: int = 0
 
 
 @dataclass(frozen=True)

@@ -193,7 +193,8 @@ def _read_controls(node) -> None:
 
 # The `run` flags are generated from the config fields of these sections: --<field-name>, typed, with the field's
 # description, bounds and default as help. A few fields also keep the short or older names users know.
-FLAG_SECTIONS = ("training", "swarm", "run", "chain")
+FLAG_SECTIONS = ("training", "swarm", "evaluation", "run", "chain")
+FLAG_PREFIXES = {"evaluation": "eval-"}  # --eval-seed is not --seed ([run] seed)
 FLAG_NAMES: dict[tuple[str, str], tuple[str, ...]] = {
     ("training", "local_questions"): ("-I",),
     ("training", "external_groups"): ("-J",),
@@ -227,9 +228,13 @@ def config_flags() -> list[ConfigFlag]:
             kwargs = _flag_kwargs(info)
             if kwargs is None:
                 continue
-            names = (*FLAG_NAMES.get((section, name), ()), "--" + name.replace("_", "-"))
+            names = (*FLAG_NAMES.get((section, name), ()), flag_name(section, name))
             flags.append(ConfigFlag(section, name, names, kwargs))
     return flags
+
+
+def flag_name(section: str, field: str) -> str:
+    return "--" + FLAG_PREFIXES.get(section, "") + field.replace("_", "-")
 
 
 def _flag_kwargs(info) -> dict[str, Any] | None:
@@ -352,7 +357,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--join", action="append", metavar="INVITE",
                      help="an invite (rl-swarm:join?...) or multiaddr of a swarm member (repeatable)")
     run.add_argument("--families", help="comma-separated reasoning-gym families (default: the 9 SAPO families)")
-    add_config_flags(run)  # every scalar setting of [training], [swarm], [run] and [chain]
+    add_config_flags(run)  # every scalar setting of [training], [swarm], [evaluation], [run] and [chain]
     add_event_options(run)
     run.add_argument("--control-stdin", action="store_true", help="accept pause/resume/stop/cancel lines on stdin")
     run.add_argument("-v", "--verbose", action="store_true")
@@ -362,7 +367,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--nodes", type=int, default=3)
     demo.add_argument("--rounds", type=int, default=None, help="rounds per node (default: until Ctrl-C)")
     demo.add_argument("--model", default="bundled")
-    demo.add_argument("--max-new-tokens", type=int, default=96)
+    demo.add_argument("--max-new-tokens", type=int, default=None, help="default: the demo's own (short answers)")
     demo.add_argument("--data-dir", type=Path, help="default <data dir>/demo")
     demo.set_defaults(handler=_cmd_demo)
 

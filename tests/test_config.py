@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from node.cli import FLAG_SECTIONS, _parser, config_flags, config_from_args
+from node.cli import FLAG_SECTIONS, _parser, config_flags, config_from_args, flag_name
 from node.config import UNSET, NodeConfig
+from node.curriculum import default_mix
 from node.errors import NodeError
 from node.taskref import DEFAULT_FAMILIES
 
@@ -13,7 +14,10 @@ from node.taskref import DEFAULT_FAMILIES
 def test_defaults_are_valid_and_sapo_shaped():
     config = NodeConfig.build()
     assert config.training.model == "bundled"
-    assert set(config.tasks.weights) == set(DEFAULT_FAMILIES)
+    assert config.tasks.weights == {}  # chosen for the model's size when the node starts
+    assert set(default_mix(500_000_000).weights) == set(DEFAULT_FAMILIES)  # hub models: the nine SAPO families
+    small = default_mix(135_000_000)
+    assert set(small.weights) == set(small.ladders) and "basic_arithmetic" in small.weights
     assert config.training.beta == 0.0 and (config.training.epsilon, config.training.epsilon_high) == (0.2, 0.28)
 
 
@@ -80,7 +84,7 @@ def test_update_sets_every_value_given_and_unset_keeps(tmp_path):
 
 
 def test_run_flags_are_generated_from_every_config_field():
-    """Each scalar field of [training], [swarm], [run] and [chain] is a flag with its type, description, bounds and
+    """Each scalar field of [training], [swarm], [evaluation], [run] and [chain] is a flag with its type, description, bounds and
     default; a field added to the config is a flag without touching the CLI."""
     flags = {(flag.section, flag.field): flag for flag in config_flags()}
     for section in FLAG_SECTIONS:
@@ -89,7 +93,7 @@ def test_run_flags_are_generated_from_every_config_field():
                 continue
             assert (section, name) in flags, f"[{section}] {name} has no flag"
             flag = flags[(section, name)]
-            assert "--" + name.replace("_", "-") in flag.names
+            assert flag_name(section, name) in flag.names
             if info.description:
                 assert info.description.replace("%", "%%") in flag.kwargs["help"]
     assert "choices" in flags[("training", "device")].kwargs
@@ -97,6 +101,7 @@ def test_run_flags_are_generated_from_every_config_field():
     assert ">= 2" in flags[("training", "num_generations")].kwargs["help"]
     assert "<= 64" in flags[("training", "num_generations")].kwargs["help"]
     help_text = _parser()._subparsers._group_actions[0].choices["run"].format_help()
+    assert "--eval-seed" in help_text and "--seed" in help_text
     assert "--epsilon-high" in help_text and "--drop-zero-advantage" in help_text and "--no-drop-zero-advantage" in help_text
 
 
