@@ -19,7 +19,7 @@ from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
 from node.config import NodeConfig
 from node.events import Event, NodeFailed, StateChanged
-from node.process_client import NodeProcess, describe_exit
+from node.process_client import EventStreamParser, NodeProcess, describe_exit
 from node.platform_support import wsl_config
 
 log = logging.getLogger(__name__)
@@ -75,6 +75,7 @@ class NodeSupervisor(QObject):
         self._restart_timer = QTimer(self, singleShot=True)
         self._restart_timer.timeout.connect(self._launch)
         self._eventArrived.connect(self._on_event)
+        self._replay = EventStreamParser("replay")
         self._exited.connect(self._on_exit)
 
     # -- controls ------------------------------------------------------------------------------------------
@@ -132,6 +133,13 @@ class NodeSupervisor(QObject):
         """Blocking wait for the process to end (used when the app quits, after the window has closed)."""
         process = self._process
         return process is None or process.wait(timeout_s) is not None
+
+    def feed(self, line: str | Event) -> None:
+        """Handle one line of a node's event stream as if the running node had written it (replays of recorded
+        runs, tests, screenshots): it goes through the same parser, then the same reactions, on this thread."""
+        event = self._replay.parse(line if isinstance(line, str) else line.to_json())
+        if event is not None:
+            self._on_event(event)
 
     def kill(self) -> None:
         if self._process is not None:

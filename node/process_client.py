@@ -71,6 +71,34 @@ class StreamStats:
         return self.not_json + self.unknown_kind + self.missing_fields
 
 
+class EventStreamParser:
+    """Turns JSON lines into events, counting what is not one (every reader of node events goes through it)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.stats = StreamStats()
+
+    def parse(self, line: str, *, shared_stdout: bool = False) -> Event | None:
+        """The event on this line, or None (counted and logged) when there is none; never raises.
+
+        ``shared_stdout``: the line came from a stdout that libraries print to as well, so text that is not JSON
+        is ordinary output, logged at debug level."""
+        try:
+            event, extra = decode_event(line)
+        except EventDecodeError as exc:
+            setattr(self.stats, exc.reason, getattr(self.stats, exc.reason) + 1)
+            if shared_stdout and exc.reason == "not_json":
+                log.debug("%s stdout: %s", self.name, line)
+            else:
+                log.warning("%s: skipped an event line (%s): %s", self.name, exc.reason, exc)
+            return None
+        if extra:
+            self.stats.extra_fields += 1
+            log.debug("%s: %s carried unknown fields %s", self.name, event.kind, extra)
+        self.stats.events += 1
+        return event
+
+
 @dataclass(frozen=True)
 class ExitReason:
     code: int
@@ -135,7 +163,7 @@ class NodeProcess:
         self.control = control
         self.use_fd = fd_passing_supported() if use_fd is None else use_fd
         self.channel: Literal["fd", "stdout"] = "fd" if self.use_fd else "stdout"
-        self.stats = StreamStats()
+        self.parser = EventStreamParser(name)
         self.process: subprocess.Popen | None = None
         self._output: collections.deque[str] = collections.deque(maxlen=OUTPUT_LINES)
         self._exit = _Exit()
@@ -310,21 +338,16 @@ class NodeProcess:
         except (OSError, ValueError):  # the stream was closed under us
             pass
 
+    @property
+    def stats(self) -> StreamStats:
+        return self.parser.stats
+
     def _handle_line(self, line: str) -> None:
-        try:
-            event, extra = decode_event(line)
-        except EventDecodeError as exc:
-            setattr(self.stats, exc.reason, getattr(self.stats, exc.reason) + 1)
-            if self.channel == "stdout" and exc.reason == "not_json":
+        event = self.parser.parse(line, shared_stdout=self.channel == "stdout")
+        if event is None:
+            if self.channel == "stdout" and line[:1] not in "{[":
                 self._output.append(line)  # a library printing on the shared stdout: output, not a broken event
-                log.debug("%s stdout: %s", self.name, line)
-            else:
-                log.warning("%s: skipped an event line (%s): %s", self.name, exc.reason, exc)
             return
-        if extra:
-            self.stats.extra_fields += 1
-            log.debug("%s: %s carried unknown fields %s", self.name, event.kind, extra)
-        self.stats.events += 1
         if self.on_event is not None:
             try:
                 self.on_event(event)

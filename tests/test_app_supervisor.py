@@ -52,3 +52,16 @@ def test_a_node_that_ignores_stop_is_killed_after_the_timeout(qtbot, tmp_path):
     node.stop()
     qtbot.waitUntil(lambda: node.state == "stopped", timeout=30_000)
     assert node.last_exit_code == -9
+
+
+def test_fed_lines_go_through_the_stream_parser(qtbot, tmp_path):
+    """Recorded runs and GUI tests feed JSON lines: bad ones are counted and skipped, good ones reach the GUI."""
+    node = supervisor(tmp_path, "dirty-then-wait")
+    kinds = []
+    node.event.connect(lambda event: kinds.append(event.kind))
+    for line in ["not json", '{"kind": "from_the_future"}', '{"kind": "state_changed"}',
+                 '{"kind": "state_changed", "state": "paused", "new_field": 1}']:
+        node.feed(line)
+    assert kinds == ["state_changed"] and node.state == "paused"
+    stats = node._replay.stats
+    assert (stats.not_json, stats.unknown_kind, stats.missing_fields, stats.extra_fields) == (1, 1, 1, 1)

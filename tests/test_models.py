@@ -25,8 +25,8 @@ from node.models import (
     fit_label,
     load,
     resolve,
-    tiny_random,
 )
+from tests.tiny_model import tiny_random
 
 QWEN_1_5B = "Qwen/Qwen2.5-1.5B-Instruct"
 
