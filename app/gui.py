@@ -16,6 +16,7 @@ from PySide6.QtCore import QCoreApplication, QTimer
 from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication, QInputDialog, QLineEdit, QMessageBox
 
+from app.crash_dialog import ExceptionDialogs
 from app.demo_peers import DemoPeers
 from app.main_window import MainWindow
 from app.paths import default_config_path, resource_path
@@ -166,6 +167,7 @@ def run_app(argv: list[str]) -> int:
     qt_app = QApplication.instance() or QApplication([sys.argv[0]])
     qt_app.setQuitOnLastWindowClosed(False)  # the tray keeps the app alive
     desktop = DesktopApp(qt_app, args.config or default_config_path())
+    ExceptionDialogs(lambda: desktop.window.diagnostics() if desktop.window else "").install()
     try:
         config = desktop.load_config()
     except NodeError as exc:
