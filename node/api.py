@@ -8,10 +8,10 @@ import-linter contract in ``pyproject.toml``: this module, ``config``, ``errors`
 ``launch``, ``process_client``, ``platform_support`` and the other torch-free helpers named there.
 
 Account page (wallet, chain, rewards): one way, a read-only torch-free helper. The page calls
-:func:`node.chain.account.account_summary` in a worker thread (web3 over JSON-RPC for the chain's view, the run's submission queue
-for this node's recent transactions; it sends no transaction), so it works the same whether or not a node is running.
-The running node reports live changes as ``ChainStatus`` / ``ChainTransaction`` events, which the dashboard shows;
-the page never opens a second way in.
+:func:`node.chain.account.account_summary` in a worker thread (web3 over JSON-RPC for the chain's view, the run's
+submission queue for this node's recent transactions; it sends no transaction), so it works the same whether or not
+a node is running. The running node reports live changes as ``ChainStatus`` / ``ChainTransaction`` events, which the
+dashboard shows; the page never opens a second way in.
 """
 
 from __future__ import annotations
