@@ -28,7 +28,9 @@ from node.events import (
 )
 from node.grpo import Completion, GrpoLearner, Policy, TrainGroup
 from node.identity import Identity, load_or_create, peer_name
-from node.records import RoundRecord, SharedGroup
+from node.clock import ClockPolicy
+from node.peer_text import outside_text_limit, within_limit
+from node.records import MAX_ROUND, RoundRecord, SharedGroup
 from node.runstore import RunStore
 from node.sapo import PeerGroup, select_external, verify_records
 from node.swarm import Swarm
@@ -167,6 +169,12 @@ class SwarmNode:
             self.checkpointer.load_optimizer(folder, self.learner.optimizer)
             self.learner.global_step = state.global_step
             self.last_round: int | None = state.round
+            if type(state.round) is not int or not 0 <= state.round <= MAX_ROUND:
+                # e.g. saved by a version that followed a hostile round clock: keep the weights, rejoin the swarm
+                message = f"the checkpoint's round {state.round!r} is out of bounds (0..{MAX_ROUND}): repaired"
+                log.warning("%s; the node follows the swarm's round instead", message)
+                self.bus.emit(NodeFailed(message=message, hint="the node follows the swarm's round", fatal=False))
+                self.last_round = None
             self.rounds_trained = state.rounds_trained
             log.info("resumed from the checkpoint of round %d (%d rounds trained)", state.round, state.rounds_trained)
         else:
@@ -178,7 +186,10 @@ class SwarmNode:
         self.swarm = Swarm(
             self.identity, swarm_name=cfg.swarm.swarm_name, initial_peers=initial_peers,
             host=cfg.swarm.host, port=cfg.swarm.port, record_ttl=cfg.swarm.record_ttl_s,
-            call_timeout=cfg.swarm.call_timeout_s,
+            call_timeout=cfg.swarm.call_timeout_s, groups_wanted=train.external_groups,
+            max_fetches_per_round=cfg.swarm.max_fetches_per_round, directory_shards=cfg.swarm.directory_shards,
+            clock=ClockPolicy(cfg.swarm.round_quorum, cfg.swarm.round_quorum_fraction, cfg.swarm.max_round_jump),
+            admission_secret=cfg.swarm.admission_secret, client_mode=cfg.swarm.client_mode,
         )
         self.swarm.start()
         self.bus.emit(
@@ -216,15 +227,18 @@ class SwarmNode:
         self._set_state("stopping")
 
     def _next_round(self) -> int:
-        """Follow the highest round announced in the swarm, so late joiners catch up and nobody falls behind."""
+        """Follow the round a quorum of peers announced (bounded jump), so late joiners catch up."""
         assert self.swarm is not None
-        round_ = 0 if self.last_round is None else self.last_round + 1
-        announced = self.swarm.swarm_round()
+        round_ = 0 if self.last_round is None else min(self.last_round + 1, MAX_ROUND)
+        announced = self.swarm.swarm_round(current=round_)
         if announced is not None and announced > round_:
             log.info("catching up with the swarm: round %d -> %d", round_, announced)
             round_ = announced
         if self.chain is not None:
             self._chain_round = self.chain.chain_round()
+            if self._chain_round is not None and not 0 <= self._chain_round <= MAX_ROUND:
+                log.warning("ignoring the chain's round %d: out of bounds", self._chain_round)
+                self._chain_round = None
             if self.config.chain.follow_round and self._chain_round is not None and self._chain_round > round_:
                 log.info("following the chain: round %d -> %d", round_, self._chain_round)
                 round_ = self._chain_round
@@ -249,7 +263,8 @@ class SwarmNode:
         seconds_share = time.perf_counter() - t0
 
         t0 = time.perf_counter()
-        external, received, rejected, zero_dropped, peers = self._gather(number, rng)
+        own_texts = [c.text for _, _, completions in local for c in completions]
+        external, received, rejected, zero_dropped, peers = self._gather(number, rng, own_texts)
         seconds_gather = time.perf_counter() - t0
 
         local_rewards = [[self._score(task, c.text) for c in completions] for task, _, completions in local]
@@ -328,15 +343,21 @@ class SwarmNode:
                 for task, _, completions in local
             ),
         )
-        return len(record.groups) if self.swarm.publish(record) else 0
+        # groups whose completions our verifier scores differently: receivers fetch those first
+        spread = [
+            i for i, (task, _, completions) in enumerate(local)
+            if len({self._score(task, c.text) for c in completions}) > 1
+        ]
+        return len(record.groups) if self.swarm.publish(record, spread=spread) else 0
 
-    def _gather(self, number: int, rng: random.Random):
+    def _gather(self, number: int, rng: random.Random, own_texts: list[str]):
         """Collect peer groups of this round and the previous one until J are usable or the deadline passes."""
         assert self.swarm is not None
         train = self.config.training
         wanted = train.external_groups
         deadline = time.monotonic() + self.config.swarm.gather_timeout_s
         verified: dict[tuple[str, int], list[PeerGroup]] = {}
+        text_limit = outside_text_limit(own_texts, self.config.swarm.peer_text_ratio)
         rejected: Counter[str] = Counter()  # groups that failed our checks, each record verified once
         undecodable: dict[int, Counter[str]] = {}  # records the swarm layer refused, as of the latest poll
         peers: set[str] = set()
@@ -352,8 +373,13 @@ class SwarmNode:
                     verification = verify_records(
                         [record], self.tasks, num_generations=train.num_generations, scorer=self._score
                     )
-                    verified[(record.peer_id, record.round)] = verification.accepted
+                    kept = [g for g in verification.accepted if within_limit(g.texts, text_limit)]
+                    if len(kept) < len(verification.accepted):
+                        rejected["payload_outside_answer"] += len(verification.accepted) - len(kept)
+                    verified[(record.peer_id, record.round)] = kept
                     rejected.update(verification.rejected)
+                    if verification.rejected or len(kept) < len(verification.accepted):
+                        self.swarm.penalize(record.peer_id)
             candidates = [group for groups in verified.values() for group in groups]
             usable = [g for g in candidates if not (train.drop_zero_advantage and g.zero_advantage)]
             if (

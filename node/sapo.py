@@ -75,11 +75,18 @@ def verify_records(
 def select_external(
     candidates: list[PeerGroup], count: int, rng: random.Random, *, current_round: int, drop_zero_advantage: bool,
 ) -> tuple[list[PeerGroup], int]:
-    """Pick ``count`` groups uniformly, current round first; returns them and how many zero-advantage were dropped."""
+    """Pick ``count`` groups uniformly, current round first, at most one per peer (so that many groups or rounds of
+    one peer cannot fill the J slots); returns them and how many zero-advantage were dropped."""
     usable = [g for g in candidates if not (drop_zero_advantage and g.zero_advantage)]
     dropped = len(candidates) - len(usable)
     current = [g for g in usable if g.round == current_round]
     older = [g for g in usable if g.round != current_round]
     rng.shuffle(current)
     rng.shuffle(older)
-    return (current + older)[:count], dropped
+    chosen: list[PeerGroup] = []
+    peers: set[str] = set()
+    for group in current + older:
+        if len(chosen) < count and group.peer_id not in peers:
+            chosen.append(group)
+            peers.add(group.peer_id)
+    return chosen, dropped
