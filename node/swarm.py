@@ -435,6 +435,7 @@ class Swarm:
         rounds: dict[str, int] = {}
         for shard, key in enumerate(keys):
             for author, entry in self._dictionary_entries((found or {}).get(key)):
+                self.traffic["received_bytes"] += 8
                 if (author is not None and author != self.peer_id and type(entry.value) is int
                         and 0 <= entry.value <= MAX_ROUND and shard_of(author, self._shards) == shard):
                     rounds[author] = entry.value
