@@ -16,7 +16,8 @@ Layout (protocol v2) for a swarm ``S`` with ``D`` directory shards; a peer's sha
 A gathering node reads a few directory shards (a uniform sample of the peers that published, since shards are
 hashes), picks J peers uniformly (those claiming groups with reward spread first) and fetches ONE group of each: a
 round costs it J groups plus a few pointers, whatever the swarm size. The clock follows a round only when a quorum
-of recently active peers announced it, at most ``max_round_jump`` ahead (:mod:`node.clock`).
+of recently active peers (each with a pointer in the directory at or just before the round it announces) announced
+it, at most ``max_round_jump`` ahead (:mod:`node.clock`).
 
 Every entry's subkey is ``[owner:<ssh-rsa key>]|<kind>/<numbers>``: ``RSASignatureValidator`` signs it with our key
 and checks every signature, and :class:`SwarmValidator` rebuilds the entry's DHT key from the subkey, the owner's
@@ -93,6 +94,7 @@ _ROUNDS_KEPT = 4  # gather state of this many recent rounds
 _STRIKES_BEFORE_BACKOFF = 2
 _BACKOFF_S = (60.0, 3600.0)  # first and longest time a repeatedly rejected peer is ignored
 _REBOOTSTRAP_EVERY_S = 15.0
+_MAX_CLOCK_CHECKS = 16  # supporters of a clock jump whose activity we check, at most (sampled)
 _INVITE_HINT = "An invite looks like /ip4/203.0.113.7/tcp/38211/p2p/QmPeerId...: copy it whole from the inviting node."
 _JOIN_HINT = (
     "Check that the inviting node is running and that the invite is copied whole. If it runs on another machine, "
@@ -450,7 +452,34 @@ class Swarm:
         if not announced:
             return None
         base = current if current is not None else (self._last_announced or 0)
-        return follow_round(base, announced, self._clock)
+        candidate = follow_round(base, announced, self._clock)
+        while candidate > base:
+            # the peers carrying the quorum must be recently active: have published at (or just before) the
+            # round they announce. An announcement alone is one unverifiable word.
+            supporters = [p for p, r in announced.items() if r >= candidate]
+            if len(supporters) > _MAX_CLOCK_CHECKS:
+                supporters = self._rng.sample(supporters, _MAX_CLOCK_CHECKS)
+            idle = set(supporters) - self._published_near({p: announced[p] for p in supporters})
+            if not idle:
+                return candidate
+            # still counted among the active peers (a quorum does not shrink), but supporting no jump
+            announced = {p: base if p in idle else r for p, r in announced.items()}
+            candidate = follow_round(base, announced, self._clock)
+        return candidate
+
+    def _published_near(self, rounds: dict[str, int]) -> set[str]:
+        """The peers of ``{peer: round}`` with a pointer in the directory for that round or the one before."""
+        wanted = {(r - back, shard_of(p, self._shards)) for p, r in rounds.items() for back in (0, 1) if r - back >= 0}
+        keys = {self._directory_key(r, shard): (r, shard) for r, shard in wanted}
+        found = self._call("clock", lambda node: _latest_many(node, list(keys))) or {}
+        self.traffic["lookups"] += len(keys)
+        published: set[tuple[str, int]] = set()
+        for key, (r, _) in keys.items():
+            for author, entry in self._dictionary_entries(found.get(key)):
+                self.traffic["received_bytes"] += len(entry.value) if type(entry.value) is bytes else 8
+                if author is not None:
+                    published.add((author, r))
+        return {p for p, r in rounds.items() if (p, r) in published or (p, r - 1) in published}
 
     # ------------------------------------------------------------------------------------------------ peers
     def peers_seen(self) -> int:

@@ -218,18 +218,28 @@ def test_publishing_someone_elses_record_is_a_bug(trio):
         trio[0].publish(record(trio[1].peer_id, 11, groups=1))
 
 
+def at_round(swarm, round_, *, publish=True):
+    if publish:  # what makes a peer recently active: it works on the rounds it announces
+        assert swarm.publish(record(swarm.peer_id, round_, groups=1, completions=2, completion_chars=20))
+    swarm.announce_round(round_)
+
+
 def test_round_clock_follows_a_quorum_not_one_peer(trio):
     a, b, c = trio
-    a.announce_round(3)
-    b.announce_round(7)
-    c.announce_round(5)
-    # a (at 3) follows 5: two peers reached it; 7 alone is one peer's word
-    assert a.swarm_round() == 5
-    assert b.swarm_round() == 7 and c.swarm_round() == 5  # never backwards
-    c.announce_round(10**9)  # the clock attack: one peer announces a far-future round
-    assert a.swarm_round() == 7 and b.swarm_round() == 7
-    c.announce_round(8)  # its later announcement replaces the earlier one
-    assert a.swarm_round() == 7
+    at_round(a, 103)
+    at_round(b, 107)
+    at_round(c, 105)
+    # a (at 103) follows 105: two peers reached it; 107 alone is one peer's word
+    assert a.swarm_round() == 105
+    assert b.swarm_round() == 107 and c.swarm_round() == 105  # never backwards
+    at_round(c, 10**9)  # the clock attack: one peer announces a far-future round (and even publishes there)
+    assert a.swarm_round() == 107 and b.swarm_round() == 107
+    at_round(b, 2000, publish=False)  # announcing without working at that round carries no weight
+    assert a.swarm_round() == 103
+    at_round(b, 2000)
+    assert a.swarm_round(current=105) == 105 + 1000  # b and c both past 2000: followed, by a bounded jump
+    at_round(c, 108)  # a later announcement replaces the earlier one
+    assert a.swarm_round(current=105) == 108
     with pytest.raises(ValueError):
         a.announce_round(MAX_ROUND + 1)
     assert all(swarm.peers_seen() == 2 for swarm in trio)
