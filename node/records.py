@@ -3,7 +3,7 @@
 A round record is msgpack of ``{"v": 2, "peer": str, "round": int, ["pf": int,] "groups": [{"task": [family,
 config_id, seed, index], "q": question, "c": [completion, ...], "f": [finished, ...]}, ...]}``. It never carries
 ground truth: receivers regenerate the answer from the task reference. ``pf`` is the prompt format the completions
-answer (absent means 1).
+answer (:data:`node.prompts.PROMPT_FORMAT`; absent means 1).
 
 On the DHT (:mod:`node.swarm`) a round record travels split: one *group record* per group (the same map with
 ``"i": index`` and a single ``"g": group`` instead of ``"groups"``, plus ``"t"``, an admission tag, in private

@@ -107,7 +107,9 @@ _JOIN_HINT = (
 class GatherResult:
     records: tuple[RoundRecord, ...]  # one group per sampled peer (other peers only), sorted by peer id
     rejected: Counter[str]  # reason -> count: RecordRejected reasons, "peer_mismatch", "backoff", ...
-    peers: frozenset[str]  # other peers found in the directory shards read for that round
+    peers: frozenset[str]  # other peers that published and that we sampled (fetched or tried) for that round
+    published: int = 0  # other peers found in the directory shards read (a sample of those that published)
+    exhausted: bool = False  # this round's fetch budget is spent, or every peer found was tried
 
 
 @dataclasses.dataclass
@@ -291,7 +293,10 @@ class Swarm:
         records = tuple(sorted((g.as_round_record() for g in state.fetched.values()), key=lambda r: r.peer_id))
         if state.rejected:
             logger.info("Round %d: rejected entries %s", round, dict(state.rejected))
-        return GatherResult(records=records, rejected=state.rejected.copy(), peers=frozenset(state.pool))
+        exhausted = (state.fetches >= self._max_fetches or state.bytes >= self._max_fetch_bytes
+                     or (len(state.shards_read) == self._shards and state.tried >= state.pool.keys()))
+        return GatherResult(records=records, rejected=state.rejected.copy(), peers=frozenset(state.tried),
+                            published=len(state.pool), exhausted=exhausted)
 
     def _round_state(self, round: int) -> _RoundGather:
         with self._lock:
