@@ -55,16 +55,18 @@ class Adversary:
         while not self.stop.is_set():
             self.swarm.announce_round(10**9)  # one peer's word: no quorum
             self.swarm.publish(far)  # a round nobody plays
-            for target in self.targets:  # honest groups of the current rounds, to copy their tasks
-                for round_ in range(0, 40):
+            top = max(self.rounds_flooded, default=0)
+            for seen in range(max(0, top - 4), top + 2):  # an honest group, to copy a task every node regenerates
+                self.swarm._rounds.pop(seen, None)
+                honest = self.swarm.gather(seen).records
+                if not honest:
+                    continue
+                group = honest[0].groups[0]
+                # flood the rounds ahead, so that the groups are there when honest nodes gather
+                for round_ in range(seen, seen + 4):
                     if round_ in self.rounds_flooded:
                         continue
-                    self.swarm._rounds.pop(round_, None)
-                    honest = self.swarm.gather(round_).records
-                    if not honest:
-                        continue
                     self.rounds_flooded.add(round_)
-                    group = honest[0].groups[0]
                     forged = SharedGroup(group.task, group.question,
                                          tuple(PAYLOAD * 3 + "<answer>4</answer>" for _ in group.completions),
                                          group.finished)
@@ -77,7 +79,6 @@ class Adversary:
                              encode_group_record(GroupRecord(peer, round_, 0, forged))),
                             (f"test/junk/{peer}", b"|g/1/0", b"\0" * 50_000),
                         ])
-                break
             self.stop.wait(1.0)
 
     def swarm_groups_placeholder(self):
