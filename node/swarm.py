@@ -87,6 +87,7 @@ CACHE_BYTES = 16 * 1024**2
 _OWNER_RE = re.compile(rb"(\[owner:(.+?)\])\|([a-z])/([0-9/]{1,40})")
 # RSASignatureValidator appends "[signature:...]" to values and refuses a value holding two of them
 _SIGNATURE_MARKER = b"[signature:"
+_SIGNATURE_BYTES = 356  # "[signature:" + base64 of a 2048-bit RSA signature + "]"
 # p2pd's control sockets (hivemind's P2P._UNIX_SOCKET_PREFIX); a daemon that fails to start leaves its own behind
 _SOCKET_DIR, _SOCKET_GLOB = Path("/tmp"), "hivemind-*.sock"
 _RPCS_PER_CALL = 3  # a single unanswered RPC may cost a third of call_timeout, so the call still completes
@@ -94,6 +95,7 @@ _ROUNDS_KEPT = 4  # gather state of this many recent rounds
 _STRIKES_BEFORE_BACKOFF = 2
 _BACKOFF_S = (60.0, 3600.0)  # first and longest time a repeatedly rejected peer is ignored
 _REBOOTSTRAP_EVERY_S = 15.0
+CLOCK_SAMPLE = 32  # announcing peers a clock read looks for before it stops reading shards
 _MAX_CLOCK_CHECKS = 16  # supporters of a clock jump whose activity we check, at most (sampled)
 _INVITE_HINT = "An invite looks like /ip4/203.0.113.7/tcp/38211/p2p/QmPeerId...: copy it whole from the inviting node."
 _JOIN_HINT = (
@@ -326,7 +328,6 @@ class Swarm:
             for key, shard in zip(keys, shards):
                 item = (found or {}).get(key)
                 for author, entry in self._dictionary_entries(item):
-                    self.traffic["received_bytes"] += len(entry.value) if type(entry.value) is bytes else 8
                     if author is None or author == self.peer_id or author in state.pool:
                         continue
                     try:
@@ -382,7 +383,6 @@ class Swarm:
             author, entry = entries[0]
             size = len(entry.value) if type(entry.value) is bytes else 0
             state.bytes += size
-            self.traffic["received_bytes"] += size
             reason = None
             if author != peer:
                 reason = "peer_mismatch"
@@ -434,18 +434,23 @@ class Swarm:
             logger.warning("Could not announce round %d to the swarm", round)
 
     def announced_rounds(self) -> dict[str, int]:
-        """The round each other live peer last announced, from every clock shard (bounded: entries per key)."""
+        """The round other live peers last announced: a uniform sample of at least ``CLOCK_SAMPLE`` of them (all of
+        them in a small swarm), read shard by shard in random order, so a read costs the same at any swarm size."""
         self._maybe_rebootstrap()
-        keys = [self._clock_key(shard) for shard in range(self._shards)]
-        found = self._call("clock", lambda node: _latest_many(node, keys))
-        self.traffic["lookups"] += len(keys)
+        shards = list(range(self._shards))
+        self._rng.shuffle(shards)
         rounds: dict[str, int] = {}
-        for shard, key in enumerate(keys):
-            for author, entry in self._dictionary_entries((found or {}).get(key)):
-                self.traffic["received_bytes"] += 8
-                if (author is not None and author != self.peer_id and type(entry.value) is int
-                        and 0 <= entry.value <= MAX_ROUND and shard_of(author, self._shards) == shard):
-                    rounds[author] = entry.value
+        batch = 4
+        while shards and len(rounds) < CLOCK_SAMPLE:
+            reading, shards = shards[:batch], shards[batch:]
+            keys = [self._clock_key(shard) for shard in reading]
+            found = self._call("clock", lambda node: _latest_many(node, keys)) or {}
+            self.traffic["lookups"] += len(keys)
+            for shard, key in zip(reading, keys):
+                for author, entry in self._dictionary_entries(found.get(key)):
+                    if (author is not None and author != self.peer_id and type(entry.value) is int
+                            and 0 <= entry.value <= MAX_ROUND and shard_of(author, self._shards) == shard):
+                        rounds[author] = entry.value
         return rounds
 
     def swarm_round(self, current: int | None = None) -> int | None:
@@ -481,7 +486,6 @@ class Swarm:
         published: set[tuple[str, int]] = set()
         for key, (r, _) in keys.items():
             for author, entry in self._dictionary_entries(found.get(key)):
-                self.traffic["received_bytes"] += len(entry.value) if type(entry.value) is bytes else 8
                 if author is not None:
                     published.add((author, r))
         return {p for p, r in rounds.items() if (p, r) in published or (p, r - 1) in published}
@@ -575,6 +579,11 @@ class Swarm:
         if item is None or not isinstance(item.value, dict):
             return []
         entries = [(_owner_peer_id(subkey), entry) for subkey, entry in list(item.value.items())[:MAX_ENTRIES_PER_KEY]]
+        # what crossed the wire: the value, its subkey (owner key) and the signature hivemind strips on arrival
+        self.traffic["received_bytes"] += sum(
+            (len(e.value) if type(e.value) is bytes else 9) + len(k if type(k) is bytes else b"") + _SIGNATURE_BYTES
+            for k, e in list(item.value.items())[:MAX_ENTRIES_PER_KEY]
+        )
         with self._lock:
             for author, entry in entries:
                 if author is not None and author != self.peer_id:
