@@ -34,6 +34,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from node.errors import NodeError  # noqa: E402
 from node.identity import load_or_create  # noqa: E402
 from node.records import GroupRecord, RoundRecord, SharedGroup, encode_group_record  # noqa: E402
 from node.swarm import Swarm  # noqa: E402
@@ -175,11 +176,20 @@ def main() -> None:
     rows, stopped = [], None
     with ThreadPoolExecutor(8) as pool:
         for n in args.peers:
-            if psutil.virtual_memory().available < 3 * 2**30:
-                stopped = f"stopped before N={n}: less than 3 GiB of memory available"
+            if psutil.virtual_memory().available < n * 100 * 2**20 + 2 * 2**30:
+                stopped = f"stopped before N={n}: {n} peers need ~{n * 100} MiB, less is available"
                 break
-            with tempfile.TemporaryDirectory() as folder:
-                rows += run_size(n, args.rounds, Path(folder), pool)
+            try:
+                with tempfile.TemporaryDirectory() as folder:
+                    rows += run_size(n, args.rounds, Path(folder), pool)
+            except NodeError as e:  # a daemon that cannot start on a loaded machine: say so, keep what was measured
+                stopped = f"N={n}: a peer could not join ({e.message}), load average {os.getloadavg()[0]:.1f}"
+                break
+            write(args, rows, stopped)
+    write(args, rows, stopped)
+
+
+def write(args: argparse.Namespace, rows: list[dict], stopped: str | None) -> None:
     result = {
         "rows": rows,
         "j": J,
