@@ -61,7 +61,7 @@ class Adversary:
                 honest = self.swarm.gather(seen).records
                 if not honest:
                     continue
-                group = honest[0].groups[0]
+                group, prompt_format = honest[0].groups[0], honest[0].prompt_format
                 # flood the rounds ahead, so that the groups are there when honest nodes gather
                 for round_ in range(seen, seen + 4):
                     if round_ in self.rounds_flooded:
@@ -76,7 +76,7 @@ class Adversary:
                             (f"{ns}/d/{round_}/{shard}", f"|d/{round_}/{shard}".encode(),
                              encode_pointer(Pointer(peer, round_, 1, (0,)))),
                             (f"{ns}/g/{round_}/{peer}/0", b"|g/" + str(round_).encode() + b"/0",
-                             encode_group_record(GroupRecord(peer, round_, 0, forged))),
+                             encode_group_record(GroupRecord(peer, round_, 0, forged, prompt_format))),
                             (f"test/junk/{peer}", b"|g/1/0", b"\0" * 50_000),
                         ])
             self.stop.wait(1.0)
