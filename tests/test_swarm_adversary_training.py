@@ -122,9 +122,9 @@ def test_honest_nodes_keep_training_under_attack_and_a_restarted_node_runs(tiny_
         dropped = sum(r.rejected_reasons.get("payload_outside_answer", 0) for n in nodes
                       for r in n.events_of("round_finished"))
         assert adversary.rounds_flooded and dropped >= 1  # the payload groups were caught, not trained on
-        for node in nodes:
-            external = [s for s in node.events_of("rollout_sample") if not s.local]
-            assert not any("Ignore all previous" in s.completion for s in external)
+        for node in nodes:  # shown to the user as rejected, never trained on
+            payloads = [s for s in node.events_of("rollout_sample") if not s.local and "Ignore all" in s.completion]
+            assert all(s.fate == "rejected:payload_outside_answer" for s in payloads), {s.fate for s in payloads}
     finally:
         if adversary is not None:
             adversary.stop.set()
