@@ -175,9 +175,7 @@ class MainWindow(QMainWindow):
         """Plots and gossip start from what is on disk, so a restarted app shows the whole run."""
         store = RunStore(self.config.run_dir)
         metrics = store.metrics()
-        # Held-out evaluations are stored from the learning branch on; older run folders have none.
-        evaluations = store.evaluations() if hasattr(store, "evaluations") else []
-        self.dashboard.load_history(metrics, evaluations)
+        self.dashboard.load_history(metrics, store.evaluations())
         self.header.set_totals(self.dashboard.history)
         self.header.progress.load(metrics)
         self.gossip.clear()

@@ -9,6 +9,7 @@ from PySide6.QtWidgets import (
     QPushButton, QRadioButton, QStackedWidget, QVBoxLayout, QWidget, QWizardPage,
 )
 
+from app.errors import ErrorLabel, Problem
 from app.worker import Worker
 from node.chain.networks import PRESETS, rpc_health
 from node.config import NodeConfig
@@ -17,6 +18,15 @@ from node.secret_store import keyring_available
 from node.wallet import PendingWallet, WalletStore, new_wallet
 
 CREATE, PHRASE, KEY, KEYSTORE = range(4)
+
+
+COORDINATOR_NOTES = {
+    "gensyn-testnet": "Gensyn's official swarm is paused, so no coordinator address is published now. Paste the "
+                      "SwarmCoordinator address the organiser of your swarm gives you (0x followed by 40 hex digits), "
+                      "or choose Local only on the previous page to train without a chain.",
+    "local": "Deploy one with `rl-swarm-node chain devnet` and paste the address it prints.",
+    "custom": "Paste the SwarmCoordinator address of the swarm you join (0x followed by 40 hex digits).",
+}
 
 
 class WalletPage(QWizardPage):
@@ -30,7 +40,7 @@ class WalletPage(QWizardPage):
                          "signs your reward submissions. Its key never leaves this computer.")
         self.worker = Worker()
         self.worker.done.connect(self._health)
-        self.worker.failed.connect(lambda exc: self.network_status.setText(f"{exc.message} {exc.hint}"))
+        self.worker.failed.connect(lambda exc: self.network_status.show_problem(Problem.of(exc)))
 
         self.network = QComboBox()
         for preset in PRESETS.values():
@@ -42,9 +52,11 @@ class WalletPage(QWizardPage):
         self.coordinator.setPlaceholderText("0x… address of the swarm's SwarmCoordinator")
         check = QPushButton("Check network")
         check.clicked.connect(self.check_network)
-        self.network_status = QLabel("")
+        self.network_status = ErrorLabel()
         self.network_status.setObjectName("networkStatus")
-        self.network_status.setWordWrap(True)
+        self.coordinator_note = QLabel("")
+        self.coordinator_note.setObjectName("coordinatorNote")
+        self.coordinator_note.setWordWrap(True)
         self.network.currentIndexChanged.connect(self._preset_changed)
         current = config.chain.network if config.chain.network != "none" else "gensyn-testnet"
         self.network.setCurrentIndex(max(0, self.network.findData(current)))
@@ -57,6 +69,7 @@ class WalletPage(QWizardPage):
         network_form.addRow("RPC URL", self.rpc)
         network_form.addRow("Chain id", self.chain_id)
         network_form.addRow("Coordinator", self.coordinator)
+        network_form.addRow("", self.coordinator_note)
         row = QHBoxLayout()
         row.addWidget(check)
         row.addWidget(self.network_status, 1)
@@ -148,18 +161,25 @@ class WalletPage(QWizardPage):
         self.rpc.setText(preset.rpc_url or "")
         self.chain_id.setText(str(preset.chain_id) if preset.chain_id else "")
         self.chain_id.setReadOnly(preset.key == "gensyn-testnet")
+        self.coordinator_note.setText(COORDINATOR_NOTES.get(preset.key, ""))
 
     def check_network(self) -> None:
         url, expected = self.rpc.text().strip(), self._chain_id()
-        self.network_status.setText("Asking the RPC for its chain id and latest block…")
+        self.network_status.show_info("Asking the RPC for its chain id and latest block…")
         self.worker.run(lambda: rpc_health(url, expected, timeout_s=self.config.chain.rpc_timeout_s), "rpc-health")
 
     def _health(self, health) -> None:
         if health.ok:
-            self.network_status.setText(f"Connected: chain {health.chain_id}, block {health.block_number}, "
-                                        f"{health.latency_ms:.0f} ms.")
+            self.network_status.show_info(f"Connected: chain {health.chain_id}, block {health.block_number}, "
+                                          f"{health.latency_ms:.0f} ms.")
+        elif health.chain_id is not None:
+            self.network_status.show_problem(Problem(
+                f"This RPC serves chain {health.chain_id}, not the chosen network.",
+                "Pick the network that matches, or correct the RPC URL.", health.message))
         else:
-            self.network_status.setText(f"<span style='color:#D55E00'>{health.message}</span>")
+            self.network_status.show_problem(Problem(
+                "The network's RPC does not answer.",
+                "Check the internet connection and the RPC URL, then press Check network again.", health.message))
 
     def _chain_id(self) -> int | None:
         text = self.chain_id.text().strip()
@@ -188,7 +208,7 @@ class WalletPage(QWizardPage):
         try:
             self._save()
         except NodeError as exc:
-            self.error.setText(f"{exc.message}. {exc.hint}")
+            self.error.setText(Problem.of(exc).text())
             return False
         self.error.setText("")
         return True

@@ -13,6 +13,7 @@ from PySide6.QtWidgets import (
     QTableWidgetItem, QVBoxLayout, QWidget, QWizard, QWizardPage,
 )
 
+from app import fit
 from app.networks import Network, load_networks, save_network
 from app.node_query import NodeQuery
 from app.wallet_page import WalletPage
@@ -22,8 +23,29 @@ from node.invite import format_invite, local_addresses, parse_invite
 from node.units import format_bytes
 
 GIB = 2**30
-IDENTITY_PAGE, WALLET_PAGE, HARDWARE_PAGE, MODEL_PAGE, SWARM_PAGE = range(5)
-FIT_COLORS = {"fits": "#009E73", "tight": "#E69F00", "won't fit": "#D55E00"}
+IDENTITY_PAGE, WALLET_PAGE, HARDWARE_PAGE, MODEL_PAGE, SWARM_PAGE, WELCOME_PAGE = range(6)
+FIT_COLORS = {"fits": "#009E73", "tight": "#E69F00", "won't fit": "#D55E00", "unknown": "#7f7f7f"}
+STEPS = {IDENTITY_PAGE: 1, WALLET_PAGE: 1, HARDWARE_PAGE: 2, MODEL_PAGE: 3, SWARM_PAGE: 4}
+
+
+class WelcomePage(QWizardPage):
+    def __init__(self) -> None:
+        super().__init__()
+        self.setTitle("Welcome to RL Swarm")
+        text = QLabel(
+            "RL Swarm trains a small language model on this computer together with other people's computers: "
+            "every round your model answers a few reasoning questions, shares its answers with the swarm, and "
+            "learns from the answers that scored best, yours and your peers'.<br><br>"
+            "Setup takes four short steps: <b>1.</b> your identity in the swarm, <b>2.</b> what this computer "
+            "has, <b>3.</b> the model to train, <b>4.</b> the swarm to join. Nothing is saved until you press "
+            "Finish, and you can change everything later in Settings.")
+        text.setWordWrap(True)
+        layout = QVBoxLayout(self)
+        layout.addWidget(text)
+        layout.addStretch(1)
+
+    def nextId(self) -> int:  # noqa: N802
+        return IDENTITY_PAGE
 
 
 def _size(num_bytes: int) -> str:
@@ -175,7 +197,11 @@ class ModelPage(QWizardPage):
 
     def initializePage(self) -> None:  # noqa: N802
         data = self.hardware.data or {}
-        self.models = data.get("models", [])
+        hardware = data.get("hardware", {})
+        # Labels follow total memory, so they do not change between runs with what happens to be free.
+        self.models = [{**m, "label": fit.label(m["required_bytes"], fit.budget(hardware))}
+                       for m in data.get("models", [])]
+        self.hardware_info = hardware
         recommended = data.get("recommendation", {}).get("model")
         wanted = self.config.training.model if self.config.training.model in {m["id"] for m in self.models} else recommended
         self.table.setRowCount(len(self.models))
@@ -206,7 +232,8 @@ class ModelPage(QWizardPage):
         else:
             download = "nothing to download" if not model["download_bytes"] else \
                 f"downloads {_size(model['download_bytes'])} from Hugging Face the first time"
-            self.note.setText(f"{model['description']}; {download}.")
+            short = fit.free_ram_note(self.hardware_info, model["required_bytes"])
+            self.note.setText(f"{model['description']}; {download}." + (f"<br><b>{short}</b>" if short else ""))
         self.completeChanged.emit()
 
     def isComplete(self) -> bool:  # noqa: N802
@@ -365,13 +392,17 @@ class SetupWizard(QWizard):
         self.config = config
         self.identity_page = IdentityPage(config)
         self.wallet_page = WalletPage(config)
+        self.welcome_page = WelcomePage()
         self.hardware_page = HardwarePage()
         self.model_page = ModelPage(config, self.hardware_page)
         self.swarm_page = SwarmPage(config, self.identity_page, networks_file)
         for page_id, page in ((IDENTITY_PAGE, self.identity_page), (WALLET_PAGE, self.wallet_page),
                               (HARDWARE_PAGE, self.hardware_page), (MODEL_PAGE, self.model_page),
-                              (SWARM_PAGE, self.swarm_page)):
+                              (SWARM_PAGE, self.swarm_page), (WELCOME_PAGE, self.welcome_page)):
             self.setPage(page_id, page)
+            if page_id in STEPS:
+                page.setTitle(f"Step {STEPS[page_id]} of 4: {page.title()}")
+        self.setStartId(WELCOME_PAGE)
         self.resize(860, 720)
         self.result_config: NodeConfig | None = None
 

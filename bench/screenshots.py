@@ -82,8 +82,11 @@ def main() -> int:
     config = NodeConfig.build({"run": {"data_dir": str(data)}, "swarm": {"swarm_name": "study-group"}})
 
     wizard = SetupWizard(config, data / "networks.toml")
+    wizard.resize(min(wizard.width(), width - 40), min(wizard.height(), height - 40))
     wizard.show()
     settle(app, until=lambda: wizard.identity_page.peer is not None and wizard.hardware_page.data is not None)
+    save(wizard, args.out, f"wizard-0-welcome{suffix}")
+    wizard.next()
     wizard.identity_page.wallet.setChecked(True)
     wizard.next()
     wizard.wallet_page.generate()
