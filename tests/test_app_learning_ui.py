@@ -382,3 +382,21 @@ def test_sentences_are_capitalised_and_end_with_a_stop():
     problem = Problem.of(ValueError("boom"))
     assert problem.summary == "Something unexpected went wrong." and "boom" in problem.details
     assert NodeFailed  # the node's own error event carries message and hint the same way
+
+
+def test_missing_xcb_libraries_print_the_apt_line(monkeypatch):
+    import io
+
+    from app import qt_libraries
+
+    monkeypatch.setattr(qt_libraries.sys, "platform", "linux")
+    monkeypatch.setenv("QT_QPA_PLATFORM", "xcb")
+    out = io.StringIO()
+    missing = qt_libraries.warn_if_missing(find=lambda name: None if name in ("xcb-icccm", "xcb-shape") else name,
+                                           stream=out)
+    assert missing == ["libxcb-icccm4", "libxcb-shape0"]
+    assert "sudo apt-get install libxcb-icccm4 libxcb-shape0" in out.getvalue()
+    out = io.StringIO()
+    assert qt_libraries.warn_if_missing(find=lambda name: name, stream=out) == [] and out.getvalue() == ""
+    monkeypatch.setenv("QT_QPA_PLATFORM", "offscreen")
+    assert not qt_libraries.uses_xcb()
