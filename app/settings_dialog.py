@@ -167,7 +167,9 @@ class SettingsDialog(QDialog):
         verdict, text = fit.describe(model, data.get("hardware", {}), sequences_per_pass=self.sequences_per_pass(),
                                      max_new_tokens=self.max_tokens.value())
         self.fit.setText(text)
-        self.fit.setStyleSheet(f"QLabel#settingsFit {{ color: {FIT_COLORS[verdict]}; }}")
+        # Amber while free RAM is short right now, even where the computer's total memory is enough.
+        color = FIT_COLORS["tight"] if verdict == "fits" and "close other programs" in text else FIT_COLORS[verdict]
+        self.fit.setStyleSheet(f"QLabel#settingsFit {{ color: {color}; }}")
         return verdict
 
     def _browse(self) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtWidgets import (
-    QButtonGroup, QComboBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit,
-    QPushButton, QRadioButton, QStackedWidget, QVBoxLayout, QWidget, QWizardPage,
+    QButtonGroup, QComboBox, QFileDialog, QFormLayout, QFrame, QGroupBox, QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit,
+    QPushButton, QRadioButton, QScrollArea, QStackedWidget, QVBoxLayout, QWidget, QWizardPage,
 )
 
 from app.errors import ErrorLabel, Problem
@@ -21,9 +21,8 @@ CREATE, PHRASE, KEY, KEYSTORE = range(4)
 
 
 COORDINATOR_NOTES = {
-    "gensyn-testnet": "Gensyn's official swarm is paused, so no coordinator address is published now. Paste the "
-                      "SwarmCoordinator address the organiser of your swarm gives you (0x followed by 40 hex digits), "
-                      "or choose Local only on the previous page to train without a chain.",
+    "gensyn-testnet": "Gensyn's official swarm is paused: paste the coordinator address your swarm's organiser gives "
+                      "you, or go back and choose Local only.",
     "local": "Deploy one with `rl-swarm-node chain devnet` and paste the address it prints.",
     "custom": "Paste the SwarmCoordinator address of the swarm you join (0x followed by 40 hex digits).",
 }
@@ -49,7 +48,7 @@ class WalletPage(QWizardPage):
         self.chain_id = QLineEdit()
         self.chain_id.setPlaceholderText("any (development chain)")
         self.coordinator = QLineEdit(config.chain.coordinator or "")
-        self.coordinator.setPlaceholderText("0x… address of the swarm's SwarmCoordinator")
+        self.coordinator.setPlaceholderText("0x… (40 hex digits) the SwarmCoordinator contract of your swarm")
         check = QPushButton("Check network")
         check.clicked.connect(self.check_network)
         self.network_status = ErrorLabel()
@@ -97,7 +96,7 @@ class WalletPage(QWizardPage):
         self.words = QLabel("")
         self.words.setObjectName("recoveryPhrase")
         self.words.setWordWrap(True)
-        self.words.setMinimumHeight(110)
+        self.words.setMinimumHeight(125)
         self.quiz_form = QFormLayout()
         self.quiz: dict[int, QLineEdit] = {}
         create_layout.addWidget(generate)
@@ -149,10 +148,21 @@ class WalletPage(QWizardPage):
         self.error.setObjectName("walletError")
         self.error.setWordWrap(True)
         self.error.setStyleSheet("color: #D55E00")
-        layout = QVBoxLayout(self)
+        content = QWidget()
+        layout = QVBoxLayout(content)
+        layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(network_box)
         layout.addWidget(wallet_box)
         layout.addWidget(self.error)
+        layout.addStretch(1)
+        # The phrase, its quiz and the passphrase need more height than a 700-pixel screen leaves: scroll.
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QFrame.Shape.NoFrame)
+        scroll.setWidget(content)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.addWidget(scroll)
 
     # -- network -------------------------------------------------------------------------------------------
 

@@ -147,7 +147,7 @@ def main() -> int:
 
     dialog = SettingsDialog(config, idle_supported=True, parent=window)
     dialog.show()
-    settle(app)
+    settle(app, until=lambda: dialog.hardware is not None)  # the node's memory answer (it imports torch)
     save(dialog, args.out, f"settings{suffix}")
     dialog.close()
 
