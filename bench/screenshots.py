@@ -128,8 +128,8 @@ def main() -> int:
     supervisor._set_state("training", "pausing after this round")  # what the supervisor says while a node runs
     settle(app)
     save(window, args.out, f"main-pausing{suffix}")
-    window.resume_action.setEnabled(True)
     window.supervisor.resume()
+    supervisor._set_state("training", "")
     window.tabs.setCurrentWidget(window.account)
     settle(app)
     save(window, args.out, f"main-account{suffix}")
