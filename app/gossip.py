@@ -23,7 +23,7 @@ from node.events import RolloutSample
 MAX_ROWS = 1000
 COLUMNS = ("Round", "Peer", "Task", "Question", "Answer", "Expected", "Reward", "Scored", "Fate")
 QUESTION, ANSWER, EXPECTED = 3, 4, 5
-COLUMN_WIDTHS = {1: 125, 2: 120, EXPECTED: 70, 7: 105, 8: 140}
+COLUMN_WIDTHS = {1: 125, 2: 150, EXPECTED: 70, 7: 105, 8: 160}
 FATE_FILTERS = ("All groups", "Trained on", "Dropped: all rewards equal", "Not needed", "Rejected")
 _FATE_KEYS = (None, "trained", "dropped_equal_rewards", "not_needed", "rejected")
 

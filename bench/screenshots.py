@@ -29,6 +29,7 @@ from app.supervisor import NodeSupervisor  # noqa: E402
 from app.wizard import SetupWizard  # noqa: E402
 from node.config import NodeConfig  # noqa: E402
 from node.events import event_from_json  # noqa: E402
+from node.logs import LOG_FILE  # noqa: E402
 
 
 def settle(app: QApplication, seconds: float = 0.3, until=None, timeout: float = 120) -> None:
@@ -140,6 +141,13 @@ def main() -> int:
     import logging
 
     logging.getLogger("app").warning("example warning line in the app log")
+    node_log = config.run_dir / LOG_FILE
+    node_log.parent.mkdir(parents=True, exist_ok=True)
+    node_log.write_text("".join(  # the node's one line per round (node/round.py), long enough to wrap
+        f"2026-11-23 10:{10 + r:02d}:00 INFO node.round: round {r}: reward {0.3 + r / 40:.3f}, exact {0.2 + r / 50:.2f}, "
+        f"well-formed {0.6 + r / 60:.2f} | 2 peers | peer groups: 2 trained, 1 equal rewards, 1 not needed, "
+        f"0 rejected (-) | enough peer groups | updated on 4 groups (3 with spread) | {41 + r % 5:.1f} s\n"
+        for r in range(18, 24)))
     window.logs.poll()
     settle(app)
     save(window, args.out, f"main-logs{suffix}")

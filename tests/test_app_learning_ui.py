@@ -141,7 +141,7 @@ def test_gossip_shows_expected_reason_and_every_fate_with_counters_that_add_up(q
     assert gossip.proxy.rowCount() == fates["dropped_equal_rewards"]
     gossip.table.selectRow(0)
     detail = gossip.detail.toPlainText()
-    assert "all rewards equal" in detail and "EXPECTED" in detail and "scored by this node" in detail
+    assert "dropped: equal rewards" in detail and "EXPECTED" in detail and "scored by this node" in detail
     gossip.fate.setCurrentText("Rejected")
     gossip.table.selectRow(0)
     assert "rejected: answer count mismatch" in gossip.detail.toPlainText()
