@@ -1,6 +1,6 @@
 """What this machine can train, and the settings we recommend for it.
 
-Recommendation policy (memory is the GPU's for CUDA and the free RAM otherwise; see
+Recommendation policy (memory is the GPU's for CUDA and the total RAM otherwise; see
 :func:`node.models.estimate_training_bytes`):
 
 * CUDA, >= 20 GiB: Qwen2.5-1.5B-Instruct in bfloat16, G=8 completions per question, I=4 local questions and
@@ -162,7 +162,12 @@ def auto_bf16(hw: HardwareInfo, device: str, *, sampling: bool) -> bool:
     return sampling or device == "cuda"
 
 
-def _required_bytes(model: str, train_dtype: str, sequences_per_pass: int, max_new_tokens: int) -> int:
+LORA_RANK = 16  # the adapter rank the fit figures assume (training.lora_rank)
+
+
+def _required_bytes(
+    model: str, train_dtype: str, sequences_per_pass: int, max_new_tokens: int, lora_rank: int = 0
+) -> int:
     spec = CATALOG[model]
     return estimate_training_bytes(
         spec.params,
@@ -170,12 +175,18 @@ def _required_bytes(model: str, train_dtype: str, sequences_per_pass: int, max_n
         num_sequences=sequences_per_pass,
         seq_len=PROMPT_TOKENS + max_new_tokens,
         vocab_size=spec.vocab_size,
+        lora_rank=lora_rank,
     )
 
 
 def training_budget(hw: HardwareInfo) -> int:
-    """Memory a training run may use: the first GPU's for CUDA, free RAM otherwise (MPS shares RAM)."""
-    return hw.gpus[0].total_memory_bytes if hw.kind == "cuda" else hw.available_ram_bytes
+    """Memory a training run may use: the first GPU's for CUDA, the computer's total RAM otherwise (MPS shares
+    RAM).
+
+    Total, not what happens to be free this second: other programs come and go, and a model that fits the machine
+    should not be refused because a browser is open. fit_label calls anything past 70 % of it "tight".
+    """
+    return hw.gpus[0].total_memory_bytes if hw.kind == "cuda" else hw.total_ram_bytes
 
 
 @dataclass(frozen=True)
@@ -186,8 +197,10 @@ class ModelFit:
     name: str
     description: str
     download_bytes: int
-    required_bytes: int
+    required_bytes: int  # full fine-tuning
     label: Literal["fits", "tight", "won't fit"]
+    required_bytes_lora: int  # a LoRA adapter of rank LORA_RANK (training.lora_rank)
+    label_lora: Literal["fits", "tight", "won't fit"]
 
 
 def catalog_fits(hw: HardwareInfo, advice: Recommendation) -> list[ModelFit]:
@@ -196,7 +209,9 @@ def catalog_fits(hw: HardwareInfo, advice: Recommendation) -> list[ModelFit]:
     fits = []
     for spec in CATALOG.values():
         need = _required_bytes(spec.id, advice.train_dtype, per_pass, advice.max_new_tokens)
-        fits.append(ModelFit(spec.id, spec.name, spec.description, spec.download_bytes, need, fit_label(need, budget)))
+        lora = _required_bytes(spec.id, advice.train_dtype, per_pass, advice.max_new_tokens, LORA_RANK)
+        fits.append(ModelFit(spec.id, spec.name, spec.description, spec.download_bytes, need, fit_label(need, budget),
+                             lora, fit_label(lora, budget)))
     return fits
 
 
@@ -217,13 +232,13 @@ def recommend(hw: HardwareInfo) -> Recommendation:
         micro = 1  # one group per pass: the logits of a 150k vocabulary dominate GPU memory
     elif hw.kind == "mps":
         dtype = "float32"
-        where = f"Apple GPU (MPS) with {budget / GIB:.1f} GiB of {hw.total_ram_bytes / GIB:.1f} GiB RAM free"
+        where = f"Apple GPU (MPS) sharing {budget / GIB:.1f} GiB RAM"
         why = "; it trains in float32 because bfloat16 training on MPS is unreliable"
         model, g, i, j, max_new_tokens = QWEN_0_5B, 4, 2, 2, 256
         micro = 1
     else:
         dtype = "float32"
-        where = f"CPU only ({hw.cpu_name}, {hw.physical_cores} cores, {budget / GIB:.1f} GiB RAM free)"
+        where = f"CPU only ({hw.cpu_name}, {hw.physical_cores} cores, {budget / GIB:.1f} GiB RAM)"
         why = "; it works offline and keeps a round to about a minute, larger models would take many minutes"
         model, g, i, j, max_new_tokens = BUNDLED, 4, 2, 2, 128
         micro = 0  # the whole round in one pass: fastest on CPU and it fits
