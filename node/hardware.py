@@ -201,6 +201,11 @@ class ModelFit:
     label: Literal["fits", "tight", "won't fit"]
     required_bytes_lora: int  # a LoRA adapter of rank LORA_RANK (training.lora_rank)
     label_lora: Literal["fits", "tight", "won't fit"]
+    # The full fine-tune estimate is linear in the tokens of one pass, so a torch-free caller (the app's Settings)
+    # can redo it for any round shape: base_bytes + bytes_per_token * sequences_per_pass * (prompt + max_new_tokens).
+    base_bytes: int = 0
+    bytes_per_token: int = 0
+    prompt_tokens: int = PROMPT_TOKENS
 
 
 def catalog_fits(hw: HardwareInfo, advice: Recommendation) -> list[ModelFit]:
@@ -210,8 +215,10 @@ def catalog_fits(hw: HardwareInfo, advice: Recommendation) -> list[ModelFit]:
     for spec in CATALOG.values():
         need = _required_bytes(spec.id, advice.train_dtype, per_pass, advice.max_new_tokens)
         lora = _required_bytes(spec.id, advice.train_dtype, per_pass, advice.max_new_tokens, LORA_RANK)
+        base = _required_bytes(spec.id, advice.train_dtype, 0, 0)
+        per_token = _required_bytes(spec.id, advice.train_dtype, 1, 1 - PROMPT_TOKENS) - base
         fits.append(ModelFit(spec.id, spec.name, spec.description, spec.download_bytes, need, fit_label(need, budget),
-                             lora, fit_label(lora, budget)))
+                             lora, fit_label(lora, budget), base, per_token))
     return fits
 
 
