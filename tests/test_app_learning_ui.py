@@ -15,8 +15,8 @@ from PySide6.QtWidgets import QApplication, QStyleOptionHeader
 
 from app.charts import IntegerAxis
 from app.errors import Problem, sentence
-from app.gossip import EXPECTED, QUESTION
-from app.history import FLAT_ROUNDS_WARNING, RunHistory
+from app.gossip import QUESTION
+from app.history import FLAT_ROUNDS_WARNING
 from app.progress import eta_seconds
 from app.settings_dialog import SettingsDialog
 from app.wizard import SwarmPage
@@ -24,7 +24,6 @@ from node.config import NodeConfig
 from node.events import (
     EvalFinished, NodeFailed, NodeStarted, RolloutSample, RoundMetrics, RoundProgress, StateChanged, event_from_json,
 )
-from node.invite import parse_invite
 from tests.apphelpers import make_window
 
 STREAM = Path(__file__).parent / "data" / "learning_events.jsonl"

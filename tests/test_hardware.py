@@ -62,7 +62,7 @@ MAC_64 = machine("mps", ram_gib=64, free_gib=48)
 
 
 def memory_budget(hw: HardwareInfo) -> int:
-    return hw.gpus[0].total_memory_bytes if hw.kind == "cuda" else hw.available_ram_bytes
+    return hw.gpus[0].total_memory_bytes if hw.kind == "cuda" else hw.total_ram_bytes
 
 
 # --- detect --------------------------------------------------------------------------------------------------
