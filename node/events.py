@@ -190,6 +190,9 @@ class ChainStatus(Event):
     registered: bool | None  # None: not known yet
     pending_submissions: int
     message: str = ""
+    coordinator_version: str = ""  # the detected SwarmCoordinator interface (0.4.2, 0.4.3, 0.5.1, 0.6.0); "" = not yet
+    chain_stage: int | None = None  # the stage of chain_round
+    stage_count: int | None = None  # stages per round on this coordinator
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -199,10 +202,11 @@ class ChainTransaction(Event):
     kind: ClassVar[str] = "chain_transaction"
     action: Literal["register", "reward", "winners"]
     round: int | None
-    status: Literal["delivered", "already_on_chain", "failed", "retrying"]
+    status: Literal["delivered", "already_on_chain", "refused", "failed", "retrying"]
     tx_hash: str | None = None
     explorer_url: str | None = None
     message: str = ""
+    stage: int | None = None  # the chain stage a reward belongs to
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -247,14 +251,40 @@ EVENT_TYPES: dict[str, type[Event]] = {
 }
 
 
-def event_from_json(line: str) -> Event:
-    """Parse one line of the event stream; raises ValueError on anything that is not a known event."""
-    data = json.loads(line)
+class EventDecodeError(ValueError):
+    """A line of the event stream that is not a usable event; ``reason`` says which way it is not."""
+
+    def __init__(self, reason: Literal["not_json", "unknown_kind", "missing_fields"], message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def decode_event(line: str) -> tuple[Event, list[str]]:
+    """Parse one line of the event stream into its event and the names of fields this version does not know.
+
+    Unknown fields are dropped (a newer node may add some); a line that is not JSON, an unknown kind or a known
+    kind missing a required field raises :class:`EventDecodeError` (never ``TypeError``), so a reader that counts
+    and skips bad lines survives a version skew between app and node.
+    """
+    try:
+        data = json.loads(line)
+    except ValueError:
+        raise EventDecodeError("not_json", f"not JSON: {line[:80]!r}") from None
     if not isinstance(data, dict) or data.get("kind") not in EVENT_TYPES:
-        raise ValueError(f"not a node event: {line[:80]!r}")
+        raise EventDecodeError("unknown_kind", f"not a known node event: {line[:80]!r}")
     cls = EVENT_TYPES[data.pop("kind")]
     names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{key: value for key, value in data.items() if key in names})
+    extra = sorted(key for key in data if key not in names)
+    try:
+        return cls(**{key: value for key, value in data.items() if key in names}), extra
+    except TypeError as exc:  # a required field is missing
+        raise EventDecodeError("missing_fields", f"{cls.kind}: {exc}") from None
+
+
+def event_from_json(line: str) -> Event:
+    """Parse one line of the event stream; raises :class:`EventDecodeError` (a ValueError) on anything that is
+    not a complete known event."""
+    return decode_event(line)[0]
 
 
 Subscriber = Callable[[Event], None]

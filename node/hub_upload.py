@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from node.api import BUNDLED
 from node.config import NodeConfig
 from node.errors import NodeError
 from node.hub_auth import require_write, validate_token
@@ -67,7 +68,7 @@ class UploadCancelled(NodeError):
 # ------------------------------------------------------------------------------------------------------ naming
 def model_short_name(model_ref: str) -> str:
     """``Qwen/Qwen2.5-0.5B-Instruct`` -> ``Qwen2.5-0.5B-Instruct``; the bundled model is SmolLM2-135M-Instruct."""
-    if model_ref == "bundled":
+    if model_ref == BUNDLED:
         return "SmolLM2-135M-Instruct"
     path = Path(model_ref)
     name = path.stem if path.suffix == ".gguf" else path.name
@@ -148,7 +149,7 @@ def upload_run(
     cancel = cancel or threading.Event()
     endpoint = endpoint or config.upload.endpoint
     private = config.upload.private if private is None else private
-    from node.checkpoint import Checkpointer  # torch: imported only when uploading, not by the app
+    from node.checkpoint import ADAPTER, Checkpointer  # torch: imported only when uploading, not by the app
 
     latest = Checkpointer(config.run_dir / "checkpoints").latest()
     if latest is None:
@@ -159,7 +160,11 @@ def upload_run(
             code="no_checkpoint",
         )
     folder, state = latest
-    files = _open_model_files(folder / "model")
+    adapter = folder / ADAPTER
+    if config.training.lora_upload == "adapter" and adapter.is_dir():
+        files = _open_model_files(adapter, weights_config="adapter_config.json")
+    else:
+        files = _open_model_files(folder / "model")
     try:
         account = validate_token(token, endpoint)
         repo_id = check_repo_id(repo_id or config.upload.repo_id or default_repo_id(
@@ -198,12 +203,12 @@ def upload_run(
     )
 
 
-def _open_model_files(model_dir: Path) -> list[_LocalFile]:
+def _open_model_files(model_dir: Path, weights_config: str = "config.json") -> list[_LocalFile]:
     try:
         paths = sorted(p for p in model_dir.rglob("*") if p.is_file())
-        if not any(p.suffix == ".safetensors" for p in paths) or not (model_dir / "config.json").is_file():
+        if not any(p.suffix == ".safetensors" for p in paths) or not (model_dir / weights_config).is_file():
             raise NodeError(
-                f"The checkpoint folder {model_dir} has no safetensors weights or no config.json.",
+                f"The checkpoint folder {model_dir} has no safetensors weights or no {weights_config}.",
                 hint="let the node save a new checkpoint (stop it, or train until the next one), then upload again",
                 code="bad_checkpoint",
             )
