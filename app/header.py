@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import html
 
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QGuiApplication

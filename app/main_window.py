@@ -24,7 +24,7 @@ from app.logs_panel import LogsPanel, environment_report
 from app.policies import PausePolicies
 from app.quit_dialog import QuitDialog
 from app.settings_dialog import SettingsDialog
-from app.supervisor import USER_ERROR_EXIT, NodeSupervisor
+from app.supervisor import NodeSupervisor
 from app.tray import Tray
 from app.worker import Worker
 from node.config import NodeConfig

@@ -191,7 +191,7 @@ class SettingsDialog(QDialog):
                         "start_training_on_launch": self.on_launch.isChecked()},
         }
         try:
-            self.result_config = self.config.with_values(overrides)
+            self.result_config = self.config.update(overrides)
         except NodeError as exc:
             self.error.show_problem(Problem.of(exc))
             return

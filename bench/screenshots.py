@@ -28,7 +28,6 @@ from app.settings_dialog import SettingsDialog  # noqa: E402
 from app.supervisor import NodeSupervisor  # noqa: E402
 from app.wizard import SetupWizard  # noqa: E402
 from node.config import NodeConfig  # noqa: E402
-from node.events import event_from_json  # noqa: E402
 
 
 def settle(app: QApplication, seconds: float = 0.3, until=None, timeout: float = 120) -> None:
@@ -107,7 +106,7 @@ def main() -> int:
     window.resize(width, height)
     window.show()
     for line in args.events.read_text().splitlines():
-        supervisor._eventArrived.emit(event_from_json(line))
+        supervisor.feed(line)
     supervisor._set_state("training", "")
     settle(app, 1.0)
     save(window, args.out, f"main-dashboard{suffix}")
