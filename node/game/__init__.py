@@ -1,0 +1,17 @@
+"""The multi-stage game: answer, critique peers' answers, revise (RL Swarm's original game, played beside SAPO).
+
+Every node of a round works on the same questions (drawn from the swarm's game seed and the round number), so a
+critic sees several peers' answers to the question it knows the ground truth of. Per round:
+
+1. answer: G completions per question, scored by our own verifier; the best one per question is published;
+2. critique: up to K peers' answers, anonymized and shuffled, judged in a fixed format; scored against our own
+   regenerated ground truth; the best critique per question is published with the answers it judged;
+3. revise: the peers' answers and critiques; the completion names the critics' majority and gives a final answer;
+   scored for correctness, and for reading the critics right only where they were right.
+
+Each stage is one GRPO update of the same model (:mod:`node.game.driver`). Modules: :mod:`node.game.prompts`
+(prompts and parsers), :mod:`node.game.rewards`, :mod:`node.game.records` (the wire format),
+:mod:`node.game.exchange` (publishing and gathering stage records: in memory and over the DHT).
+"""
+
+STAGES = ("answer", "critique", "revise")  # stage numbers are 1, 2, 3 (the chain's stages are 0, 1, 2)
