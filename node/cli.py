@@ -56,7 +56,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if isinstance(event, NodeStarted):
             invite_path.write_text(
                 json.dumps({"pid": os.getpid(), "peer_id": event.peer_id, "swarm_name": event.swarm_name,
-                            "invite": event.invite}),
+                            "game": event.game, "invite": event.invite}),
                 encoding="utf-8",
             )
 
@@ -83,7 +83,7 @@ class _HumanProgress:
             print(f"run folder {event.run_dir}; log {self.log_path}")
             if event.resumed_from_round is not None:
                 print(f"resumed after round {event.resumed_from_round}")
-            invite = format_invite(event.swarm_name, event.invite)
+            invite = format_invite(event.swarm_name, event.invite, event.game)
             print(f"others join this swarm by pasting this invite into the app, or with\n"
                   f"  rl-swarm-node run --join '{invite}'")
         elif kind == "round_finished":
@@ -134,11 +134,17 @@ def _read_controls(node) -> None:
 
 def config_from_args(args: argparse.Namespace) -> NodeConfig:
     peers: list[str] = []
-    invited_swarm = None
+    invited_swarm = invited_game = None
     for text in args.join or []:
         invite = parse_invite(text)
         peers += invite.peers
         invited_swarm = invited_swarm or invite.swarm_name
+        invited_game = invited_game or invite.game
+    if args.game and invited_game and args.game != invited_game:
+        raise NodeError(
+            f"--game {args.game} contradicts the invite, whose swarm plays {invited_game}",
+            hint="leave out --game when joining with an invite: the invite says which game its swarm plays",
+        )
     overrides: dict[str, dict[str, Any]] = {
         "training": {
             "model": args.model, "device": args.device, "local_questions": args.local_questions,
@@ -150,7 +156,7 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         "swarm": {
             "swarm_name": args.swarm_name or invited_swarm, "initial_peers": peers or None, "host": args.host,
             "port": args.port,
-            "gather_timeout_s": args.gather_timeout,
+            "gather_timeout_s": args.gather_timeout, "game": args.game or invited_game,
         },
         "tasks": {"weights": {f: 1.0 for f in args.families.split(",")} if args.families else None},
         "run": {
@@ -223,7 +229,7 @@ def _cmd_invite(args: argparse.Namespace) -> int:
             "no node is running with this data folder, so there is no invite yet",
             hint="start one with `rl-swarm-node run` (a fixed --port keeps the invite stable across restarts)",
         )
-    print(format_invite(info["swarm_name"], info["invite"]))
+    print(format_invite(info["swarm_name"], info["invite"], info.get("game", "sapo")))
     return 0
 
 
@@ -237,6 +243,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--join", action="append", metavar="INVITE",
                      help="an invite (rl-swarm:join?...) or multiaddr of a swarm member (repeatable)")
     run.add_argument("--swarm-name", help="swarm namespace on the DHT (default: local)")
+    run.add_argument("--game", choices=["sapo", "multistage"],
+                     help="sapo (rollout sharing, default) or multistage (answer, critique, revise); invites carry it")
     run.add_argument("--model", help="catalog id, Hub id, model folder, .gguf file, or 'bundled' (default)")
     run.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"])
     run.add_argument("-I", "--local-questions", type=int, help="questions sampled locally per round")

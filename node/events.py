@@ -42,6 +42,7 @@ class NodeStarted(Event):
     hardware: dict[str, Any]
     run_dir: str
     resumed_from_round: int | None
+    game: str = "sapo"  # the game the swarm plays (node.config.GAMES); invites carry it
 
 
 @dataclass(frozen=True, kw_only=True)

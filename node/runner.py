@@ -26,6 +26,7 @@ from node.events import (
     CheckpointSaved, EventBus, NodeFailed, NodeStarted, NodeState, PeerJoined, PeerLeft, RolloutSample,
     RoundMetrics, StateChanged,
 )
+from node.game.driver import GameCancelled, GameDriver, build_driver
 from node.grpo import Completion, GrpoLearner, Policy, TrainGroup
 from node.identity import Identity, load_or_create, peer_name
 from node.records import RoundRecord, SharedGroup
@@ -65,6 +66,7 @@ class SwarmNode:
         self._chain_round: int | None = None  # the chain's round when the current training round began
         self._peer_last_seen: dict[str, int] = {}
         self.uploader: AutoUploader | None = None
+        self.game: GameDriver | None = None  # set up when the swarm plays the multi-stage game
 
     # ----------------------------------------------------------------------------------------------- controls
     def pause(self) -> None:
@@ -181,11 +183,16 @@ class SwarmNode:
             call_timeout=cfg.swarm.call_timeout_s,
         )
         self.swarm.start()
+        if cfg.swarm.game == "multistage":
+            self.game = build_driver(
+                cfg, policy=self.policy, learner=self.learner, swarm=self.swarm, chain=self.chain, bus=self.bus,
+                should_stop=self._stop.is_set,
+            )
         self.bus.emit(
             NodeStarted(
                 peer_id=self.identity.peer_id, peer_name=self.identity.name, swarm_name=cfg.swarm.swarm_name,
                 invite=self.swarm.invite(), model=train.model, device=device, hardware=hw.to_dict(),
-                run_dir=str(self.run_dir), resumed_from_round=self.last_round,
+                run_dir=str(self.run_dir), resumed_from_round=self.last_round, game=cfg.swarm.game,
             )
         )
 
@@ -200,8 +207,12 @@ class SwarmNode:
                     break
             self._set_state("training")
             try:
-                metrics, samples = self._round(self._next_round())
-            except _RoundCancelled:
+                if self.game is not None:
+                    metrics, samples = self.game.play_round(self.last_round, self.rounds_trained)
+                    self.last_round, self.rounds_trained = metrics.round, metrics.rounds_trained
+                else:
+                    metrics, samples = self._round(self._next_round())
+            except (_RoundCancelled, GameCancelled):
                 break
             self.store.append_round(metrics, samples)
             for sample in samples:

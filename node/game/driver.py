@@ -433,3 +433,42 @@ class GameDriver:
 
 def _best(group: list[Completion], rewards: list[float]) -> Completion:
     return group[max(range(len(group)), key=rewards.__getitem__)]
+
+
+def chain_position(chain) -> Position | None:
+    """The coordinator's (round, stage) as a game position; its stage is 0-based, ours 1-based.
+
+    The round is the participant's cached one; the stage is read when asked (a few times per round). A coordinator
+    with one stage per round (0.6.x) always reports stage 0, so it only ever moves rounds.
+    """
+    number = chain.chain_round()
+    if number is None:
+        return None
+    try:
+        stage = int(chain.client.current_stage())
+    except Exception:  # noqa: BLE001 - an RPC hiccup must not stop the round; the round alone still counts
+        log.debug("could not read the coordinator's stage", exc_info=True)
+        stage = 0
+    return number, min(max(stage, 0), len(STAGES) - 1) + 1
+
+
+def build_driver(config, *, policy: Policy, learner: GrpoLearner, swarm, chain, bus: EventBus,
+                 should_stop: Callable[[], bool]) -> GameDriver:
+    """The driver of a node configured with ``swarm.game = "multistage"``, playing over the swarm's DHT."""
+    from node.game.exchange import DhtGameExchange
+
+    train = config.training
+    tasks = TaskSource(
+        {family: weight for family, weight in config.tasks.weights.items() if weight > 0},
+        seed=game_seed(config.swarm.swarm_name, config.tasks.seed), configs=config.tasks.configs,
+    )
+    settings = GameSettings(
+        questions=train.local_questions, num_generations=train.num_generations, max_new_tokens=train.max_new_tokens,
+        temperature=train.temperature, top_p=train.top_p, shown_answers=config.swarm.critique_answers,
+        gather_timeout_s=config.swarm.gather_timeout_s, seed=config.run.seed,
+    )
+    follow = chain is not None and config.chain.follow_round
+    return GameDriver(
+        settings=settings, policy=policy, learner=learner, tasks=tasks, exchange=DhtGameExchange(swarm), bus=bus,
+        should_stop=should_stop, chain=chain, chain_position=(lambda: chain_position(chain)) if follow else None,
+    )
