@@ -255,7 +255,7 @@ class GameDriver:
             score = correctness(task, item.text)
             state.final_scores.setdefault(author, []).append(score)
             state.final_values.setdefault(i, []).append(answer_value(item.text))
-            state.samples.append(self._sample(state, REVISE, author, task, item.text, score, [], local=False))
+            state.samples.append(self._sample(state, REVISE, author, task, item.text, score, [], fate="scored"))
         # The swarm's answer to a question: the plurality of everyone's final answers (ours included).
         right = []
         for i, values in state.final_values.items():
@@ -287,21 +287,21 @@ class GameDriver:
                 task = state.questions[i]
                 for author, text in found:
                     reward = answer_reward(task, text)
-                    state.samples.append(self._sample(state, ANSWER, author, task, text, reward, [], local=False))
+                    state.samples.append(self._sample(state, ANSWER, author, task, text, reward, []))
         return state.answers
 
     def _peer_critiques(self, state: _Round) -> dict[int, list[CriticView]]:
+        """Peers' readable critiques per question, as values (up to K, shuffled); unreadable ones count for nothing."""
         views: dict[int, list[CriticView]] = {}
         for author, i, item in self._gather(state, CRITIQUE):
-            critique = parse_critique(item.text, len(item.shown))
-            if critique is None:
-                state.rejected["unreadable_critique"] += 1
-                continue
-            views.setdefault(i, []).append(critic_view(critique, item.shown))
             task = state.questions[i]
+            critique = parse_critique(item.text, len(item.shown))
             truth = [value_is_correct(task, v or None) for v in item.shown]
             reward = critique_reward(item.text, truth)
-            state.samples.append(self._sample(state, CRITIQUE, author, task, item.text, reward, [], local=False))
+            fate = "shown" if critique is not None else "unreadable"
+            state.samples.append(self._sample(state, CRITIQUE, author, task, item.text, reward, [], fate=fate))
+            if critique is not None:
+                views.setdefault(i, []).append(critic_view(critique, item.shown))
         for i, found in views.items():
             rng = self._rng(state.number, REVISE, -1 - i)
             rng.shuffle(found)
@@ -400,12 +400,13 @@ class GameDriver:
     def _progress(self, state: _Round, phase: str, detail: str) -> None:
         self.bus.emit(RoundProgress(round=state.number, phase=phase, detail=detail))  # type: ignore[arg-type]
 
-    def _sample(self, state, stage, author, task: Task, text, reward, group, *, local=True) -> RolloutSample:
+    def _sample(self, state, stage, author, task: Task, text, reward, group, *, fate: str = "") -> RolloutSample:
+        local = author == self.peer_id
         return RolloutSample(
             round=state.number, source_peer=author, source_name=peer_name(author), local=local,
             family=task.ref.family, question=task.question[:SAMPLE_TEXT_CHARS], completion=text[:SAMPLE_TEXT_CHARS],
             reward=reward, expected=task.answer, group_rewards=list(group), stage=STAGES[stage - 1],
-            fate="trained" if local else "shown",
+            fate=fate or ("trained" if local else "shown"),
         )
 
     def _metrics(self, state: _Round, rounds_trained: int, seconds: float) -> RoundMetrics:
