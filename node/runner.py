@@ -210,6 +210,7 @@ class SwarmNode:
                 if self.game is not None:
                     metrics, samples = self.game.play_round(self.last_round, self.rounds_trained)
                     self.last_round, self.rounds_trained = metrics.round, metrics.rounds_trained
+                    self._track_peers(metrics.round, set(self.game.last_peers))
                 else:
                     metrics, samples = self._round(self._next_round())
             except (_RoundCancelled, GameCancelled):

@@ -224,10 +224,39 @@ def test_forged_answers_and_critiques_gain_nothing():
     # forgers' own answers and finals score what they are worth: nothing; they are no winners
     chain_round, own, scores = chain.finished[0]
     assert chain_round == 7 and own == pytest.approx([1.0, 1.0])
-    assert scores == {"forger-1": [0.0, 0.0], "forger-2": [0.0, 0.0]}
+    assert scores == {}  # nobody to name a winner
+    finals = [s for s in samples if not s.local and s.stage == "revise"]
+    assert len(finals) == 4 and all(s.reward == 0.0 and s.fate == "scored" for s in finals)
     peer_answers = [s for s in samples if not s.local and s.stage == "answer"]
     assert peer_answers and all(s.reward == pytest.approx(0.25) for s in peer_answers)
     assert metrics.rejected_reasons == {"peer_mismatch": 1, "malformed": 1}
+
+
+def test_winners_are_the_peers_our_verifier_scores_best():
+    questions = answers_of(0)
+    hub = InMemoryGameHub()
+    wrong = lambda q: str(int(q.answer) + 1)  # noqa: E731
+    forger_records(hub, "forger", questions, wrong=wrong)
+    right = tuple(StageItem(q.ref, q.question, f"<answer>{q.answer}</answer>") for q in questions)
+    half = (right[0], StageItem(questions[1].ref, questions[1].question, f"<answer>{wrong(questions[1])}</answer>"))
+    for name, finals in (("solver", right), ("half-solver", half)):
+        hub.store(name, 0, 1, encode_stage_record(StageRecord(name, 0, 1, right)))
+        hub.store(name, 0, 3, encode_stage_record(StageRecord(name, 0, 3, finals)))
+    chain = FakeChain()
+    driver, _, _ = player(hub, "me", honest(questions), timeout=0.5, chain=chain)
+    driver.play_round(None, 0)
+    _, _, scores = chain.finished[0]
+    from node.chain.participant import pick_winners
+
+    assert pick_winners(scores) == ["solver", "half-solver"]
+
+
+def test_a_node_alone_reports_its_first_answers_to_the_chain():
+    questions = answers_of(0)
+    chain = FakeChain()
+    driver, _, _ = player(InMemoryGameHub(), "alone", honest(questions), chain=chain)
+    driver.play_round(None, 0)
+    assert chain.finished == [(7, [1.0, 1.0], {})]
 
 
 def test_items_whose_question_is_not_what_its_reference_generates_are_rejected():

@@ -95,6 +95,7 @@ class _Round:
     peers: set[str] = field(default_factory=set)
     samples: list[RolloutSample] = field(default_factory=list)
     final_scores: dict[str, list[float]] = field(default_factory=dict)  # peer -> our scores of its final answers
+    own_first: list[float] = field(default_factory=list)  # our verifier's score of the answer we published
     own_final: list[float] = field(default_factory=list)
     final_values: dict[int, list[str | None]] = field(default_factory=dict)  # question -> every final answer seen
 
@@ -116,6 +117,7 @@ class GameDriver:
         self.chain = chain  # ChainParticipant: winners and reward are submitted to it
         self.chain_position = chain_position
         self._wait = wait or time.sleep
+        self.last_peers: frozenset[str] = frozenset()  # the peers seen in the last round played
 
     @property
     def peer_id(self) -> str:
@@ -146,7 +148,15 @@ class GameDriver:
                 log.info("round %d: the swarm moved on to a later round; closing this one", number)
                 break
         if "revise" in state.played:
-            self._winners(state, chain_round)
+            self._winners(state)
+        if self.chain is not None:
+            # Our reward: the correctness of our final answers (our first answers when there was nothing to revise).
+            own = state.own_final or state.own_first
+            # Winners are named from peers with at least one final answer right: a wrong answer wins nothing, even
+            # where nobody did better.
+            candidates = {peer: scores for peer, scores in state.final_scores.items() if sum(scores) > 0}
+            self.chain.round_finished(chain_round, own, candidates)
+        self.last_peers = frozenset(state.peers)
         return self._metrics(state, rounds_trained + 1, time.perf_counter() - started), state.samples
 
     def _entry(self, last_round: int | None) -> Position:
@@ -188,7 +198,9 @@ class GameDriver:
         flat = [c for group in completions for c in group]
         state.wellformed = sum(answer_well_formed(c.text) for c in flat) / len(flat)
         self._train(state, ANSWER, prompts, completions, rewards)
-        self._publish(state, ANSWER, [(i, _best(group, r).text, ()) for i, (group, r) in enumerate(zip(completions, rewards, strict=True))])
+        best = [_best(group, r) for group, r in zip(completions, rewards, strict=True)]
+        state.own_first = [correctness(t, c.text) for t, c in zip(state.questions, best, strict=True)]
+        self._publish(state, ANSWER, [(i, c.text, ()) for i, c in enumerate(best)])
         for task, group, r in zip(state.questions, completions, rewards, strict=True):
             best = max(range(len(group)), key=r.__getitem__)
             state.samples.append(self._sample(state, ANSWER, self.peer_id, task, group[best].text, r[best], r))
@@ -248,7 +260,7 @@ class GameDriver:
             state.samples.append(self._sample(state, REVISE, self.peer_id, state.questions[i], group[best].text, r[best], r))
         self._publish(state, REVISE, items)
 
-    def _winners(self, state: _Round, chain_round: int | None) -> None:
+    def _winners(self, state: _Round) -> None:
         """Score every peer's final answers with our verifier; the best peers are this round's winners."""
         for author, i, item in self._gather(state, REVISE):
             task = state.questions[i]
@@ -264,8 +276,6 @@ class GameDriver:
             right.append(top not in (None, NONE) and majority_is_right(state.questions[i], top, written))
         if right:
             state.accuracy["swarm_final"] = sum(right) / len(right)
-        if self.chain is not None:
-            self.chain.round_finished(chain_round, state.own_final, state.final_scores)
 
     # ----------------------------------------------------------------------------------- peers' stage work
     def _peer_answers(self, state: _Round) -> dict[int, _PeerAnswers]:
