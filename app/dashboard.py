@@ -10,12 +10,21 @@ from PySide6.QtWidgets import QGridLayout, QHBoxLayout, QLabel, QPushButton, QVB
 
 from app.history import PHASES, RunHistory
 from node.events import RoundMetrics
+from node.game import STAGES
 
 # Okabe-Ito: distinguishable for colour-blind users and on dark and light backgrounds.
 COLORS = {"local": "#0072B2", "external": "#E69F00", "average": "#009E73", "loss": "#D55E00",
           "length": "#CC79A7", "peers": "#56B4E9",
           "generate": "#0072B2", "share": "#F0E442", "gather": "#E69F00", "train": "#009E73",
-          "groups_received": "#56B4E9", "groups_used": "#009E73", "groups_rejected": "#D55E00"}
+          "groups_received": "#56B4E9", "groups_used": "#009E73", "groups_rejected": "#D55E00",
+          "stage_answer": "#56B4E9", "stage_critique": "#CC79A7", "stage_revise": "#D55E00",
+          "accuracy_answer": "#56B4E9", "accuracy_swarm_final": "#D55E00"}
+# Curves of the multi-stage game, added to the reward plot once a round of that game arrives: key -> label, style.
+GAME_CURVES = {
+    **{f"stage_{stage}": (f"{stage} stage reward", "d") for stage in STAGES},
+    "accuracy_answer": ("share right: own first answers", None),
+    "accuracy_swarm_final": ("share right: swarm's final answers", None),
+}
 PLOTS = ("reward", "loss", "length", "seconds", "peers", "groups")
 
 
@@ -99,6 +108,8 @@ class Dashboard(QWidget):
 
     def point_count(self, curve: str) -> int:
         """Finite points shown by a curve (for tests and the screenshot script)."""
+        if curve not in self.curves:
+            return 0
         _, y = self.curves[curve].getData()
         return 0 if y is None else int(np.isfinite(y).sum())
 
@@ -110,8 +121,17 @@ class Dashboard(QWidget):
             "external_avg": h.reward_external_average(), "loss": h.loss, "length": h.completion_length,
             "peers": h.peers, **{f"groups_{key}": h.groups[key] for key in ("received", "used", "rejected")},
         }
+        series.update({f"stage_{stage}": values for stage, values in h.stage_rewards.items()})
+        series.update({f"accuracy_{key}": values for key, values in h.accuracy.items()})
         for key, values in series.items():
             y = np.asarray(values, dtype=float)
+            if key not in self.curves:  # a game curve: shown from the first round of that game on
+                if not np.isfinite(y).any():
+                    continue
+                label, symbol = GAME_CURVES[key]
+                style = Qt.PenStyle.DotLine if key.startswith("accuracy") else Qt.PenStyle.SolidLine
+                self._curve(self.plots["reward"], key, label, COLORS[key], symbol=symbol, style=style)
+                self.plots["reward"].getPlotItem().enableAutoRange(axis="y")  # game rewards go above 1
             # NaN marks rounds without peer groups: gaps in the line, and nothing at all without a single point.
             if np.isfinite(y).any():
                 self.curves[key].setData(x, y, connect="finite")
@@ -126,6 +146,8 @@ class Dashboard(QWidget):
         if h.last is not None:
             m = h.last
             external = "no peer groups trained on" if m.reward_external is None else f"external {m.reward_external:.3f}"
+            if m.stage_rewards:
+                external = "stages " + ", ".join(f"{stage} {reward:.3f}" for stage, reward in m.stage_rewards.items())
             self.summary.setText(
                 f"Round {m.round}: reward local {m.reward_local:.3f}, {external}; loss {m.loss:+.4f}; "
                 f"{m.seconds_total:.0f} s ({m.generation_tokens_per_s:.0f} tokens/s generating); "

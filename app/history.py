@@ -7,6 +7,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from node.events import RoundMetrics
+from node.game import STAGES
 
 MOVING_AVERAGE_ROUNDS = 10
 PHASES = ("generate", "share", "gather", "train")
@@ -33,6 +34,9 @@ class RunHistory:
     seconds: dict[str, list[float]] = field(default_factory=lambda: {phase: [] for phase in PHASES})
     peers: list[int] = field(default_factory=list)
     groups: dict[str, list[int]] = field(default_factory=lambda: {"received": [], "used": [], "rejected": []})
+    # multistage game: mean reward per stage and the share of right answers; NaN for rounds without them (SAPO)
+    stage_rewards: dict[str, list[float]] = field(default_factory=lambda: {stage: [] for stage in STAGES})
+    accuracy: dict[str, list[float]] = field(default_factory=lambda: {"answer": [], "swarm_final": []})
     totals: Counter = field(default_factory=Counter)
     last: RoundMetrics | None = None
 
@@ -55,6 +59,10 @@ class RunHistory:
         self.groups["received"].append(m.groups_received)
         self.groups["used"].append(m.groups_used)
         self.groups["rejected"].append(m.groups_rejected)
+        for stage, values in self.stage_rewards.items():
+            values.append(m.stage_rewards.get(stage, math.nan))
+        for key, values in self.accuracy.items():
+            values.append(m.stage_accuracy.get(key, math.nan))
         self.totals.update(
             shared=m.groups_shared, received=m.groups_received, used=m.groups_used,
             rejected=m.groups_rejected, zero_advantage=m.groups_zero_advantage, rounds=1,

@@ -166,6 +166,10 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         },
         "chain": {"network": args.network, "rpc_url": args.rpc_url, "coordinator": args.coordinator, "wallet": args.wallet},
     }
+    if (args.game or invited_game) == "multistage" and not args.families and not args.config:
+        from node.game import GAME_FAMILIES
+
+        overrides["tasks"]["weights"] = {family: 1.0 for family in GAME_FAMILIES}  # short answers critics compare
     overrides = {section: {k: v for k, v in fields.items() if v is not None} for section, fields in overrides.items()}
     if args.config:
         return NodeConfig.load(args.config, overrides)
