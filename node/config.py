@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import platformdirs
 import tomli_w
@@ -69,14 +69,15 @@ class TrainingSettings(_Section):
         return self
 
 
-GAMES = ("sapo", "multistage")
+Game = Literal["sapo", "multistage"]
+GAMES: tuple[str, ...] = get_args(Game)
 
 
 class SwarmSettings(_Section):
     """How this node finds and talks to its peers, and which game the swarm plays."""
 
     swarm_name: str = Field("local", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-    game: Literal["sapo", "multistage"] = Field(
+    game: Game = Field(
         "sapo",
         description="sapo = share rollouts, one GRPO update per round; multistage = answer, critique peers' answers, "
         "revise (one update per stage); every member of a swarm must play the same game (invites carry it)",

@@ -1,0 +1,118 @@
+"""The multi-stage game with a real model: N players in one process (in-memory exchange), R rounds.
+
+What it answers: does the model write answers, critiques and revisions our parsers can read, what does each stage
+reward, how often is the swarm's final answer right compared with a player's first answers, and what a round
+costs. It is not the held-out learning measurement (solo vs swarm on unseen tasks), which needs hours here.
+
+    MALLOC_ARENA_MAX=2 MALLOC_MMAP_THRESHOLD_=131072 nice -n 5 python bench/game_play.py --players 2 --rounds 3
+
+Prints one line per player and round, then a markdown table of means over all of them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+import torch  # noqa: E402
+
+from node import models  # noqa: E402
+from node.events import EventBus  # noqa: E402
+from node.game import GAME_FAMILIES, STAGES  # noqa: E402
+from node.game.driver import GameDriver, GameSettings, game_seed  # noqa: E402
+from node.game.exchange import InMemoryGameHub  # noqa: E402
+from node.game.prompts import answer_well_formed, parse_critique, revise_well_formed  # noqa: E402
+from node.grpo import GrpoLearner, Policy  # noqa: E402
+from node.tasks import TaskSource  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default=models.BUNDLED)
+    parser.add_argument("--players", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("-I", "--questions", type=int, default=2)
+    parser.add_argument("-G", "--generations", type=int, default=4)
+    parser.add_argument("--max-new-tokens", type=int, default=96)
+    parser.add_argument("--learning-rate", type=float, default=5e-6)
+    args = parser.parse_args()
+    torch.set_num_threads(1)  # one core per player
+
+    work = Path(tempfile.mkdtemp(prefix="rl-swarm-game-bench-"))
+    hub = InMemoryGameHub()
+    drivers = []
+    for index in range(args.players):
+        model, tokenizer = models.load(models.resolve(args.model), cache_dir=Path.home() / ".cache" / "rl-swarm-bench",
+                                       dtype=torch.float32, device="cpu")
+        policy = Policy(model, tokenizer, generation_dtype=torch.float32, max_prompt_tokens=1024)
+        learner = GrpoLearner(
+            policy, output_dir=work / f"p{index}", device="cpu", mixed_bf16=False, num_generations=args.generations,
+            max_new_tokens=args.max_new_tokens, learning_rate=args.learning_rate, beta=0.0, epsilon=0.2,
+            epsilon_high=0.28, loss_type="grpo", max_grad_norm=1.0, seed=index,
+        )
+        drivers.append(GameDriver(
+            settings=GameSettings(questions=args.questions, num_generations=args.generations,
+                                  max_new_tokens=args.max_new_tokens, temperature=1.0, top_p=1.0,
+                                  gather_timeout_s=1800.0, seed=index),
+            policy=policy, learner=learner,
+            tasks=TaskSource({family: 1.0 for family in GAME_FAMILIES}, seed=game_seed("bench", None)),
+            exchange=hub.exchange(f"player-{index}"), bus=EventBus(),
+        ))
+
+    rows = []
+    last: list[int | None] = [None] * len(drivers)
+    for round_ in range(args.rounds):
+        results: dict[int, tuple] = {}
+
+        def play(index: int) -> None:
+            started = time.perf_counter()
+            metrics, samples = drivers[index].play_round(last[index], round_)
+            results[index] = (metrics, samples, time.perf_counter() - started)
+
+        threads = [threading.Thread(target=play, args=(i,)) for i in range(len(drivers))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        for index, (metrics, samples, seconds) in sorted(results.items()):
+            last[index] = metrics.round
+            own = {stage: [s for s in samples if s.local and s.stage == stage] for stage in STAGES}
+            readable = {
+                "answer": [answer_well_formed(s.completion) for s in own["answer"]],
+                "critique": [parse_critique(s.completion, 8) is not None for s in own["critique"]],
+                "revise": [revise_well_formed(s.completion) for s in own["revise"]],
+            }
+            row = {
+                "player": index, "round": metrics.round, "seconds": seconds,
+                **{f"reward_{s}": metrics.stage_rewards.get(s) for s in STAGES},
+                **{f"readable_{s}": _mean(v) for s, v in readable.items()},
+                "right_first": metrics.stage_accuracy.get("answer"),
+                "right_revised": metrics.stage_accuracy.get("revise"),
+                "right_swarm_final": metrics.stage_accuracy.get("swarm_final"),
+            }
+            rows.append(row)
+            print({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}, flush=True)
+
+    keys = [k for k in rows[0] if k not in ("player", "round")]
+    print(f"\n{args.players} players x {args.rounds} rounds, model {args.model}, I={args.questions} "
+          f"G={args.generations}, {args.max_new_tokens} new tokens, families {', '.join(GAME_FAMILIES)}\n")
+    print("| measure | mean over players and rounds |\n|---|---|")
+    for key in keys:
+        values = [r[key] for r in rows if r[key] is not None]
+        print(f"| {key} | {statistics.mean(values):.3f} |" if values else f"| {key} | - |")
+
+
+def _mean(values: list[bool]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+if __name__ == "__main__":
+    main()
