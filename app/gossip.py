@@ -38,7 +38,7 @@ class SampleModel(QAbstractTableModel):
             return (
                 s.round,
                 "this node" if s.local else s.source_name,
-                s.family,
+                f"{s.family} · {s.stage}" if s.stage else s.family,  # multistage: which stage's work it is
                 _one_line(s.question),
                 _one_line(s.completion),
                 f"{s.reward:.2f}",

@@ -33,6 +33,17 @@ def test_dashboard_shows_reward_per_stage_once_the_game_is_played(qtbot):
     assert "stages answer 0.250" in dashboard.summary.text()
 
 
+def test_gossip_names_the_stage_of_each_game_sample(qtbot):
+    from app.gossip import SampleModel
+    from node.events import RolloutSample
+
+    model = SampleModel()
+    sample = dict(round=0, source_peer="Qm", source_name="a-b-c", local=False, family="chain_sum", question="1+2=",
+                  completion="<correct>A</correct><why>3</why>", reward=1.25)
+    model.add([RolloutSample(**sample, stage="critique"), RolloutSample(**sample)])
+    assert model.data(model.index(0, 2)) == "chain_sum · critique" and model.data(model.index(1, 2)) == "chain_sum"
+
+
 def test_wizard_offers_the_game_and_the_invite_carries_it(qtbot, tmp_path):
     wizard = open_wizard(qtbot, tmp_path)
     for _ in range(3):
