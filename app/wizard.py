@@ -18,9 +18,7 @@ from app.node_query import NodeQuery
 from app.wallet_page import WalletPage
 from node.config import NodeConfig
 from node.errors import NodeError
-from node.game import GAME_FAMILIES
 from node.invite import format_invite, local_addresses, parse_invite
-from node.taskref import DEFAULT_FAMILIES
 from node.units import format_bytes
 
 GIB = 2**30
@@ -422,11 +420,8 @@ class SetupWizard(QWizard):
         try:
             chain = self.wallet_page.chain_settings() if self.identity_page.wallet.isChecked() else \
                 {"network": "none", "rpc_url": None, "chain_id": None, "coordinator": None}
-            swarm = self.swarm_page.swarm_settings()
-            values = {"training": training, "swarm": swarm, "chain": chain}
-            if swarm.get("game") == "multistage" and set(self.config.tasks.weights) == set(DEFAULT_FAMILIES):
-                values["tasks"] = {"weights": {family: 1.0 for family in GAME_FAMILIES}}  # short answers to compare
-            self.result_config = self.config.with_values(values)
+            self.result_config = self.config.with_values(
+                {"training": training, "swarm": self.swarm_page.swarm_settings(), "chain": chain})
         except NodeError as exc:
             self.swarm_page.invite_status.setText(f"{exc.message} {exc.hint}")
             return

@@ -27,11 +27,11 @@ import torch  # noqa: E402
 from node import models  # noqa: E402
 from node.events import EventBus  # noqa: E402
 from node.game import GAME_FAMILIES, STAGES  # noqa: E402
-from node.game.driver import GameDriver, GameSettings, game_seed  # noqa: E402
+from node.config import NodeConfig  # noqa: E402
+from node.game.driver import GameDriver, GameSettings, game_tasks  # noqa: E402
 from node.game.exchange import InMemoryGameHub  # noqa: E402
 from node.game.prompts import answer_well_formed, parse_critique, revise_well_formed  # noqa: E402
 from node.grpo import GrpoLearner, Policy  # noqa: E402
-from node.tasks import TaskSource  # noqa: E402
 
 
 def main() -> None:
@@ -43,27 +43,31 @@ def main() -> None:
     parser.add_argument("-G", "--generations", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--learning-rate", type=float, default=5e-6)
+    parser.add_argument("--max-prompt-tokens", type=int, default=1024)
+    parser.add_argument("--micro-batch-groups", type=int, default=1, help="groups per forward/backward pass")
     args = parser.parse_args()
     torch.set_num_threads(1)  # one core per player
 
     work = Path(tempfile.mkdtemp(prefix="rl-swarm-game-bench-"))
+    config = NodeConfig.build({"swarm": {"swarm_name": "bench"}})  # the game's default families and seed
     hub = InMemoryGameHub()
     drivers = []
     for index in range(args.players):
         model, tokenizer = models.load(models.resolve(args.model), cache_dir=Path.home() / ".cache" / "rl-swarm-bench",
                                        dtype=torch.float32, device="cpu")
-        policy = Policy(model, tokenizer, generation_dtype=torch.float32, max_prompt_tokens=1024)
+        policy = Policy(model, tokenizer, generation_dtype=torch.float32, max_prompt_tokens=args.max_prompt_tokens)
         learner = GrpoLearner(
             policy, output_dir=work / f"p{index}", device="cpu", mixed_bf16=False, num_generations=args.generations,
             max_new_tokens=args.max_new_tokens, learning_rate=args.learning_rate, beta=0.0, epsilon=0.2,
             epsilon_high=0.28, loss_type="grpo", max_grad_norm=1.0, seed=index,
+            micro_batch_groups=args.micro_batch_groups,
         )
         drivers.append(GameDriver(
             settings=GameSettings(questions=args.questions, num_generations=args.generations,
                                   max_new_tokens=args.max_new_tokens, temperature=1.0, top_p=1.0,
                                   gather_timeout_s=1800.0, seed=index),
             policy=policy, learner=learner,
-            tasks=TaskSource({family: 1.0 for family in GAME_FAMILIES}, seed=game_seed("bench", None)),
+            tasks=game_tasks(config),
             exchange=hub.exchange(f"player-{index}"), bus=EventBus(),
         ))
 
@@ -74,7 +78,8 @@ def main() -> None:
 
         def play(index: int) -> None:
             started = time.perf_counter()
-            metrics, samples = drivers[index].play_round(last[index], round_)
+            outcome = drivers[index].play_round(last[index], round_)
+            metrics, samples = outcome.metrics, outcome.samples
             results[index] = (metrics, samples, time.perf_counter() - started)
 
         threads = [threading.Thread(target=play, args=(i,)) for i in range(len(drivers))]

@@ -166,10 +166,6 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
         },
         "chain": {"network": args.network, "rpc_url": args.rpc_url, "coordinator": args.coordinator, "wallet": args.wallet},
     }
-    if (args.game or invited_game) == "multistage" and not args.families and not args.config:
-        from node.game import GAME_FAMILIES
-
-        overrides["tasks"]["weights"] = {family: 1.0 for family in GAME_FAMILIES}  # short answers critics compare
     overrides = {section: {k: v for k, v in fields.items() if v is not None} for section, fields in overrides.items()}
     if args.config:
         return NodeConfig.load(args.config, overrides)
@@ -283,7 +279,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--nodes", type=int, default=3)
     demo.add_argument("--rounds", type=int, default=None, help="rounds per node (default: until Ctrl-C)")
     demo.add_argument("--model", default="bundled")
-    demo.add_argument("--max-new-tokens", type=int, default=96)
+    demo.add_argument("--max-new-tokens", type=int, default=None, help="default: the demo's own (short answers)")
     demo.add_argument("--data-dir", type=Path, help="default <data dir>/demo")
     demo.set_defaults(handler=_cmd_demo)
 

@@ -1,8 +1,8 @@
 """The node's one typed configuration, shared by the CLI, the GUI and the config file.
 
-A config file is TOML with the sections ``[training]``, ``[swarm]``, ``[tasks]``, ``[run]``, ``[upload]``, ``[chain]``
-and ``[desktop]`` (the app's own settings); every field below is a key of its section. The CLI's flags override single
-fields. Validation happens once, in :func:`NodeConfig.build`, and every problem is reported as a
+A config file is TOML with the sections ``[training]``, ``[swarm]``, ``[tasks]``, ``[evaluation]``, ``[run]``,
+``[upload]``, ``[chain]`` and ``[desktop]`` (the app's own settings); every field below is a key of its section.
+The CLI's flags override single fields. Validation happens once, in :func:`NodeConfig.build`, and every problem is reported as a
 :class:`~node.errors.NodeError` that names the field, the section it lives in and what values are accepted.
 """
 
@@ -17,7 +17,6 @@ import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from node.errors import NodeError
-from node.taskref import DEFAULT_FAMILIES
 
 APP_NAME = "rl-swarm"
 
@@ -94,9 +93,29 @@ class SwarmSettings(_Section):
 class TaskSettings(_Section):
     """Which reasoning-gym task families are trained on."""
 
-    weights: dict[str, float] = Field(default_factory=lambda: {family: 1.0 for family in DEFAULT_FAMILIES})
+    weights: dict[str, float] = Field(
+        default_factory=dict,
+        description="family -> weight; empty = chosen for the model's size (easy arithmetic with a difficulty "
+        "ladder for models under 0.5B parameters, the nine SAPO families otherwise)",
+    )
     configs: dict[str, dict[str, Any]] = Field(default_factory=dict, description="per-family generator options")
     seed: int | None = Field(None, ge=0, description="dataset seed; default derives one from the peer id")
+    adaptive_difficulty: bool = Field(
+        True, description="move each family up or down its difficulty ladder with recent accuracy"
+    )
+
+
+class EvaluationSettings(_Section):
+    """Held-out evaluation on tasks never trained on (a seed range training does not use)."""
+
+    every_rounds: int = Field(10, ge=0, description="evaluate at round 0 and every N rounds trained; 0 = never")
+    questions: int = Field(64, ge=1, le=4096, description="size of the fixed evaluation set")
+    samples: int = Field(
+        0, ge=0, le=64,
+        description="sampled answers per question for the mean exact-match; 0 = means over the greedy answers",
+    )
+    seed: int = Field(0, ge=0, description="picks the evaluation set; peers with the same seed share it")
+    levels: int = Field(2, ge=1, le=16, description="difficulty levels of each family in the evaluation set")
 
 
 class RunSettings(_Section):
@@ -159,6 +178,7 @@ class NodeConfig(_Section):
     training: TrainingSettings = Field(default_factory=TrainingSettings)
     swarm: SwarmSettings = Field(default_factory=SwarmSettings)
     tasks: TaskSettings = Field(default_factory=TaskSettings)
+    evaluation: EvaluationSettings = Field(default_factory=EvaluationSettings)
     run: RunSettings = Field(default_factory=RunSettings)
     chain: ChainSettings = Field(default_factory=ChainSettings)
     desktop: DesktopSettings = Field(default_factory=DesktopSettings)

@@ -53,6 +53,8 @@ class StepStats:
     kl: float | None
     completion_length: float
     seconds: float
+    grad_norm: float | None = None  # before clipping
+    entropy: float | None = None  # mean per-token entropy of the policy on the trained completions
 
 
 class Policy:
@@ -83,11 +85,12 @@ class Policy:
     @torch.inference_mode()
     def generate(
         self, prompts: list[tuple[int, ...]], *, num_generations: int, max_new_tokens: int, temperature: float,
-        top_p: float, seed: int, should_stop: Callable[[], bool] = lambda: False,
+        top_p: float, seed: int, should_stop: Callable[[], bool] = lambda: False, greedy: bool = False,
     ) -> list[list[Completion]]:
         """All G completions of all prompts in one batched, left-padded ``generate`` call.
 
         ``should_stop`` is polled after every token, so a cancelled node does not sit out a long generation.
+        ``greedy`` decodes the most likely token instead of sampling (held-out evaluation's pass@1).
         """
         device = next(self._sampler.parameters()).device
         width = max(len(p) for p in prompts)
@@ -98,10 +101,7 @@ class Policy:
         output = self._sampler.generate(
             input_ids=input_ids,
             attention_mask=attention,
-            do_sample=True,
-            temperature=temperature,
-            top_p=top_p,
-            top_k=0,
+            **({"do_sample": False} if greedy else {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": 0}),
             max_new_tokens=max_new_tokens,
             num_return_sequences=num_generations,
             pad_token_id=pad,
@@ -142,7 +142,7 @@ class RoundAdapter:
     order, and returns the stored token ids. The rewards reach TRL's reward function as an extra field.
     """
 
-    __name__ = "sapo_verifier"  # TRL logs reward functions by name
+    __name__ = "round_rewards"  # TRL logs reward functions by name; the rewards were computed before the step
 
     def __init__(self, eos_id: int) -> None:
         self._eos_id = eos_id
@@ -249,8 +249,7 @@ class GrpoLearner:
             # group either way); bnpo / dapo token means become per-pass means, as in TRL's own accumulation.
             trainer.current_gradient_accumulation_steps = len(groups) / len(chunk)
             loss += float(trainer.training_step(trainer.model, self.adapter.load(chunk), None).item())
-        if trainer.args.max_grad_norm:
-            torch.nn.utils.clip_grad_norm_(trainer.model.parameters(), trainer.args.max_grad_norm)
+        norm = torch.nn.utils.clip_grad_norm_(trainer.model.parameters(), trainer.args.max_grad_norm or math.inf)
         trainer.optimizer.step()
         trainer.lr_scheduler.step()
         trainer.optimizer.zero_grad(set_to_none=True)
@@ -263,6 +262,8 @@ class GrpoLearner:
             kl=kl,
             completion_length=_mean(metrics.get("completions/mean_length")) or 0.0,
             seconds=time.perf_counter() - started,
+            grad_norm=float(norm) if math.isfinite(float(norm)) else None,
+            entropy=_mean(metrics.get("entropy")),
         )
 
 

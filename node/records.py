@@ -1,8 +1,9 @@
 """The wire format of shared rollouts: what one peer publishes for one round.
 
-A record is msgpack of ``{"v": 1, "peer": str, "round": int, "groups": [{"task": [family, config_id, seed, index],
-"q": question, "c": [completion, ...], "f": [finished, ...]}, ...]}``. It never carries ground truth: receivers
-regenerate the answer from the task reference.
+A record is msgpack of ``{"v": 1, "peer": str, "round": int, ["pf": int,] "groups": [{"task": [family, config_id,
+seed, index], "q": question, "c": [completion, ...], "f": [finished, ...]}, ...]}``. It never carries ground truth:
+receivers regenerate the answer from the task reference. ``pf`` is the prompt format the completions answer
+(:data:`node.prompts.PROMPT_FORMAT`; absent means 1).
 
 Records come from untrusted peers, so :func:`decode_record` is strict and total: any byte string either decodes to
 a valid :class:`RoundRecord` or raises :class:`RecordRejected` with a short, stable reason (used as a metric label).
@@ -34,6 +35,7 @@ _MAX_INT = 2**63 - 1  # every integer field fits an int64 on any peer
 _MAX_ARRAY_ITEMS = 4 * max(MAX_GROUPS, MAX_COMPLETIONS)
 _MAX_MAP_ITEMS = 8
 _RECORD_KEYS = frozenset({"v", "peer", "round", "groups"})
+_OPTIONAL_RECORD_KEYS = frozenset({"pf"})
 _GROUP_KEYS = frozenset({"task", "q", "c", "f"})
 _FAMILY_RE = re.compile(r"[A-Za-z0-9_.-]+")
 _CONFIG_ID_RE = re.compile(r"[0-9a-f]{1,64}")
@@ -52,6 +54,7 @@ class RoundRecord:
     peer_id: str
     round: int
     groups: tuple[SharedGroup, ...]
+    prompt_format: int = 1  # which prompt recipe the completions answer; receivers train only on their own
 
 
 class RecordRejected(Exception):
@@ -68,6 +71,7 @@ def encode_record(rec: RoundRecord) -> bytes:
         "v": SCHEMA_VERSION,
         "peer": rec.peer_id,
         "round": rec.round,
+        **({"pf": rec.prompt_format} if rec.prompt_format != 1 else {}),
         "groups": [
             {
                 "task": [g.task.family, g.task.config_id, g.task.seed, g.task.index],
@@ -117,7 +121,7 @@ def _validate(payload: Any) -> RoundRecord:
         _require_type(payload["v"], int)
         if payload["v"] != SCHEMA_VERSION:
             raise RecordRejected("wrong_version")
-    if payload.keys() != _RECORD_KEYS:
+    if not _RECORD_KEYS <= payload.keys() <= _RECORD_KEYS | _OPTIONAL_RECORD_KEYS:
         raise RecordRejected("malformed")
 
     peer_id = _require_type(payload["peer"], str)
@@ -127,7 +131,10 @@ def _validate(payload: Any) -> RoundRecord:
     groups = _require_type(payload["groups"], list)
     if len(groups) > MAX_GROUPS:
         raise RecordRejected("too_many_groups")
-    return RoundRecord(peer_id=peer_id, round=round_, groups=tuple(_validate_group(g) for g in groups))
+    prompt_format = _require_int(payload.get("pf", 1), "malformed")
+    return RoundRecord(
+        peer_id=peer_id, round=round_, groups=tuple(_validate_group(g) for g in groups), prompt_format=prompt_format
+    )
 
 
 def _validate_group(group: Any) -> SharedGroup:

@@ -1,19 +1,19 @@
-"""A swarm participant: set-up, the SAPO round loop, and pause / resume / stop.
+"""A swarm participant: wiring its parts, the loop of rounds, and pause / resume / stop.
 
-One round: sample I local questions -> generate G completions each in one batched call -> publish the groups ->
-gather peers' groups until J usable ones arrived or the deadline passed -> verify and score everything with our
-own verifier -> one GRPO update -> persist metrics and samples -> checkpoint every N rounds.
-Everything the outside world learns goes through typed events (:mod:`node.events`).
+:func:`build_node` returns an unstarted :class:`SwarmNode`; :meth:`SwarmNode.run` wires the parts
+(:meth:`SwarmNode._setup`: hardware, tasks, model, learner, exchange, evaluator) and then loops: held-out
+evaluation at round 0 and every N rounds, one round (:func:`node.round.play_round`, which reads top to bottom),
+persist metrics and samples, checkpoint every N rounds. Everything the outside world learns goes through typed
+events (:mod:`node.events`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import random
 import threading
 import time
-from collections import Counter
+from collections.abc import Callable
 
 import torch
 
@@ -21,29 +21,32 @@ from node import hardware, limits, models
 from node.auto_upload import AutoUploader
 from node.checkpoint import Checkpointer, CheckpointState
 from node.config import NodeConfig
+from node.curriculum import Curriculum, TaskMix, default_mix
 from node.errors import NodeError
+from node.evaluation import EvalCancelled, EvalSettings, Evaluator
 from node.events import (
-    CheckpointSaved, EventBus, NodeFailed, NodeStarted, NodeState, PeerJoined, PeerLeft, RolloutSample,
-    RoundMetrics, StateChanged,
+    CheckpointSaved, EventBus, NodeFailed, NodeStarted, NodeState, PeerJoined, PeerLeft, RoundProgress,
+    StateChanged,
 )
+from node.exchange import Exchange
 from node.game.driver import GameCancelled, GameDriver, build_driver
-from node.grpo import Completion, GrpoLearner, Policy, TrainGroup
+from node.grpo import GrpoLearner, Policy
 from node.identity import Identity, load_or_create, peer_name
-from node.records import RoundRecord, SharedGroup
+from node.round import RoundCancelled, RoundParts, RoundSettings, play_round
 from node.runstore import RunStore
-from node.sapo import PeerGroup, select_external, verify_records
-from node.swarm import Swarm
-from node.tasks import Task, TaskSource, build_messages, score
+from node.tasks import TaskSource
 
 log = logging.getLogger(__name__)
 
-SAMPLE_TEXT_CHARS = 2000  # rollout samples are for reading, not for training
 PEER_GONE_ROUNDS = 3  # a peer unseen this many rounds counts as left
-GATHER_POLL_S = 1.0
+
+ExchangeFactory = Callable[[NodeConfig, Identity, list[str]], Exchange]
 
 
-class _RoundCancelled(Exception):
-    """Stop was requested while the round's completions were being generated."""
+def build_node(config: NodeConfig, *, bus: EventBus | None = None,
+               exchange: ExchangeFactory | None = None) -> SwarmNode:
+    """A node for ``config``, not started yet; ``exchange`` replaces the DHT (e.g. an in-memory exchange)."""
+    return SwarmNode(config, bus=bus, exchange=exchange)
 
 
 class SwarmNode:
@@ -53,14 +56,18 @@ class SwarmNode:
     cuts short the wait for peers). :meth:`run` blocks; the swarm is always shut down when it returns.
     """
 
-    def __init__(self, config: NodeConfig, *, bus: EventBus | None = None) -> None:
+    def __init__(self, config: NodeConfig, *, bus: EventBus | None = None,
+                 exchange: ExchangeFactory | None = None) -> None:
         self.config = config
         self.bus = bus or EventBus()
+        self._exchange_factory = exchange or _dht_exchange
         self._stop = threading.Event()
         self._resume = threading.Event()
         self._resume.set()
         self._state: NodeState | None = None
-        self.swarm: Swarm | None = None
+        self.swarm: Exchange | None = None
+        self.parts: RoundParts | None = None
+        self.evaluator: Evaluator | None = None
         self.identity: Identity | None = None
         self.chain = None  # ChainParticipant when a chain is configured
         self._chain_round: int | None = None  # the chain's round when the current training round began
@@ -132,11 +139,11 @@ class SwarmNode:
             self.chain = ChainParticipant(cfg, self.identity.peer_id, self.bus)
             own = f"/p2p/{self.identity.peer_id}"
             initial_peers += [p for p in self.chain.start() if p not in initial_peers and not p.endswith(own)]
-        self.tasks = TaskSource(
-            train_weights(cfg), seed=_task_seed(cfg, self.identity.peer_id), configs=cfg.tasks.configs
-        )
-
         resolved = models.resolve(train.model)
+        mix = task_mix(cfg, resolved.params)
+        self.tasks = TaskSource(
+            mix.weights, seed=_task_seed(cfg, self.identity.peer_id), configs=cfg.tasks.configs, ladders=mix.ladders
+        )
         groups = train.local_questions + train.external_groups
         per_pass = min(train.micro_batch_groups or groups, groups) * train.num_generations
         available = hw.gpus[0].total_memory_bytes if device == "cuda" else hw.available_ram_bytes
@@ -177,16 +184,32 @@ class SwarmNode:
         self.store.truncate_after(self.last_round)
         self.uploader = AutoUploader(cfg, self.bus, rounds_trained=self.rounds_trained)
 
-        self.swarm = Swarm(
-            self.identity, swarm_name=cfg.swarm.swarm_name, initial_peers=initial_peers,
-            host=cfg.swarm.host, port=cfg.swarm.port, record_ttl=cfg.swarm.record_ttl_s,
-            call_timeout=cfg.swarm.call_timeout_s,
+        self.curriculum = Curriculum(
+            {family: len(levels) if cfg.tasks.adaptive_difficulty else 1 for family, levels in self.tasks.levels.items()},
+            start=self.store.metrics()[-1].difficulty if self.last_round is not None and self.store.metrics() else None,
         )
+        evaluation = cfg.evaluation
+        if evaluation.every_rounds:
+            self.evaluator = Evaluator(self.policy, self.tasks, EvalSettings(
+                questions=evaluation.questions, samples=evaluation.samples, max_new_tokens=train.max_new_tokens,
+                temperature=train.temperature, top_p=train.top_p, seed=evaluation.seed, levels=evaluation.levels,
+            ))
+        self.swarm = self._exchange_factory(cfg, self.identity, initial_peers)
         self.swarm.start()
+        self.parts = RoundParts(
+            peer_id=self.identity.peer_id, tasks=self.tasks, policy=self.policy, learner=self.learner,
+            exchange=self.swarm, curriculum=self.curriculum,
+            settings=RoundSettings(
+                local_questions=train.local_questions, external_groups=train.external_groups,
+                num_generations=train.num_generations, max_new_tokens=train.max_new_tokens,
+                temperature=train.temperature, top_p=train.top_p, format_reward_weight=train.format_reward_weight,
+                drop_zero_advantage=train.drop_zero_advantage, gather_timeout_s=cfg.swarm.gather_timeout_s,
+            ),
+        )
         if cfg.swarm.game == "multistage":
             self.game = build_driver(
-                cfg, policy=self.policy, learner=self.learner, swarm=self.swarm, chain=self.chain, bus=self.bus,
-                should_stop=self._stop.is_set,
+                cfg, policy=self.policy, learner=self.learner, exchange=self.swarm,
+                chain=self.chain, bus=self.bus, should_stop=self._stop.is_set,
             )
         self.bus.emit(
             NodeStarted(
@@ -206,19 +229,17 @@ class SwarmNode:
                 if self.stopping:
                     break
             self._set_state("training")
+            if self._evaluation_due():
+                self._evaluate()
+                continue  # a pause or stop requested during the evaluation takes effect before the round
             try:
-                if self.game is not None:
-                    metrics, samples = self.game.play_round(self.last_round, self.rounds_trained)
-                    self.last_round, self.rounds_trained = metrics.round, metrics.rounds_trained
-                    self._track_peers(metrics.round, set(self.game.last_peers))
-                else:
-                    metrics, samples = self._round(self._next_round())
-            except (_RoundCancelled, GameCancelled):
+                outcome = self._game_round() if self.game is not None else self._round(self._next_round())
+            except (RoundCancelled, GameCancelled):
                 break
-            self.store.append_round(metrics, samples)
-            for sample in samples:
+            self.store.append_round(outcome.metrics, outcome.samples)
+            for sample in outcome.samples:
                 self.bus.emit(sample)
-            self.bus.emit(metrics)
+            self.bus.emit(outcome.metrics)
             since_checkpoint += 1
             if since_checkpoint >= self.config.run.checkpoint_every:
                 self._checkpoint()
@@ -244,172 +265,56 @@ class SwarmNode:
         return round_
 
     # --------------------------------------------------------------------------------------------- one round
-    def _round(self, number: int) -> tuple[RoundMetrics, list[RolloutSample]]:
-        train = self.config.training
-        started = time.perf_counter()
-        rng = random.Random(f"{self.config.run.seed}:{self.tasks.seed}:{number}")
+    def _game_round(self):
+        """A round of the multi-stage game (node.game): it follows the swarm's stage clock itself."""
+        assert self.game is not None
+        outcome = self.game.play_round(self.last_round, self.rounds_trained)
+        self.last_round, self.rounds_trained = outcome.metrics.round, outcome.metrics.rounds_trained
+        self._track_peers(outcome.metrics.round, set(outcome.peers))
+        return outcome
 
-        t0 = time.perf_counter()
-        local = self._generate(number, rng)
-        seconds_generate = time.perf_counter() - t0
-        if self.stopping:  # generation was cut short: nothing of this round is trained or shared
-            raise _RoundCancelled
-        tokens = sum(len(c.ids) for _, _, completions in local for c in completions)
-
-        t0 = time.perf_counter()
-        shared = self._publish(number, local)
-        seconds_share = time.perf_counter() - t0
-
-        t0 = time.perf_counter()
-        external, received, rejected, zero_dropped, peers = self._gather(number, rng)
-        seconds_gather = time.perf_counter() - t0
-
-        local_rewards = [[self._score(task, c.text) for c in completions] for task, _, completions in local]
-        groups = [
-            TrainGroup(prompt_ids=prompt, completions=tuple(completions), rewards=tuple(rewards))
-            for (_, prompt, completions), rewards in zip(local, local_rewards, strict=True)
-        ]
-        for group in external:
-            prompt = self.policy.prompt_ids(build_messages(group.task.question))
-            completions = tuple(
-                self.policy.encode_completion(text, finished=finished, max_new_tokens=train.max_new_tokens)
-                for text, finished in zip(group.texts, group.finished, strict=True)
-            )
-            groups.append(TrainGroup(prompt_ids=prompt, completions=completions, rewards=group.rewards))
-
-        stats = self.learner.step(groups)
+    def _round(self, number: int):
+        assert self.parts is not None and self.identity is not None
+        outcome = play_round(
+            self.parts, number, seed=f"{self.config.run.seed}:{self.tasks.seed}:{number}",
+            rounds_trained=self.rounds_trained, should_stop=self._stop.is_set, report=self.bus.emit,
+            on_wait=lambda detail: self._set_state("waiting_for_peers", detail),
+        )
+        self._set_state("training")
         self.rounds_trained += 1
         self.last_round = number
-
-        flat_local = [r for rewards in local_rewards for r in rewards]
-        flat_external = [r for group in external for r in group.rewards]
-        metrics = RoundMetrics(
-            round=number,
-            rounds_trained=self.rounds_trained,
-            reward_local=_avg(flat_local),
-            reward_external=_avg(flat_external) if flat_external else None,
-            reward_train=_avg(flat_local + flat_external),
-            loss=stats.loss,
-            kl=stats.kl,
-            completion_length=stats.completion_length,
-            tokens_generated=tokens,
-            generation_tokens_per_s=tokens / seconds_generate if seconds_generate > 0 else 0.0,
-            seconds_generate=seconds_generate,
-            seconds_share=seconds_share,
-            seconds_gather=seconds_gather,
-            seconds_train=stats.seconds,
-            seconds_total=time.perf_counter() - started,
-            peers_seen=len(peers),
-            groups_shared=shared,
-            groups_received=received,
-            groups_used=len(external),
-            groups_zero_advantage=zero_dropped,
-            groups_rejected=sum(rejected.values()),
-            rejected_reasons=dict(rejected),
-        )
-        samples = self._samples(number, local, local_rewards, external)
-        self._track_peers(number, peers)
+        self._track_peers(number, outcome.peers)
         if self.chain is not None:
-            scores: dict[str, list[float]] = {self.identity.peer_id: flat_local}
-            for group in external:
-                scores.setdefault(group.peer_id, []).extend(group.rewards)
-            self.chain.round_finished(self._chain_round, flat_local, scores)
-        return metrics, samples
+            self.chain.round_finished(self._chain_round, outcome.rewards_by_peer[self.identity.peer_id],
+                                      outcome.rewards_by_peer)
+        return outcome
 
-    def _generate(self, number: int, rng: random.Random) -> list[tuple[Task, tuple[int, ...], list[Completion]]]:
-        train = self.config.training
-        tasks = self.tasks.sample(train.local_questions, rng)
-        prompts = [self.policy.prompt_ids(build_messages(task.question)) for task in tasks]
-        groups = self.policy.generate(
-            prompts, num_generations=train.num_generations, max_new_tokens=train.max_new_tokens,
-            temperature=train.temperature, top_p=train.top_p, seed=rng.getrandbits(63),
-            should_stop=self._stop.is_set,
-        )
-        return list(zip(tasks, prompts, groups, strict=True))
+    # ------------------------------------------------------------------------------------- held-out evaluation
+    def _evaluation_due(self) -> bool:
+        every = self.config.evaluation.every_rounds
+        if self.evaluator is None or not every:
+            return False
+        done = {e.rounds_trained for e in self.store.evaluations()}
+        return self.rounds_trained % every == 0 and self.rounds_trained not in done
 
-    def _publish(self, number: int, local) -> int:
-        assert self.swarm is not None and self.identity is not None
-        record = RoundRecord(
-            peer_id=self.identity.peer_id,
-            round=number,
-            groups=tuple(
-                SharedGroup(
-                    task=task.ref, question=task.question, completions=tuple(c.text for c in completions),
-                    finished=tuple(c.finished for c in completions),
-                )
-                for task, _, completions in local
-            ),
-        )
-        return len(record.groups) if self.swarm.publish(record) else 0
+    def _evaluate(self) -> None:
+        assert self.evaluator is not None
+        round_ = self.last_round if self.last_round is not None else 0
 
-    def _gather(self, number: int, rng: random.Random):
-        """Collect peer groups of this round and the previous one until J are usable or the deadline passes."""
-        assert self.swarm is not None
-        train = self.config.training
-        wanted = train.external_groups
-        deadline = time.monotonic() + self.config.swarm.gather_timeout_s
-        verified: dict[tuple[str, int], list[PeerGroup]] = {}
-        rejected: Counter[str] = Counter()  # groups that failed our checks, each record verified once
-        undecodable: dict[int, Counter[str]] = {}  # records the swarm layer refused, as of the latest poll
-        peers: set[str] = set()
-        waiting = False
-        while True:
-            for round_ in (number, number - 1) if number > 0 else (number,):
-                result = self.swarm.gather(round_)
-                peers |= result.peers
-                undecodable[round_] = result.rejected
-                for record in result.records:
-                    if (record.peer_id, record.round) in verified:
-                        continue
-                    verification = verify_records(
-                        [record], self.tasks, num_generations=train.num_generations, scorer=self._score
-                    )
-                    verified[(record.peer_id, record.round)] = verification.accepted
-                    rejected.update(verification.rejected)
-            candidates = [group for groups in verified.values() for group in groups]
-            usable = [g for g in candidates if not (train.drop_zero_advantage and g.zero_advantage)]
-            if (
-                wanted == 0
-                or len(usable) >= wanted
-                or time.monotonic() >= deadline
-                or self.stopping
-                or (self.swarm.peers_seen() == 0 and self.swarm.connected_peers() == 0)  # alone: train solo
-            ):
-                break
-            if not waiting:
-                self._set_state("waiting_for_peers", f"{len(usable)}/{wanted} peer groups")
-                waiting = True
-            self._stop.wait(GATHER_POLL_S)
-        if waiting:
-            self._set_state("training")
-        chosen, zero_dropped = select_external(
-            candidates, wanted, rng, current_round=number, drop_zero_advantage=train.drop_zero_advantage
-        )
-        for counts in undecodable.values():
-            rejected.update(counts)
-        received = len(candidates) + sum(rejected.values())
-        return chosen, received, rejected, zero_dropped, peers
+        def progress(done: int, total: int) -> None:
+            self.bus.emit(RoundProgress(round=round_, phase="evaluating", done=done, total=total,
+                                        detail="held-out questions"))
 
-    def _score(self, task: Task, text: str) -> float:
-        return score(task, text, format_weight=self.config.training.format_reward_weight)
-
-    def _samples(self, number, local, local_rewards, external: list[PeerGroup]) -> list[RolloutSample]:
-        assert self.identity is not None
-        samples = []
-        for (task, _, completions), rewards in zip(local, local_rewards, strict=True):
-            best = max(range(len(completions)), key=rewards.__getitem__)
-            samples.append(self._sample(number, self.identity.peer_id, True, task, completions[best].text, rewards[best]))
-        for group in external:
-            best = max(range(len(group.texts)), key=group.rewards.__getitem__)
-            samples.append(self._sample(number, group.peer_id, False, group.task, group.texts[best], group.rewards[best]))
-        return samples
-
-    def _sample(self, number, peer_id, is_local, task: Task, text: str, reward: float) -> RolloutSample:
-        return RolloutSample(
-            round=number, source_peer=peer_id, source_name=peer_name(peer_id), local=is_local,
-            family=task.ref.family, question=task.question[:SAMPLE_TEXT_CHARS],
-            completion=text[:SAMPLE_TEXT_CHARS], reward=reward,
-        )
+        try:
+            result = self.evaluator.run(round=round_, rounds_trained=self.rounds_trained,
+                                        should_stop=self._stop.is_set, progress=progress)
+        except EvalCancelled:
+            return
+        self.store.append_evaluation(result)
+        self.bus.emit(result)
+        log.info("held-out evaluation after %d rounds: exact %.3f (greedy), %.3f (sampled), score %.3f, "
+                 "well-formed %.2f, %.0f s", result.rounds_trained, result.accuracy_greedy, result.exact_mean,
+                 result.score_mean, result.wellformed_rate, result.seconds)
 
     def _track_peers(self, number: int, peers: set[str]) -> None:
         assert self.identity is not None
@@ -426,6 +331,7 @@ class SwarmNode:
         if self.last_round is None:
             return
         started = time.perf_counter()
+        self.bus.emit(RoundProgress(round=self.last_round, phase="checkpoint"))
         state = CheckpointState(
             round=self.last_round, rounds_trained=self.rounds_trained, global_step=self.learner.global_step,
             model=self.config.training.model,
@@ -441,8 +347,22 @@ class SwarmNode:
             self.bus.emit(StateChanged(state=state, detail=detail))
 
 
-def train_weights(cfg: NodeConfig) -> dict[str, float]:
-    return {family: weight for family, weight in cfg.tasks.weights.items() if weight > 0}
+def task_mix(cfg: NodeConfig, params: int | None) -> TaskMix:
+    """The configured families, or the default mix for a model of ``params`` parameters when none are."""
+    configured = {family: weight for family, weight in cfg.tasks.weights.items() if weight > 0}
+    mix = default_mix(params)
+    if not cfg.tasks.weights:
+        return mix
+    return TaskMix(configured, {family: mix.ladders[family] for family in configured if family in mix.ladders})
+
+
+def _dht_exchange(cfg: NodeConfig, identity: Identity, initial_peers: list[str]) -> Exchange:
+    from node.swarm import Swarm  # hivemind loads only for nodes that use the DHT
+
+    return Swarm(
+        identity, swarm_name=cfg.swarm.swarm_name, initial_peers=initial_peers, host=cfg.swarm.host,
+        port=cfg.swarm.port, record_ttl=cfg.swarm.record_ttl_s, call_timeout=cfg.swarm.call_timeout_s,
+    )
 
 
 def _task_seed(cfg: NodeConfig, peer_id: str) -> int:
@@ -457,5 +377,3 @@ def _pick_bf16(setting: str, device: str, hw: hardware.HardwareInfo, *, sampling
     return hardware.auto_bf16(hw, device, sampling=sampling)
 
 
-def _avg(values: list[float]) -> float:
-    return sum(values) / len(values) if values else 0.0

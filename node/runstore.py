@@ -1,4 +1,4 @@
-"""The run folder's append-only history: per-round metrics and rollout samples as JSON lines.
+"""The run folder's append-only history: per-round metrics, rollout samples and held-out evaluations as JSON lines.
 
 Each line is written whole and fsynced before the round counts as done, so a crash loses at most the round in
 progress; a torn last line (power loss mid-write) is skipped on reading. On resume the history is cut back to the
@@ -14,12 +14,13 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from node.events import RolloutSample, RoundMetrics, event_from_json
+from node.events import EvalFinished, RolloutSample, RoundMetrics, event_from_json
 
 log = logging.getLogger(__name__)
 
 METRICS_FILE = "metrics.jsonl"
 SAMPLES_FILE = "samples.jsonl"
+EVALUATIONS_FILE = "evaluations.jsonl"
 
 
 class RunStore:
@@ -28,12 +29,19 @@ class RunStore:
         run_dir.mkdir(parents=True, exist_ok=True)
         self.metrics_path = run_dir / METRICS_FILE
         self.samples_path = run_dir / SAMPLES_FILE
+        self.evaluations_path = run_dir / EVALUATIONS_FILE
 
     def append_round(self, metrics: RoundMetrics, samples: Iterable[RolloutSample]) -> None:
         # Samples first: a crash between the two writes leaves samples of a round without metrics, which
         # truncate_after() removes on resume, never metrics that point at missing samples.
         _append_lines(self.samples_path, [sample.to_json() for sample in samples])
         _append_lines(self.metrics_path, [metrics.to_json()])
+
+    def append_evaluation(self, result: EvalFinished) -> None:
+        _append_lines(self.evaluations_path, [result.to_json()])
+
+    def evaluations(self) -> list[EvalFinished]:
+        return [event for event in _read_events(self.evaluations_path) if isinstance(event, EvalFinished)]
 
     def metrics(self) -> list[RoundMetrics]:
         return [event for event in _read_events(self.metrics_path) if isinstance(event, RoundMetrics)]
@@ -44,7 +52,7 @@ class RunStore:
 
     def truncate_after(self, round_: int | None) -> None:
         """Drop every record of rounds after ``round_`` (all of them when None)."""
-        for path in (self.metrics_path, self.samples_path):
+        for path in (self.metrics_path, self.samples_path, self.evaluations_path):
             if not path.exists():
                 continue
             kept = [event.to_json() for event in _read_events(path) if round_ is not None and event.round <= round_]

@@ -1,8 +1,10 @@
 """The SAPO-specific steps of a round that need neither a model nor a network.
 
-Peer groups are checked against tasks we regenerate ourselves (a peer's question must be exactly the one its
-task reference produces, and its ground truth is never used), scored with our own verifier, filtered for zero
-advantage and sampled uniformly, preferring groups of the current round over the previous one.
+Local and peer groups take one path: :func:`score_group` grades a group's completions with our own verifier (a
+peer's ground truth is never used: it does not even travel). Peer groups are first checked against tasks we
+regenerate ourselves (a peer's question must be exactly the one its task reference produces, and its prompt format
+ours); then :func:`select_external` drops zero-advantage groups and samples J uniformly, current round first. Every
+received group ends with one fate, so ``received = used + zero_advantage + rejected + not_needed``.
 """
 
 from __future__ import annotations
@@ -12,74 +14,126 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from node.records import RoundRecord
-from node.tasks import Task, TaskRejected, TaskSource
+from node.records import RoundRecord, SharedGroup
+from node.tasks import Grade, Task, TaskRejected, TaskSource
+
+Grader = Callable[[Task, str, bool], Grade]  # (task, completion text, finished) -> Grade
+
+TRAINED = "trained"
+DROPPED_EQUAL_REWARDS = "dropped_equal_rewards"
+NOT_NEEDED = "not_needed"
 
 
 @dataclass(frozen=True)
-class PeerGroup:
-    """A peer's group that passed every check, scored by our verifier."""
+class ScoredGroup:
+    """One question and its G completions, graded by our verifier; ``peer_id`` is ours for local groups."""
 
     peer_id: str
     round: int
+    local: bool
     task: Task
     texts: tuple[str, ...]
     finished: tuple[bool, ...]
-    rewards: tuple[float, ...]
+    grades: tuple[Grade, ...]
+
+    @property
+    def rewards(self) -> tuple[float, ...]:
+        return tuple(g.reward for g in self.grades)
 
     @property
     def zero_advantage(self) -> bool:
+        """All completions scored the same: GRPO's advantages are all zero, the group gives no gradient."""
         return max(self.rewards) - min(self.rewards) < 1e-9
+
+    @property
+    def accuracy(self) -> float:
+        return sum(g.exact for g in self.grades) / len(self.grades)
+
+
+def score_group(
+    grader: Grader, *, peer_id: str, round: int, local: bool, task: Task, texts, finished,
+) -> ScoredGroup:
+    texts, finished = tuple(texts), tuple(finished)
+    grades = tuple(grader(task, text, done) for text, done in zip(texts, finished, strict=True))
+    return ScoredGroup(peer_id, round, local, task, texts, finished, grades)
+
+
+@dataclass(frozen=True)
+class RejectedGroup:
+    peer_id: str
+    round: int
+    group: SharedGroup
+    reason: str
 
 
 @dataclass
 class Verification:
-    accepted: list[PeerGroup]
-    rejected: Counter[str]
+    accepted: list[ScoredGroup]
+    rejected: list[RejectedGroup]
+
+    @property
+    def reasons(self) -> Counter[str]:
+        return Counter(r.reason for r in self.rejected)
 
 
 def verify_records(
-    records: Iterable[RoundRecord], tasks: TaskSource, *, num_generations: int,
-    scorer: Callable[[Task, str], float],
+    records: Iterable[RoundRecord], tasks: TaskSource, *, num_generations: int, grader: Grader,
+    prompt_format: int,
 ) -> Verification:
-    accepted: list[PeerGroup] = []
-    rejected: Counter[str] = Counter()
+    """Check peers' groups against our own regenerated tasks and grade those that pass."""
+    accepted: list[ScoredGroup] = []
+    rejected: list[RejectedGroup] = []
     for record in records:
         for group in record.groups:
-            if len(group.completions) < num_generations:
-                rejected["group_too_small"] += 1
+            reason, task = _check(group, record, tasks, num_generations, prompt_format)
+            if task is None:
+                rejected.append(RejectedGroup(record.peer_id, record.round, group, reason))
                 continue
-            try:
-                task = tasks.regenerate(group.task)
-            except TaskRejected as exc:
-                rejected[exc.reason] += 1
-                continue
-            if task.question != group.question:
-                # The peer's text is not what its task reference generates: a forged or corrupted question.
-                rejected["question_mismatch"] += 1
-                continue
-            texts = tuple(group.completions[:num_generations])
-            accepted.append(
-                PeerGroup(
-                    peer_id=record.peer_id,
-                    round=record.round,
-                    task=task,
-                    texts=texts,
-                    finished=tuple(group.finished[:num_generations]),
-                    rewards=tuple(scorer(task, text) for text in texts),
-                )
-            )
+            accepted.append(score_group(
+                grader, peer_id=record.peer_id, round=record.round, local=False, task=task,
+                texts=group.completions[:num_generations], finished=group.finished[:num_generations],
+            ))
     return Verification(accepted=accepted, rejected=rejected)
 
 
+def _check(group: SharedGroup, record: RoundRecord, tasks: TaskSource, num_generations: int,
+           prompt_format: int) -> tuple[str, Task | None]:
+    if record.prompt_format != prompt_format:
+        # Its completions answer another prompt than the one we would train them under.
+        return "prompt_format_mismatch", None
+    if len(group.completions) < num_generations:
+        return "group_too_small", None
+    try:
+        task = tasks.regenerate(group.task)
+    except TaskRejected as exc:
+        return exc.reason, None
+    if task.question != group.question:
+        # The peer's text is not what its task reference generates: a forged or corrupted question.
+        return "question_mismatch", None
+    return "", task
+
+
+@dataclass(frozen=True)
+class Selection:
+    chosen: list[ScoredGroup]
+    fates: dict[int, str]  # id(group) -> fate, for every candidate
+
+    def count(self, fate: str) -> int:
+        return sum(1 for f in self.fates.values() if f == fate)
+
+
 def select_external(
-    candidates: list[PeerGroup], count: int, rng: random.Random, *, current_round: int, drop_zero_advantage: bool,
-) -> tuple[list[PeerGroup], int]:
-    """Pick ``count`` groups uniformly, current round first; returns them and how many zero-advantage were dropped."""
-    usable = [g for g in candidates if not (drop_zero_advantage and g.zero_advantage)]
-    dropped = len(candidates) - len(usable)
+    candidates: list[ScoredGroup], count: int, rng: random.Random, *, current_round: int, drop_zero_advantage: bool,
+) -> Selection:
+    """Pick ``count`` groups uniformly, current round first, after dropping zero-advantage ones (the one place)."""
+    fates = {id(g): DROPPED_EQUAL_REWARDS for g in candidates if drop_zero_advantage and g.zero_advantage}
+    usable = [g for g in candidates if id(g) not in fates]
     current = [g for g in usable if g.round == current_round]
     older = [g for g in usable if g.round != current_round]
     rng.shuffle(current)
     rng.shuffle(older)
-    return (current + older)[:count], dropped
+    ordered = current + older
+    chosen = ordered[:count]
+    fates.update({id(g): TRAINED for g in chosen})
+    fates.update({id(g): NOT_NEEDED for g in ordered[count:]})
+    return Selection(chosen=chosen, fates=fates)

@@ -21,7 +21,7 @@ import logging
 import math
 import random
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from functools import lru_cache
 from typing import Any
@@ -31,18 +31,21 @@ from reasoning_gym.dataset import ProceduralDataset
 from reasoning_gym.factory import DATASETS
 
 from node.errors import NodeError
+from node.prompts import SYSTEM_PROMPT, build_messages, example_digest  # noqa: F401 (re-exported)
 from node.taskref import TaskRef
 
 log = logging.getLogger(__name__)
 
-SYSTEM_PROMPT = (
-    "You are a careful problem solver. Think briefly and to the point, then give your final answer, "
-    "in exactly the format the question asks for, inside <answer>...</answer> tags, e.g. <answer>42</answer>. "
-    "Put nothing but the final answer inside the tags."
-)
-
 MAX_INDEX = 10**9  # task indices are in [0, MAX_INDEX)
-MAX_SEED = 2**63 - 1
+# reasoning-gym seeds each entry with seed + index, so seed ranges far apart never share an entry. Training tasks
+# (ours and peers') use seeds below TRAIN_SEED_LIMIT; worked examples and the held-out evaluation set live above it,
+# so neither is ever a training task, and a peer cannot make us train on the evaluation set.
+TRAIN_SEED_LIMIT = 2**60
+EXAMPLE_SEED_BASE = 2**61
+EVAL_SEED_BASE = 2**62
+# Entries an easy config produces that teach nothing (x + 0, x * 1) or that a small model's scorer partially credits
+# for a near miss (negative results) are skipped when sampling; this many draws are tried before giving up.
+_DRAWS = 32
 
 _OPEN, _CLOSE = "<answer>", "</answer>"
 
@@ -100,7 +103,11 @@ _known_configs: dict[str, tuple[str, str]] = {}
 
 
 class TaskSource:
-    """Samples and regenerates tasks of the enabled families."""
+    """Samples and regenerates tasks of the enabled families, at any level of each family's difficulty ladder.
+
+    Each family has one or more generator configs, easiest first (its ladder; see :mod:`node.curriculum`). Every
+    level's config is registered, so a peer's task at any level regenerates here from its ref alone.
+    """
 
     def __init__(
         self,
@@ -108,8 +115,10 @@ class TaskSource:
         *,
         seed: int,
         configs: Mapping[str, Mapping[str, Any]] | None = None,
+        ladders: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
     ) -> None:
         configs = dict(configs or {})
+        ladders = dict(ladders or {})
         for family in [*weights, *configs]:
             _check_family(family)
         _check_seed(seed)
@@ -124,26 +133,31 @@ class TaskSource:
         self.seed = seed
         self.families: tuple[str, ...] = tuple(enabled)
         self._weights = tuple(enabled.values())
-        self._config_ids: dict[str, str] = {}
+        # family -> config ids of its ladder, easiest first; a config given by the user is a one-level ladder
+        self.levels: dict[str, tuple[str, ...]] = {}
         for family in self.families:
-            canonical = _checked_config(family, configs.get(family, {}))
-            cid = _digest(canonical)
-            _known_configs[cid] = (family, canonical)
-            self._config_ids[family] = cid
-            _check_addressable(family, canonical, seed)
+            rungs = [configs[family]] if family in configs else list(ladders.get(family) or [{}])
+            ids = []
+            for config in rungs:
+                canonical = _checked_config(family, config)
+                cid = _digest(canonical)
+                _known_configs[cid] = (family, canonical)
+                ids.append(cid)
+            _check_addressable(family, _known_configs[ids[0]][1], seed)
+            self.levels[family] = tuple(ids)
 
-    def sample(self, n: int, rng: random.Random) -> list[Task]:
+    def sample(self, n: int, rng: random.Random, levels: Mapping[str, int] | None = None) -> list[Task]:
+        """``n`` tasks of weighted random families, each at its level in ``levels`` (default: the easiest)."""
         families = rng.choices(self.families, weights=self._weights, k=n)
-        refs = [TaskRef(family, self._config_ids[family], self.seed, rng.randrange(MAX_INDEX)) for family in families]
-        return [self._task(ref) for ref in refs]
+        return [self._draw(family, self._config_at(family, levels), self.seed, rng) for family in families]
 
     def regenerate(self, ref: TaskRef) -> Task:
         """Rebuild a task a peer sampled; raises :class:`TaskRejected` for refs this node will not run."""
-        if not isinstance(ref.family, str) or ref.family not in self._config_ids:
+        if not isinstance(ref.family, str) or ref.family not in self.levels:
             raise TaskRejected("family_not_enabled")
-        if ref.config_id != self._config_ids[ref.family]:
+        if ref.config_id not in self.levels[ref.family]:
             raise TaskRejected("config_mismatch")
-        if type(ref.seed) is not int or not 0 <= ref.seed <= MAX_SEED:
+        if type(ref.seed) is not int or not 0 <= ref.seed < TRAIN_SEED_LIMIT:
             raise TaskRejected("bad_seed")
         if type(ref.index) is not int or not 0 <= ref.index < MAX_INDEX:
             raise TaskRejected("bad_index")
@@ -153,6 +167,53 @@ class TaskSource:
             log.debug("could not regenerate %s", ref, exc_info=True)
             raise TaskRejected("generation_failed") from None
 
+    def example(self, task: Task) -> tuple[str, str] | None:
+        """The worked example shown before ``task``: a solved task of the same family and level.
+
+        A pure function of the ref, drawn from seeds no training or evaluation task uses; None where the family has
+        no single answer to show.
+        """
+        rng = random.Random(example_digest(task.ref))
+        example = self._draw(task.ref.family, task.ref.config_id, EXAMPLE_SEED_BASE, rng, avoid=task.question)
+        return None if example.answer is None else (example.question, example.answer)
+
+    def messages(self, task: Task) -> list[dict[str, str]]:
+        """The chat every peer builds for ``task`` (see :mod:`node.prompts`)."""
+        return build_messages(task.question, self.example(task))
+
+    def evaluation_set(self, n: int, *, seed: int = 0, levels: int = 1) -> list[Task]:
+        """``n`` held-out tasks, the same on every peer with the same families, ladders and ``seed``.
+
+        Families take turns, then the first ``levels`` rungs of each ladder; entries come from a seed range training
+        never uses.
+        """
+        rng = random.Random(f"evaluation:{seed}")
+        base = EVAL_SEED_BASE + seed % 2**56
+        tasks = []
+        for i in range(n):
+            family = self.families[i % len(self.families)]
+            ladder = self.levels[family]
+            level = (i // len(self.families)) % min(max(1, levels), len(ladder))
+            tasks.append(self._draw(family, ladder[level], base, rng))
+        return tasks
+
+    def level_of(self, ref: TaskRef) -> int:
+        return self.levels[ref.family].index(ref.config_id)
+
+    def _config_at(self, family: str, levels: Mapping[str, int] | None) -> str:
+        ladder = self.levels[family]
+        level = (levels or {}).get(family, 0)
+        return ladder[min(max(level, 0), len(ladder) - 1)]
+
+    def _draw(self, family: str, cid: str, seed: int, rng: random.Random, *, avoid: str | None = None) -> Task:
+        task = None
+        for _ in range(_DRAWS):
+            task = self._task(TaskRef(family, cid, seed, rng.randrange(MAX_INDEX)))
+            if _teaches(task) and task.question != avoid:
+                return task
+        assert task is not None
+        return task
+
     def _task(self, ref: TaskRef) -> Task:
         _, canonical = _known_configs[ref.config_id]
         entry = _dataset(ref.family, canonical, ref.seed)[ref.index]
@@ -160,8 +221,19 @@ class TaskSource:
         return Task(ref, entry["question"], None if answer is None else str(answer), entry)
 
 
-def build_messages(question: str) -> list[dict[str, str]]:
-    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": question}]
+def _teaches(task: Task) -> bool:
+    """False for arithmetic entries that teach nothing (a 0 or 1 operand of *, a 0 of + / -) or have a negative
+    result, which reasoning-gym's scorer half-credits for the positive number."""
+    expression = task.entry.get("metadata", {}).get("expression")
+    if not isinstance(expression, str) or task.answer is None:
+        return True
+    if task.answer.startswith("-"):
+        return False
+    terms = expression.replace("(", " ").replace(")", " ").split()
+    numbers = [t for t in terms if t.isdigit()]
+    if "0" in numbers:
+        return False
+    return not ("*" in terms and "1" in numbers)
 
 
 def extract_answer(completion: str) -> str | None:
@@ -187,6 +259,56 @@ def score(task: Task, completion: str, *, format_weight: float = 0.0) -> float:
     if _well_formed(completion):
         reward += format_weight
     return reward
+
+
+@dataclass(frozen=True)
+class Grade:
+    """What our verifier makes of one completion."""
+
+    reward: float  # what GRPO trains on: exact credit (plus the format bonus when well formed)
+    exact: bool  # the answer is exactly right: this, never partial credit, is accuracy
+    score: float  # reasoning-gym's own score, partial credit included, reported apart
+    wellformed: bool
+    reason: str  # correct, partial_credit, wrong_value, no_answer_block, cut_at_token_limit
+
+
+def grade(task: Task, completion: str, *, finished: bool = True, format_weight: float = 0.0) -> Grade:
+    """Grade a completion (ours or a peer's; never raises on hostile text).
+
+    Where the reference answer is a number, only the exact number earns reward: reasoning-gym's partial credit for
+    an answer that merely contains it ("-1" for "1", "118" for "18") would reward wrong answers.
+    """
+    answer = extract_answer(completion)
+    credit = _correctness(task, answer)
+    exact = credit >= 1.0 if task.answer is None else _same_answer(answer, task.answer)
+    wellformed = _well_formed(completion)
+    if exact:
+        reason = "correct"
+    elif answer is None:
+        reason = "no_answer_block" if finished else "cut_at_token_limit"
+    else:
+        reason = "partial_credit" if credit > 0 else "wrong_value"
+    earned = 1.0 if exact else (0.0 if _number(task.answer) is not None else credit)
+    return Grade(earned + (format_weight if wellformed else 0.0), exact, credit, wellformed, reason)
+
+
+def _same_answer(answer: str | None, reference: str) -> bool:
+    if answer is None:
+        return False
+    if answer == reference.strip():
+        return True
+    mine, theirs = _number(answer), _number(reference)
+    return mine is not None and theirs is not None and mine == theirs
+
+
+def _number(text: str | None) -> float | None:
+    if text is None or len(text) > 64:
+        return None
+    try:
+        value = float(text.strip())
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
 
 
 def _correctness(task: Task, answer: str | None) -> float:
@@ -237,10 +359,10 @@ def _check_family(family: object) -> None:
 
 
 def _check_seed(seed: object) -> None:
-    if type(seed) is not int or not 0 <= seed <= MAX_SEED:
+    if type(seed) is not int or not 0 <= seed < TRAIN_SEED_LIMIT:
         raise NodeError(
             f"Task seed {seed!r} is out of range.",
-            hint=f"set tasks.seed to an integer from 0 to {MAX_SEED}, or leave it empty",
+            hint=f"set tasks.seed to an integer from 0 to {TRAIN_SEED_LIMIT - 1}, or leave it empty",
             code="task_config",
         )
 

@@ -6,6 +6,7 @@ import pytest
 
 from node.cli import _parser, config_from_args
 from node.config import NodeConfig
+from node.curriculum import default_mix
 from node.errors import NodeError
 from node.taskref import DEFAULT_FAMILIES
 
@@ -13,7 +14,10 @@ from node.taskref import DEFAULT_FAMILIES
 def test_defaults_are_valid_and_sapo_shaped():
     config = NodeConfig.build()
     assert config.training.model == "bundled"
-    assert set(config.tasks.weights) == set(DEFAULT_FAMILIES)
+    assert config.tasks.weights == {}  # chosen for the model's size when the node starts
+    assert set(default_mix(500_000_000).weights) == set(DEFAULT_FAMILIES)  # hub models: the nine SAPO families
+    small = default_mix(135_000_000)
+    assert set(small.weights) == set(small.ladders) and "basic_arithmetic" in small.weights
     assert config.training.beta == 0.0 and (config.training.epsilon, config.training.epsilon_high) == (0.2, 0.28)
 
 

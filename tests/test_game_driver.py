@@ -90,7 +90,8 @@ def play_all(drivers, last_round=None):
 
     def run(name, driver):
         try:
-            results[name] = driver.play_round(last_round, 0)
+            outcome = driver.play_round(last_round, 0)
+            results[name] = (outcome.metrics, outcome.samples)
         except Exception as exc:  # surfaced below
             errors.append(exc)
 
@@ -214,7 +215,8 @@ def test_forged_answers_and_critiques_gain_nothing():
 
     chain = FakeChain()
     driver, policy, learner = player(hub, "honest", follower, timeout=1.0, chain=chain)
-    metrics, samples = driver.play_round(None, 0)
+    outcome = driver.play_round(None, 0)
+    metrics, samples = outcome.metrics, outcome.samples
 
     # the forged critiques are the majority, and wrong: naming and following it earns the format bonus only
     assert learner.steps[2][0].rewards == pytest.approx((0.25, 1.25))
@@ -267,7 +269,7 @@ def test_items_whose_question_is_not_what_its_reference_generates_are_rejected()
     old = StageItem(stale.ref, stale.question, "<answer>3</answer>")
     hub.store("liar", 0, 1, encode_stage_record(StageRecord("liar", 0, 1, (forged, old))))
     driver, policy, _ = player(hub, "honest", honest(questions), timeout=0.5)
-    metrics, _ = driver.play_round(None, 0)
+    metrics = driver.play_round(None, 0).metrics
     assert metrics.rejected_reasons == {"question_mismatch": 1, "not_this_round": 1}
     assert list(metrics.stage_rewards) == ["answer"]  # nothing usable arrived
 
@@ -278,7 +280,7 @@ def test_a_node_alone_plays_the_answer_stage_only_and_says_so():
     bus.subscribe(events.append)
     driver, _, learner = player(InMemoryGameHub(), "alone", honest(questions), bus=bus)
     started = time.monotonic()
-    metrics, _ = driver.play_round(None, 0)
+    metrics = driver.play_round(None, 0).metrics
     assert time.monotonic() - started < 3  # alone: no waiting for peers that do not exist
     assert list(metrics.stage_rewards) == ["answer"] and len(learner.steps) == 1
     assert any(isinstance(e, RoundProgress) and e.detail == ALONE_DETAIL for e in events)
@@ -290,20 +292,21 @@ def test_a_late_joiner_enters_at_the_current_stage():
     start, late_critiques = threading.Barrier(2), threading.Event()  # the first two critique once the third is in
     first = {name: player(hub, name, honest(questions, start, hold=late_critiques))[0] for name in ("peer-a", "peer-b")}
     results: dict = {}
-    threads = [threading.Thread(target=lambda n=n, d=d: results.update({n: d.play_round(None, 0)})) for n, d in first.items()]
+    threads = [threading.Thread(target=lambda n=n, d=d: results.update({n: d.play_round(None, 0).metrics})) for n, d in first.items()]
     for t in threads:
         t.start()
     deadline = time.monotonic() + 20
     while max(hub.clock().values(), default=-1) < clock_value(0, 2) and time.monotonic() < deadline:
         time.sleep(0.005)
     late, _, learner = player(hub, "peer-late", honest(questions, release=late_critiques))
-    metrics, samples = late.play_round(None, 0)
+    outcome = late.play_round(None, 0)
+    metrics, samples = outcome.metrics, outcome.samples
     for t in threads:
         t.join(30)
     assert metrics.round == 0 and list(metrics.stage_rewards) == ["critique", "revise"]
     assert len(learner.steps) == 2
     assert {s.source_peer for s in samples if not s.local and s.stage == "answer"} == {"peer-a", "peer-b"}
-    assert {n: list(m.stage_rewards) for n, (m, _) in results.items()} == {n: list(STAGES) for n in first}
+    assert {n: list(m.stage_rewards) for n, m in results.items()} == {n: list(STAGES) for n in first}
 
 
 def test_stages_follow_the_swarm_and_the_chain_clock():

@@ -72,7 +72,8 @@ def test_three_tiny_models_play_every_stage_with_a_late_joiner(tiny_model_dir, t
 
     def play(name, driver):
         try:
-            results[name] = driver.play_round(None, 0)
+            outcome = driver.play_round(None, 0)
+            results[name] = (outcome.metrics, outcome.samples)
         except Exception as exc:
             errors.append(exc)
 

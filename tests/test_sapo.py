@@ -5,9 +5,9 @@ from __future__ import annotations
 import dataclasses
 import random
 
-from node.records import RoundRecord, SharedGroup
-from node.sapo import PeerGroup, select_external, verify_records
-from node.tasks import TaskSource, score
+from node.records import RoundRecord, SharedGroup, decode_record, encode_record
+from node.sapo import ScoredGroup, select_external, verify_records
+from node.tasks import Grade, TaskSource, grade
 
 G = 4
 
@@ -21,16 +21,21 @@ def _group(task, completions) -> SharedGroup:
                        finished=tuple(True for _ in completions))
 
 
-def _scorer(task, text):
-    return score(task, text)
+def _grader(task, text, finished):
+    return grade(task, text, finished=finished)
+
+
+def _verify(records, me):
+    return verify_records(records, me, num_generations=G, grader=_grader, prompt_format=2)
 
 
 def test_honest_group_is_rescored_with_our_own_verifier():
     peer, me = _source(seed=11), _source(seed=22)
     task = peer.sample(1, random.Random(0))[0]
     right = f"<answer>{task.answer}</answer>"
-    record = RoundRecord(peer_id="QmPeer", round=5, groups=(_group(task, [right, "<answer>nope</answer>", right, ""]),))
-    result = verify_records([record], me, num_generations=G, scorer=_scorer)
+    record = RoundRecord(peer_id="QmPeer", round=5, groups=(_group(task, [right, "<answer>nope</answer>", right, ""]),),
+                         prompt_format=2)
+    result = _verify([record], me)
     assert not result.rejected
     (accepted,) = result.accepted
     assert accepted.rewards == (1.0, 0.0, 1.0, 0.0)
@@ -47,23 +52,24 @@ def test_forged_question_disabled_family_and_short_groups_are_rejected_and_count
     forged = dataclasses.replace(_group(arithmetic, ["<answer>42</answer>"] * G), question="Calculate 40 + 2.")
     wrong_config = _group(dataclasses.replace(arithmetic, ref=dataclasses.replace(arithmetic.ref, config_id="0" * 12)),
                           ["x"] * G)
-    record = RoundRecord(peer_id="QmPeer", round=1, groups=(
+    record = RoundRecord(peer_id="QmPeer", round=1, prompt_format=2, groups=(
         forged,
         _group(conversion, ["x"] * G),             # a family we did not enable
         _group(arithmetic, ["x"] * (G - 1)),       # fewer completions than our G
         wrong_config,                              # a generator config we do not run
         _group(arithmetic, ["a", "b", "c", "d", "e", "f"]),  # more than G: the first G are used
     ))
-    result = verify_records([record], me, num_generations=G, scorer=_scorer)
-    assert dict(result.rejected) == {"question_mismatch": 1, "family_not_enabled": 1, "group_too_small": 1,
+    result = _verify([record], me)
+    assert dict(result.reasons) == {"question_mismatch": 1, "family_not_enabled": 1, "group_too_small": 1,
                                      "config_mismatch": 1}
     (accepted,) = result.accepted
     assert accepted.texts == ("a", "b", "c", "d")
 
 
-def _peer_group(round_: int, rewards, name: str) -> PeerGroup:
-    return PeerGroup(peer_id=name, round=round_, task=None, texts=("",) * len(rewards),
-                     finished=(True,) * len(rewards), rewards=tuple(rewards))
+def _peer_group(round_: int, rewards, name: str) -> ScoredGroup:
+    grades = tuple(Grade(r, r == 1, r, True, "") for r in rewards)
+    return ScoredGroup(peer_id=name, round=round_, local=False, task=None, texts=("",) * len(rewards),
+                       finished=(True,) * len(rewards), grades=grades)
 
 
 def test_selection_drops_zero_advantage_and_prefers_the_current_round():
@@ -72,10 +78,23 @@ def test_selection_drops_zero_advantage_and_prefers_the_current_round():
         _peer_group(10, (1, 0, 1, 0), "new-1"), _peer_group(10, (0.5, 0, 0, 0), "new-2"),
         _peer_group(9, (1, 1, 1, 1), "flat-old"),
     ]
-    chosen, dropped = select_external(candidates, 3, random.Random(0), current_round=10, drop_zero_advantage=True)
-    assert dropped == 2
+    selection = select_external(candidates, 3, random.Random(0), current_round=10, drop_zero_advantage=True)
+    chosen = selection.chosen
+    assert selection.count("dropped_equal_rewards") == 2 and selection.count("trained") == 3
     assert {g.peer_id for g in chosen[:2]} == {"new-1", "new-2"} and chosen[2].peer_id == "old-1"
-    kept, dropped = select_external(candidates, 10, random.Random(0), current_round=10, drop_zero_advantage=False)
-    assert dropped == 0 and len(kept) == 5
-    none, _ = select_external(candidates, 0, random.Random(0), current_round=10, drop_zero_advantage=True)
-    assert none == []
+    kept = select_external(candidates, 10, random.Random(0), current_round=10, drop_zero_advantage=False)
+    assert kept.count("dropped_equal_rewards") == 0 and len(kept.chosen) == 5
+    none = select_external(candidates, 1, random.Random(0), current_round=10, drop_zero_advantage=True)
+    assert len(none.chosen) == 1 and none.count("not_needed") == 2  # every candidate has exactly one fate
+    assert len(none.fates) == len(candidates)
+
+
+def test_groups_answering_another_prompt_format_are_rejected():
+    peer, me = _source(seed=11), _source(seed=22)
+    task = peer.sample(1, random.Random(0))[0]
+    old = RoundRecord(peer_id="QmOld", round=1, groups=(_group(task, ["<answer>1</answer>"] * G),))
+    assert decode_record(encode_record(old)).prompt_format == 1  # a record without "pf" is format 1
+    new = RoundRecord(peer_id="QmNew", round=1, groups=old.groups, prompt_format=2)
+    assert decode_record(encode_record(new)) == new
+    result = _verify([decode_record(encode_record(old)), new], me)
+    assert dict(result.reasons) == {"prompt_format_mismatch": 1} and result.accepted[0].peer_id == "QmNew"

@@ -14,7 +14,9 @@ from hypothesis import strategies as st
 from node.errors import NodeError
 from node.taskref import DEFAULT_FAMILIES, TaskRef
 from node.tasks import (
+    EVAL_SEED_BASE,
     MAX_INDEX,
+    TRAIN_SEED_LIMIT,
     SYSTEM_PROMPT,
     Task,
     TaskRejected,
@@ -117,7 +119,8 @@ def test_config_id_is_a_canonical_short_digest() -> None:
         ({"family": "bf"}, "family_not_enabled"),  # known to reasoning-gym, weight 0 here
         ({"config_id": config_id("basic_arithmetic", {"min_terms": 3})}, "config_mismatch"),
         ({"seed": -1}, "bad_seed"),
-        ({"seed": 2**63}, "bad_seed"),
+        ({"seed": TRAIN_SEED_LIMIT}, "bad_seed"),  # the example and evaluation seed range: never trained on
+        ({"seed": EVAL_SEED_BASE}, "bad_seed"),
         ({"seed": 1.5}, "bad_seed"),
         ({"index": -1}, "bad_index"),
         ({"index": MAX_INDEX}, "bad_index"),
@@ -136,7 +139,7 @@ def test_regenerate_rejects_refs_this_node_will_not_run(change: dict, reason: st
 
 def test_regenerate_accepts_any_peer_seed_and_index_in_range() -> None:
     ref = SOURCE.sample(1, random.Random(4))[0].ref
-    for seed, index in [(0, 0), (2**63 - 1, MAX_INDEX - 1)]:
+    for seed, index in [(0, 0), (TRAIN_SEED_LIMIT - 1, MAX_INDEX - 1)]:
         task = SOURCE.regenerate(TaskRef(ref.family, ref.config_id, seed, index))
         assert task.question
 
@@ -154,7 +157,7 @@ def test_regenerate_accepts_any_peer_seed_and_index_in_range() -> None:
         ({"basic_arithmetic": 1.0}, {"basic_arithmetic": {"seed": 3}}, SEED, "seed and size"),
         ({"basic_arithmetic": 1.0}, {"basic_arithmetik": {}}, SEED, "basic_arithmetic"),
         ({"basic_arithmetic": 1.0}, None, -1, "tasks.seed"),
-        ({"basic_arithmetic": 1.0}, None, 2**63, "tasks.seed"),
+        ({"basic_arithmetic": 1.0}, None, TRAIN_SEED_LIMIT, "tasks.seed"),
         ({"puzzle24": 1.0}, None, SEED, "remove puzzle24"),  # its scorer evals answers with sympy
         ({"list_functions": 1.0}, None, SEED, "remove list_functions"),  # entries depend on the dataset size
         ({"composite": 1.0}, None, SEED, "basic_arithmetic"),
@@ -225,3 +228,69 @@ def test_build_messages() -> None:
         {"role": "user", "content": "What is 2+2?"},
     ]
     assert "<answer>" in SYSTEM_PROMPT and "</answer>" in SYSTEM_PROMPT
+
+
+# ------------------------------------------------------------------------------------ prompts, grades, ladders
+def _small_source(seed: int) -> TaskSource:
+    from node.curriculum import SMALL_MODEL_LADDERS
+
+    return TaskSource({family: 1.0 for family in SMALL_MODEL_LADDERS}, seed=seed, ladders=SMALL_MODEL_LADDERS)
+
+
+def test_two_nodes_build_the_same_worked_example_prompt_for_a_ref() -> None:
+    mine, peer = _small_source(SEED), _small_source(SEED + 99)
+    for task in mine.sample(20, random.Random(5), {"basic_arithmetic": 2, "gcd": 1}):
+        messages = mine.messages(task)
+        assert peer.messages(peer.regenerate(task.ref)) == messages
+        system, example_q, example_a, question = messages
+        assert system["content"] == SYSTEM_PROMPT and question == {"role": "user", "content": task.question}
+        assert example_q["role"] == "user" and example_q["content"] != task.question
+        assert re.fullmatch(r"<answer>[^<]+</answer>", example_a["content"]) and example_a["role"] == "assistant"
+    a, b = mine.sample(2, random.Random(6))
+    assert mine.messages(a)[1] != mine.messages(b)[1] or a.ref.family != b.ref.family  # examples vary with the ref
+
+
+def test_zero_shot_build_messages_is_format_one() -> None:
+    from node.prompts import PROMPT_FORMAT
+
+    assert PROMPT_FORMAT == 2  # bump it whenever the chat built for a ref changes
+    assert len(build_messages("q", ("eq", "ea"))) == 4
+
+
+def test_every_ladder_level_regenerates_at_a_peer_and_easy_levels_skip_trivial_items() -> None:
+    mine, peer = _small_source(SEED), _small_source(SEED + 1)
+    for level in range(4):
+        for task in mine.sample(30, random.Random(level), {family: level for family in mine.families}):
+            assert mine.level_of(task.ref) == level
+            assert peer.regenerate(task.ref).question == task.question
+            expression = task.entry["metadata"].get("expression")
+            if expression:  # no x + 0, x * 1 or negative results: they teach nothing or earn partial credit
+                numbers = re.findall(r"\d+", expression)
+                assert not task.answer.startswith("-") and "0" not in numbers
+                assert "*" not in expression or "1" not in numbers
+
+
+def test_grade_counts_only_exact_answers_as_accuracy() -> None:
+    from node.tasks import grade
+
+    task = _small_source(SEED).sample(1, random.Random(7), {"basic_arithmetic": 0})[0]
+    right = grade(task, f"<answer>{task.answer}</answer>")
+    assert (right.exact, right.reward, right.reason, right.wellformed) == (True, 1.0, "correct", True)
+    near = grade(task, f"<answer>-{task.answer}</answer>", format_weight=0.2)
+    assert near.score > 0 and not near.exact and near.reward == 0.2 and near.reason == "partial_credit"
+    assert grade(task, "<answer>", finished=False).reason == "cut_at_token_limit"
+    assert grade(task, "no block").reason == "no_answer_block"
+    assert grade(task, f"<answer>{task.answer}.0</answer>").exact
+
+
+def test_evaluation_set_is_fixed_shared_and_disjoint_from_training() -> None:
+    mine, peer = _small_source(SEED), _small_source(SEED + 1)
+    evaluation = mine.evaluation_set(64, levels=2)
+    assert [t.ref for t in peer.evaluation_set(64, levels=2)] == [t.ref for t in evaluation]
+    assert {t.ref.family for t in evaluation} == set(mine.families)
+    assert {mine.level_of(t.ref) for t in evaluation} == {0, 1}
+    assert all(t.ref.seed >= TRAIN_SEED_LIMIT for t in evaluation)
+    for task in evaluation[:5]:
+        with pytest.raises(TaskRejected):  # a peer cannot make us train on the evaluation set
+            peer.regenerate(task.ref)
+    assert [t.ref for t in mine.evaluation_set(64, levels=2, seed=1)] != [t.ref for t in evaluation]

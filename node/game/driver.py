@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from node.events import EventBus, RolloutSample, RoundMetrics, RoundProgress
-from node.game import STAGES
+from node.game import GAME_FAMILIES, STAGES
 from node.game.exchange import GameExchange, Position
 from node.game.prompts import (
     CriticView, ShownAnswer, answer_messages, answer_value, answer_well_formed, canonical, critic_view,
@@ -30,7 +30,7 @@ from node.game.prompts import (
 )
 from node.game.records import MAX_TEXT_CHARS, StageItem, StageRecord
 from node.game.rewards import (
-    answer_reward, correctness, critique_reward, majority_is_right, revise_reward, value_is_correct,
+    answer_reward, correctness, critique_reward, is_exact, majority_is_right, revise_reward, value_is_correct,
 )
 from node.grpo import Completion, GrpoLearner, Policy, TrainGroup
 from node.identity import peer_name
@@ -46,6 +46,15 @@ ALONE_DETAIL = "no peer answers arrived: this round plays the answer stage only"
 
 class GameCancelled(Exception):
     """Stop was requested during a round; nothing more of it is trained or shared."""
+
+
+@dataclass(frozen=True)
+class GameOutcome:
+    """One round of the game, as the node persists and reports it."""
+
+    metrics: RoundMetrics
+    samples: list[RolloutSample]
+    peers: frozenset[str]  # the other peers whose work we saw this round
 
 
 def game_seed(swarm_name: str, tasks_seed: int | None) -> int:
@@ -117,14 +126,13 @@ class GameDriver:
         self.chain = chain  # ChainParticipant: winners and reward are submitted to it
         self.chain_position = chain_position
         self._wait = wait or time.sleep
-        self.last_peers: frozenset[str] = frozenset()  # the peers seen in the last round played
 
     @property
     def peer_id(self) -> str:
         return self.exchange.peer_id
 
     # --------------------------------------------------------------------------------------------- a round
-    def play_round(self, last_round: int | None, rounds_trained: int) -> tuple[RoundMetrics, list[RolloutSample]]:
+    def play_round(self, last_round: int | None, rounds_trained: int) -> GameOutcome:
         """Play one round from where the swarm is; raises :class:`GameCancelled` when stopped midway."""
         started = time.perf_counter()
         number, stage = self._entry(last_round)
@@ -156,8 +164,8 @@ class GameDriver:
             # where nobody did better.
             candidates = {peer: scores for peer, scores in state.final_scores.items() if sum(scores) > 0}
             self.chain.round_finished(chain_round, own, candidates)
-        self.last_peers = frozenset(state.peers)
-        return self._metrics(state, rounds_trained + 1, time.perf_counter() - started), state.samples
+        metrics = self._metrics(state, rounds_trained + 1, time.perf_counter() - started)
+        return GameOutcome(metrics=metrics, samples=state.samples, peers=frozenset(state.peers))
 
     def _entry(self, last_round: int | None) -> Position:
         own: Position = (0 if last_round is None else last_round + 1, ANSWER)
@@ -193,7 +201,7 @@ class GameDriver:
         prompts = [self.policy.prompt_ids(answer_messages(t.question)) for t in state.questions]
         completions = self._generate(state, ANSWER, prompts)
         rewards = [[answer_reward(t, c.text) for c in group] for t, group in zip(state.questions, completions, strict=True)]
-        exact = [correctness(t, c.text) >= 1.0 for t, group in zip(state.questions, completions, strict=True) for c in group]
+        exact = [is_exact(t, c.text) for t, group in zip(state.questions, completions, strict=True) for c in group]
         state.accuracy["answer"] = sum(exact) / len(exact)
         flat = [c for group in completions for c in group]
         state.wellformed = sum(answer_well_formed(c.text) for c in flat) / len(flat)
@@ -248,7 +256,7 @@ class GameDriver:
             [revise_reward(state.questions[i], c.text, majority_value=top, majority_right=right) for c in group]
             for i, group, (top, right) in zip(order, completions, majorities, strict=True)
         ]
-        exact = [correctness(state.questions[i], c.text) >= 1.0 for i, group in zip(order, completions, strict=True) for c in group]
+        exact = [is_exact(state.questions[i], c.text) for i, group in zip(order, completions, strict=True) for c in group]
         state.accuracy["revise"] = sum(exact) / len(exact)
         self._train(state, REVISE, prompts, completions, rewards)
         items = []
@@ -463,16 +471,29 @@ def chain_position(chain) -> Position | None:
     return number, min(max(stage, 0), len(STAGES) - 1) + 1
 
 
-def build_driver(config, *, policy: Policy, learner: GrpoLearner, swarm, chain, bus: EventBus,
+def game_tasks(config) -> TaskSource:
+    """The source of the round's questions: the same for every member, whatever model each one runs.
+
+    Configured families (tasks.weights) are played as configured; otherwise :data:`GAME_FAMILIES`. Families with a
+    difficulty ladder play its first rung: a node's own curriculum cannot move questions the whole swarm shares.
+    """
+    from node.curriculum import SMALL_MODEL_LADDERS
+
+    configured = {family: weight for family, weight in config.tasks.weights.items() if weight > 0}
+    weights = configured or {family: 1.0 for family in GAME_FAMILIES}
+    ladders = {family: SMALL_MODEL_LADDERS[family][:1] for family in weights if family in SMALL_MODEL_LADDERS}
+    return TaskSource(
+        weights, seed=game_seed(config.swarm.swarm_name, config.tasks.seed), configs=config.tasks.configs,
+        ladders=ladders,
+    )
+
+
+def build_driver(config, *, policy: Policy, learner: GrpoLearner, exchange, chain, bus: EventBus,
                  should_stop: Callable[[], bool]) -> GameDriver:
-    """The driver of a node configured with ``swarm.game = "multistage"``, playing over the swarm's DHT."""
-    from node.game.exchange import DhtGameExchange
+    """The driver of a node configured with ``swarm.game = "multistage"``, on the node's rollout exchange."""
+    from node.game.exchange import game_exchange_for
 
     train = config.training
-    tasks = TaskSource(
-        {family: weight for family, weight in config.tasks.weights.items() if weight > 0},
-        seed=game_seed(config.swarm.swarm_name, config.tasks.seed), configs=config.tasks.configs,
-    )
     settings = GameSettings(
         questions=train.local_questions, num_generations=train.num_generations, max_new_tokens=train.max_new_tokens,
         temperature=train.temperature, top_p=train.top_p, shown_answers=config.swarm.critique_answers,
@@ -480,6 +501,7 @@ def build_driver(config, *, policy: Policy, learner: GrpoLearner, swarm, chain, 
     )
     follow = chain is not None and config.chain.follow_round
     return GameDriver(
-        settings=settings, policy=policy, learner=learner, tasks=tasks, exchange=DhtGameExchange(swarm), bus=bus,
-        should_stop=should_stop, chain=chain, chain_position=(lambda: chain_position(chain)) if follow else None,
+        settings=settings, policy=policy, learner=learner, tasks=game_tasks(config),
+        exchange=game_exchange_for(exchange), bus=bus, should_stop=should_stop, chain=chain,
+        chain_position=(lambda: chain_position(chain)) if follow else None,
     )

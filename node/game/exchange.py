@@ -212,3 +212,17 @@ class DhtGameExchange:
 
     def _clock_key(self) -> str:
         return f"{self._swarm._swarm_name}/game/clock"
+
+
+_HUB_LOCK = threading.Lock()
+
+
+def game_exchange_for(exchange) -> GameExchange:
+    """The game's exchange riding on a node's rollout exchange: the DHT swarm, or an in-memory board (tests)."""
+    from node.exchange import InMemoryExchange
+
+    if isinstance(exchange, InMemoryExchange):
+        with _HUB_LOCK:  # the nodes of one board share one hub
+            hub = exchange.board.__dict__.setdefault("game_hub", InMemoryGameHub())
+        return hub.exchange(exchange.peer_id)
+    return DhtGameExchange(exchange)

@@ -11,7 +11,7 @@ gets it wrong, whatever its format or agreement. Within that, each term teaches 
 The critique's judgement is the balanced accuracy of its verdict over the shown answers: the share of correct
 answers it named and the share of wrong answers it did not name, averaged. Naming every answer, or none, scores at
 most 0.5, what a coin would; only telling right from wrong scores more. When every answer is wrong, "none" is the
-only perfect verdict. An answer counts as correct when our verifier gives it full marks (partial credit is not
+only perfect verdict. An answer counts as correct when our verifier finds it exactly right (partial credit is not
 right).
 """
 
@@ -23,22 +23,27 @@ from dataclasses import dataclass
 from node.game.prompts import (
     LETTERS, NONE, answer_well_formed, canonical, parse_critique, revise_well_formed, stated_majority,
 )
-from node.tasks import Task, score
+from node.tasks import Task, grade
 
 CORRECTNESS_WEIGHT = 1.0
 FORMAT_WEIGHT = 0.25
 CONSENSUS_WEIGHT = 0.5
-_FULL_MARKS = 1.0 - 1e-9
 
 
 def correctness(task: Task, completion: str) -> float:
-    """Our verifier's score in [0, 1] of a completion's final answer (partial credit as the task family gives it)."""
-    return score(task, completion)
+    """Our verifier's credit in [0, 1] for a completion's final answer: exact for numbers, the family's own score
+    (partial credit included) for other answers (see :func:`node.tasks.grade`)."""
+    return grade(task, completion).reward
+
+
+def is_exact(task: Task, completion: str) -> bool:
+    """Whether a completion's final answer is exactly right (what accuracy counts)."""
+    return grade(task, completion).exact
 
 
 def value_is_correct(task: Task, value: str | None) -> bool:
-    """Whether an answer value gets full marks from our verifier."""
-    return value is not None and score(task, f"<answer>{value}</answer>") >= _FULL_MARKS
+    """Whether an answer value is exactly right by our verifier."""
+    return value is not None and grade(task, f"<answer>{value}</answer>").exact
 
 
 def answer_reward(task: Task, completion: str) -> float:

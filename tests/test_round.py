@@ -1,0 +1,115 @@
+"""Whole SAPO rounds without a network: two nodes (tiny model) over an in-memory exchange, plus a hostile peer."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from node.curriculum import SMALL_MODEL_LADDERS, Curriculum
+from node.exchange import InMemoryBoard, InMemoryExchange
+from node.grpo import GrpoLearner, Policy
+from node.prompts import PROMPT_FORMAT
+from node.records import RoundRecord, SharedGroup
+from node.round import RoundParts, RoundSettings, play_round
+from node.tasks import Grade, Task, TaskSource
+
+G = 4
+SETTINGS = RoundSettings(local_questions=2, external_groups=2, num_generations=G, max_new_tokens=8, temperature=1.0,
+                         top_p=1.0, format_reward_weight=0.0, drop_zero_advantage=True, gather_timeout_s=120.0)
+
+
+class _SpreadParts(RoundParts):
+    """A random tiny model never answers right; this grader gives completions differing rewards by their text."""
+
+    def grade(self, task: Task, text: str, finished: bool) -> Grade:
+        reward = float(len(text) % 2)
+        return Grade(reward, reward == 1.0, reward, True, "correct" if reward else "wrong_value")
+
+
+def _policy(model_dir: Path) -> Policy:
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    return Policy(model, AutoTokenizer.from_pretrained(model_dir), generation_dtype=torch.float32,
+                  max_prompt_tokens=256)
+
+
+def _parts(model_dir: Path, tmp_path: Path, board: InMemoryBoard, peer_id: str, *, seed: int,
+           cls=RoundParts, members=()) -> RoundParts:
+    tasks = TaskSource({family: 1.0 for family in SMALL_MODEL_LADDERS}, seed=seed, ladders=SMALL_MODEL_LADDERS)
+    policy = _policy(model_dir)
+    learner = GrpoLearner(
+        policy, output_dir=tmp_path / peer_id, device="cpu", mixed_bf16=False, num_generations=G, max_new_tokens=8,
+        learning_rate=1e-4, beta=0.0, epsilon=0.2, epsilon_high=0.28, loss_type="grpo", max_grad_norm=1.0, seed=0,
+    )
+    return cls(peer_id=peer_id, tasks=tasks, policy=policy, learner=learner,
+               exchange=InMemoryExchange(board, peer_id, members=members),
+               curriculum=Curriculum({f: len(levels) for f, levels in tasks.levels.items()}), settings=SETTINGS)
+
+
+def _play(parts: RoundParts, number: int, results: dict, events: list) -> None:
+    parts.exchange.announce_round(number)
+    results[parts.peer_id] = play_round(parts, number, seed=f"{parts.peer_id}:{number}", rounds_trained=0,
+                                        should_stop=lambda: False, report=events.append)
+
+
+def test_two_nodes_build_byte_identical_prompt_token_ids(tiny_model_dir):
+    mine = TaskSource({f: 1.0 for f in SMALL_MODEL_LADDERS}, seed=1, ladders=SMALL_MODEL_LADDERS)
+    peer = TaskSource({f: 1.0 for f in SMALL_MODEL_LADDERS}, seed=2, ladders=SMALL_MODEL_LADDERS)
+    policy_a, policy_b = _policy(tiny_model_dir), _policy(tiny_model_dir)
+    for task in mine.sample(10, random.Random(0), {"products": 1}):
+        ids = policy_a.prompt_ids(mine.messages(task))
+        assert ids == policy_b.prompt_ids(peer.messages(peer.regenerate(task.ref)))
+        assert policy_a.tokenizer.decode(ids).count("<answer>") >= 2  # system prompt + worked example
+
+
+@pytest.mark.slow
+def test_a_round_trains_on_verified_peer_groups_and_accounts_for_every_one(tiny_model_dir, tmp_path):
+    board = InMemoryBoard()
+    a = _parts(tiny_model_dir, tmp_path, board, "QmNodeA", seed=1, cls=_SpreadParts, members=["QmNodeB"])
+    b = _parts(tiny_model_dir, tmp_path, board, "QmNodeB", seed=2, cls=_SpreadParts, members=["QmNodeA"])
+    # A hostile peer: a valid ref with a forged question, and a record in another prompt format.
+    task = b.tasks.sample(1, random.Random(9))[0]
+    forged = SharedGroup(task=task.ref, question="Calculate 40 + 2.", completions=("<answer>42</answer>",) * G,
+                         finished=(True,) * G)
+    InMemoryExchange(board, "QmEvil").publish(RoundRecord("QmEvil", 0, (forged,), prompt_format=PROMPT_FORMAT))
+    InMemoryExchange(board, "QmOld").publish(RoundRecord("QmOld", 0, (dataclasses.replace(forged),)))
+    results, events = {}, []
+    threads = [threading.Thread(target=_play, args=(p, 0, results, events)) for p in (a, b)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(300)
+    m = results["QmNodeA"].metrics
+    assert m.groups_received == m.groups_used + m.groups_zero_advantage + m.groups_rejected + m.groups_not_needed
+    assert m.rejected_reasons == {"question_mismatch": 1, "prompt_format_mismatch": 1}
+    assert m.groups_received == 4 and m.groups_used + m.groups_zero_advantage == 2  # B's two groups
+    assert m.seconds_gather < SETTINGS.gather_timeout_s / 2  # every live peer was in: no waiting for the deadline
+    assert not m.update_skipped and a.learner.global_step == 1 and m.grad_norm is not None
+    assert m.difficulty == {family: 0 for family in SMALL_MODEL_LADDERS}
+    samples = results["QmNodeA"].samples
+    fates = sorted(s.fate for s in samples if not s.local)
+    assert len(fates) == 4 and "rejected:question_mismatch" in fates and "rejected:prompt_format_mismatch" in fates
+    for sample in samples:
+        if sample.local or sample.fate in ("trained", "dropped_equal_rewards"):
+            assert sample.expected is not None and len(sample.group_rewards) == G
+    assert {e.phase for e in events} >= {"generating", "sharing", "training"}
+
+
+@pytest.mark.slow
+def test_a_round_without_reward_spread_skips_the_update(tiny_model_dir, tmp_path):
+    board = InMemoryBoard()
+    solo = _parts(tiny_model_dir, tmp_path, board, "QmSolo", seed=3)  # real verifier: a random model scores 0
+    solo.settings = dataclasses.replace(SETTINGS, external_groups=0)
+    results: dict = {}
+    _play(solo, 0, results, [])
+    m = results["QmSolo"].metrics
+    assert m.update_skipped and solo.learner.global_step == 0 and m.grad_norm is None
+    assert m.reward_local == 0.0 and m.groups_with_spread == 0.0 and m.accuracy_local == 0.0
+    assert all(s.fate == "trained" and s.reason in ("no_answer_block", "cut_at_token_limit", "wrong_value")
+               for s in results["QmSolo"].samples)
