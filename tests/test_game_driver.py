@@ -324,6 +324,15 @@ def test_stages_follow_the_swarm_and_the_chain_clock():
     assert chained._next_stage(9, 1) == 3
 
 
+def test_a_stage_without_reward_spread_runs_no_update():
+    questions = answers_of(0)
+    same = lambda stage, task, messages: ["<think>?</think><answer>0</answer>"] * 2  # noqa: E731
+    driver, _, learner = player(InMemoryGameHub(), "alone", same)
+    metrics = driver.play_round(None, 0).metrics
+    assert learner.steps == [] and metrics.update_skipped and metrics.groups_with_spread == 0.0
+    assert list(metrics.stage_rewards) == ["answer"] and questions
+
+
 def test_stop_during_a_round_cancels_it():
     questions = answers_of(0)
     stop = threading.Event()

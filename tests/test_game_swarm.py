@@ -25,8 +25,14 @@ FAMILIES = {"chain_sum": 1.0, "basic_arithmetic": 1.0}
 PROMPT_TOKENS = 192
 
 
+# A random model writes gibberish, so every reward would be 0 and no stage would update. One completion per group
+# is replaced by this text, readable in all three formats (and wrong), so every stage's group has reward spread.
+PLANTED = "<majority>none</majority><think>x</think><answer>0</answer><correct>none</correct><why>x</why>"
+
+
 class GatedPolicy:
-    """A real policy whose ``gate_call``-th generation waits for ``gate`` (to hold a stage until a peer is in)."""
+    """A real policy that plants :data:`PLANTED` as each group's first completion, and whose ``gate_call``-th
+    generation waits for ``gate`` (to hold a stage until a peer is in)."""
 
     def __init__(self, policy: Policy, *, gate=None, gate_call=0, on_first=None) -> None:
         self._policy, self._gate, self._gate_call, self._on_first = policy, gate, gate_call, on_first
@@ -41,7 +47,9 @@ class GatedPolicy:
             self._on_first.set()
         if self.calls == self._gate_call:
             assert self._gate.wait(60)
-        return self._policy.generate(prompts, **kwargs)
+        groups = self._policy.generate(prompts, **kwargs)
+        planted = self._policy.encode_completion(PLANTED, finished=True, max_new_tokens=kwargs["max_new_tokens"])
+        return [[planted, *group[1:]] for group in groups]
 
 
 def tiny_player(tiny_model_dir, tmp_path, hub, name, **gating):
@@ -102,6 +110,7 @@ def test_three_tiny_models_play_every_stage_with_a_late_joiner(tiny_model_dir, t
         assert {peer for stage, peer in seen if stage == "critique"} == others
         assert {peer for stage, peer in seen if stage == "answer"} == {"peer-a", "peer-b"} - {name}
         assert metrics.groups_rejected == 0 and metrics.groups_received > 0
+        assert not metrics.update_skipped and metrics.groups_with_spread == 1.0
     # rewards come from our own regenerated ground truth
     questions = {q.question: q for q in first["peer-a"][0]._questions(0)}
     for metrics, samples in results.values():
@@ -147,5 +156,6 @@ def test_two_nodes_play_the_game_over_the_dht(tiny_model_dir, tmp_path):
         assert [r.round for r in rounds] == [0, 1] and all(r.game == "multistage" for r in rounds)
         assert all(list(r.stage_rewards) == list(STAGES) for r in rounds), [r.stage_rewards for r in rounds]
         assert all(r.groups_rejected == 0 and r.peers_seen == 1 for r in rounds)
+        assert all(r.update_skipped for r in rounds)  # a random model's rewards are all 0: no spread, no update
         peer_work = {s.stage for s in node.events_of("rollout_sample") if not s.local and s.source_peer != me}
         assert peer_work == set(STAGES)

@@ -94,6 +94,9 @@ class _Round:
     accuracy: dict[str, float] = field(default_factory=dict)
     wellformed: float = 0.0
     tokens: int = 0
+    groups: int = 0  # trained groups over all stages
+    groups_with_spread: int = 0
+    updates: int = 0  # GRPO steps run (a stage whose groups all lack reward spread runs none)
     lengths: list[float] = field(default_factory=list)
     loss: float = 0.0
     seconds: Counter[str] = field(default_factory=Counter)
@@ -392,10 +395,17 @@ class GameDriver:
             TrainGroup(prompt_ids=p, completions=tuple(c), rewards=tuple(r))
             for p, c, r in zip(prompts, completions, rewards, strict=True)
         ]
-        stats = self.learner.step(groups)
-        state.seconds["train"] += stats.seconds
-        state.loss += stats.loss
-        state.lengths.append(stats.completion_length)
+        spread = [max(g.rewards) - min(g.rewards) > 1e-9 for g in groups]
+        state.groups += len(groups)
+        state.groups_with_spread += sum(spread)
+        if any(spread):  # as in a SAPO round: without reward spread there is no gradient, so no update is run
+            stats = self.learner.step(groups)
+            state.seconds["train"] += stats.seconds
+            state.loss += stats.loss
+            state.lengths.append(stats.completion_length)
+            state.updates += 1
+        else:
+            state.lengths.append(sum(len(c.ids) for group in completions for c in group) / sum(map(len, completions)))
         state.played.append(STAGES[stage - 1])
         state.rewards[STAGES[stage - 1]] = [x for r in rewards for x in r]
 
@@ -444,6 +454,8 @@ class GameDriver:
             groups_used=state.used, groups_zero_advantage=0, groups_rejected=sum(state.rejected.values()),
             rejected_reasons=dict(state.rejected),
             wellformed_rate=state.wellformed, accuracy_local=state.accuracy.get("answer", 0.0),
+            groups_with_spread=state.groups_with_spread / state.groups if state.groups else 0.0,
+            update_skipped=state.updates == 0,
             game="multistage",
             stage_rewards={stage: sum(r) / len(r) for stage, r in state.rewards.items() if r},
             stage_accuracy=dict(state.accuracy),
