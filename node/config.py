@@ -58,6 +58,18 @@ class TrainingSettings(_Section):
         description="groups per forward/backward pass; 0 = the whole round at once. Smaller saves memory; "
         "the update stays exact for grpo and dr_grpo",
     )
+    lora_rank: int = Field(
+        0, ge=0, le=1024,
+        description="train a LoRA adapter of this rank (peft) instead of all weights: a fraction of the memory; "
+        "0 = full fine-tuning. Adapters usually want a learning rate ~10x higher",
+    )
+    lora_alpha: float | None = Field(None, gt=0.0, description="LoRA scale numerator; empty = 2 x lora_rank")
+    lora_target_modules: str = Field(
+        "all-linear", description="modules that get an adapter: 'all-linear' or comma-separated names (q_proj,v_proj)"
+    )
+    lora_upload: Literal["merged", "adapter"] = Field(
+        "merged", description="upload the adapter merged into the base weights (a plain model), or the adapter alone"
+    )
     format_reward_weight: float = Field(0.0, ge=0.0, le=1.0, description="bonus for a well-formed <answer> block")
     drop_zero_advantage: bool = Field(True, description="drop peer groups whose completions all scored the same")
 

@@ -29,7 +29,9 @@ def test_dashboard_shows_reward_per_stage_once_the_game_is_played(qtbot):
     assert dashboard.point_count("stage_answer") == 2
     assert dashboard.point_count("stage_critique") == dashboard.point_count("stage_revise") == 1
     assert dashboard.point_count("accuracy_swarm_final") == 1 and dashboard.point_count("accuracy_answer") == 2
-    assert "stages answer 0.250" in dashboard.summary.text()
+    assert "stages answer 0.25" in dashboard.summary.text()
+    _, y = dashboard.curves["stage_revise"].getData()
+    assert y[1] == 1.5 / 1.75  # a share of the stage's maximum reward
 
 
 def test_gossip_names_the_stage_of_each_game_sample(qtbot):
@@ -40,7 +42,10 @@ def test_gossip_names_the_stage_of_each_game_sample(qtbot):
     sample = dict(round=0, source_peer="Qm", source_name="a-b-c", local=False, family="chain_sum", question="1+2=",
                   completion="<correct>A</correct><why>3</why>", reward=1.25)
     model.add([RolloutSample(**sample, stage="critique"), RolloutSample(**sample)])
-    assert model.data(model.index(0, 2)) == "chain_sum · critique" and model.data(model.index(1, 2)) == "chain_sum"
+    from app.names import task_name
+
+    name = task_name("chain_sum")
+    assert model.data(model.index(0, 2)) == f"{name} · critique" and model.data(model.index(1, 2)) == name
 
 
 def test_wizard_offers_the_game_and_the_invite_carries_it(qtbot, tmp_path):

@@ -14,8 +14,18 @@ Each stage is one GRPO update of the same model (:mod:`node.game.driver`). Modul
 :mod:`node.game.exchange` (publishing and gathering stage records: in memory and over the DHT).
 """
 
-STAGES = ("answer", "critique", "revise")
+STAGES = ("answer", "critique", "revise")  # stage numbers are 1, 2, 3 (the chain's stages are 0, 1, 2)
 # Families with short numeric answers a critic can compare at a glance, played when tasks.weights names none; the
 # same for every member whatever its model, since the whole swarm answers the same questions. (gsm_symbolic, the
 # original game's kind of task, cannot be regenerated from a seed and an index, so node.tasks refuses it.)
-GAME_FAMILIES = ("basic_arithmetic", "chain_sum", "products", "gcd")  # stage numbers are 1, 2, 3 (the chain's stages are 0, 1, 2)
+GAME_FAMILIES = ("basic_arithmetic", "chain_sum", "products", "gcd")
+
+# Reward weights (why these: node.game.rewards); here, free of heavy imports, so the GUI can scale its charts.
+CORRECTNESS_WEIGHT = 1.0
+FORMAT_WEIGHT = 0.25
+CONSENSUS_WEIGHT = 0.5
+STAGE_MAX_REWARD = {
+    "answer": CORRECTNESS_WEIGHT + FORMAT_WEIGHT,
+    "critique": CORRECTNESS_WEIGHT + FORMAT_WEIGHT,
+    "revise": CORRECTNESS_WEIGHT + CONSENSUS_WEIGHT + FORMAT_WEIGHT,
+}

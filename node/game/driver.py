@@ -1,10 +1,12 @@
 """Plays rounds of the multi-stage game: answer, critique, revise; each stage one GRPO update of the one model.
 
-Timing: a node enters a round at the swarm's current position (a late joiner plays the critique of a round whose
-answers are out, and its revision); within a round it moves to the stage the swarm (or the chain's coordinator,
-3 stages per round in 0.4.x/0.5.x) has reached, and a round the swarm has left behind is closed early. Before a
-stage that needs peers' work, the node waits until min(K, peers in the swarm) peers have published the stage
-before, or ``gather_timeout_s`` passed. A node with no peer answers plays the answer stage only, and says so.
+Timing: a node announces a stage when it starts generating for it (for critique and revise: once their inputs are
+gathered, so a peer that joins while others wait for answers still answers). It enters a round at the swarm's
+current position (a late joiner plays the critique of a round whose answers are out, and its revision); within a
+round it moves to the stage the swarm (or the chain's coordinator, 3 stages per round in 0.4.x/0.5.x) has reached,
+and a round the swarm has left behind is closed early. Before a stage that needs peers' work, the node waits for
+the peers that will still publish it (see :meth:`GameDriver._gather`), at most ``gather_timeout_s``. A node with no
+peer answers plays the answer stage only, and says so.
 
 Trust: peers' texts are only ever shown to our model or judged by our verifier on the task we regenerated; a peer
 item whose question is not exactly what its task reference generates is rejected. Round winners are the peers
@@ -144,8 +146,8 @@ class GameDriver:
         while stage <= REVISE:
             if self.should_stop():
                 raise GameCancelled
-            self.exchange.announce(number, stage)
             if stage == ANSWER:
+                self.exchange.announce(number, stage)
                 self._answer(state)
             elif stage == CRITIQUE:
                 if not self._critique(state):
@@ -220,6 +222,7 @@ class GameDriver:
         answers = self._peer_answers(state)
         if not answers:
             return False
+        self.exchange.announce(state.number, CRITIQUE)  # only now: a peer joining while we waited still answers
         order = sorted(answers)
         prompts, truths = [], []
         for i in order:
@@ -243,6 +246,7 @@ class GameDriver:
         if not answers:
             return
         critics = self._peer_critiques(state)
+        self.exchange.announce(state.number, REVISE)
         order = sorted(answers)
         prompts, majorities = [], []
         for i in order:
@@ -333,9 +337,11 @@ class GameDriver:
     def _gather(self, state: _Round, stage: int) -> list[tuple[str, int, StageItem]]:
         """Peers' items for our questions at ``stage``.
 
-        Waits while a peer that is playing this round at that stage or before it has not published it yet, until
-        K peers have or ``gather_timeout_s`` passed. Peers beyond the stage without a record (late joiners) and
-        peers in other rounds will not publish it: nobody waits for them.
+        Waits, until K peers published it or ``gather_timeout_s`` passed, while a peer that will still publish it
+        has not: one playing this round at that stage or before it, or one a round behind (it catches up at the
+        swarm's position, e.g. after a held-out evaluation). For answers, while none arrived but the swarm has
+        members, it waits too (a member that has not announced yet, busy loading or evaluating). Peers beyond the
+        stage without a record (late joiners) and peers further behind are not waited for.
         """
         started = time.perf_counter()
         deadline = time.monotonic() + self.settings.gather_timeout_s
@@ -345,10 +351,12 @@ class GameDriver:
             published = {record.peer_id for record in result.records} | set(result.peers)
             coming = [
                 peer for peer, (number, at) in self.exchange.positions().items()
-                if peer != self.peer_id and number == state.number and at <= stage and peer not in published
+                if peer != self.peer_id and peer not in published
+                and (number == state.number - 1 or (number == state.number and at <= stage))
             ]
+            unannounced = stage == ANSWER and not result.records and self.exchange.peers() > 0
             if (
-                not coming or len(result.records) >= self.settings.shown_answers
+                not (coming or unannounced) or len(result.records) >= self.settings.shown_answers
                 or time.monotonic() >= deadline or self.should_stop()
             ):
                 break

@@ -54,6 +54,9 @@ class GameExchange(Protocol):
     def positions(self) -> dict[str, Position]:
         """The (round, stage) each live peer, us included, announced last."""
 
+    def peers(self) -> int:
+        """How many other members the swarm has now, announced or not (0: this node is alone)."""
+
 
 def clock_value(round: int, stage: int) -> int:
     return round * len(STAGES) + stage - 1
@@ -99,14 +102,22 @@ class InMemoryGameHub:
         self._lock = threading.Lock()
         self._entries: dict[Position, dict[str, bytes]] = {}
         self._clock: dict[str, int] = {}
+        self._members: set[str] = set()
 
     def exchange(self, peer_id: str) -> InMemoryGameExchange:
+        with self._lock:
+            self._members.add(peer_id)
         return InMemoryGameExchange(self, peer_id)
 
     def leave(self, peer_id: str) -> None:
-        """The peer's clock entry is gone, as its DHT entry expires when it stops announcing."""
+        """The peer is gone, and so is its clock entry, as its DHT entry expires when it stops announcing."""
         with self._lock:
+            self._members.discard(peer_id)
             self._clock.pop(peer_id, None)
+
+    def others(self, peer_id: str) -> int:
+        with self._lock:
+            return len(self._members - {peer_id})
 
     def store(self, author: str, round: int, stage: int, raw: bytes) -> None:
         """Write ``author``'s entry for (round, stage), as the DHT lets only the key's owner do."""
@@ -149,6 +160,9 @@ class InMemoryGameExchange:
 
     def positions(self) -> dict[str, Position]:
         return {peer: clock_position(value) for peer, value in self._hub.clock().items()}
+
+    def peers(self) -> int:
+        return self._hub.others(self._peer_id)
 
 
 class DhtGameExchange:
@@ -206,6 +220,9 @@ class DhtGameExchange:
             for author, entry in self._swarm._entries("clock", self._clock_key())
             if author is not None and type(entry.value) is int and entry.value >= 0
         }
+
+    def peers(self) -> int:
+        return max(self._swarm.peers_seen(), self._swarm.connected_peers())
 
     def _key(self, round: int, stage: int) -> str:
         return f"{self._swarm._swarm_name}/game/{round}/{stage}"

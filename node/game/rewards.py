@@ -20,14 +20,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from node.game import CONSENSUS_WEIGHT, CORRECTNESS_WEIGHT, FORMAT_WEIGHT
 from node.game.prompts import (
     LETTERS, NONE, answer_well_formed, canonical, parse_critique, revise_well_formed, stated_majority,
 )
 from node.tasks import Task, grade
 
-CORRECTNESS_WEIGHT = 1.0
-FORMAT_WEIGHT = 0.25
-CONSENSUS_WEIGHT = 0.5
 
 
 def correctness(task: Task, completion: str) -> float:
