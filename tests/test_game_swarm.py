@@ -159,3 +159,51 @@ def test_two_nodes_play_the_game_over_the_dht(tiny_model_dir, tmp_path):
         assert all(r.update_skipped for r in rounds)  # a random model's rewards are all 0: no spread, no update
         peer_work = {s.stage for s in node.events_of("rollout_sample") if not s.local and s.source_peer != me}
         assert peer_work == set(STAGES)
+
+
+def test_two_nodes_play_the_game_through_the_runner_in_memory(tiny_model_dir, tmp_path):
+    """build_node with swarm.game = "multistage" on an in-memory board: the runner dispatches to the game, the held-out
+    evaluation runs before the round, and the two nodes, evaluating at their own pace, still play every stage."""
+    from node.exchange import InMemoryBoard, InMemoryExchange
+    from node.runner import build_node
+
+    board = InMemoryBoard()
+    nodes, events, paused = [], {}, []
+    for name in ("a", "b"):
+        config = tiny_config(
+            tiny_model_dir, tmp_path / name,
+            training={"num_generations": 2, "max_new_tokens": 8, "max_prompt_tokens": PROMPT_TOKENS},
+            swarm={"swarm_name": "game-test", "game": "multistage", "gather_timeout_s": 60.0},
+            tasks={"weights": FAMILIES}, evaluation={"every_rounds": 1, "questions": 2 if name == "a" else 6},
+            run={"rounds": 1, "checkpoint_every": 5},
+        )
+        bus, seen, ready = EventBus(), [], threading.Event()
+        bus.subscribe(seen.append)
+        bus.subscribe(lambda e, ready=ready: ready.set() if e.kind == "state_changed" and e.state == "paused" else None)
+        node = build_node(config, bus=bus, exchange=lambda cfg, identity, peers: InMemoryExchange(board, identity.peer_id))
+        node.pause()  # both set up (and in the game) before either plays
+        nodes.append(node)
+        events[name] = seen
+        paused.append(ready)
+    threads = [threading.Thread(target=node.run) for node in nodes]
+    for thread in threads:
+        thread.start()
+    try:
+        assert all(ready.wait(300) for ready in paused)
+        for node in nodes:
+            node.resume()
+        for thread in threads:
+            thread.join(600)
+    finally:
+        for node in nodes:
+            node.stop()
+    for name, seen in events.items():
+        kinds = [e.kind for e in seen]
+        assert "eval_finished" in kinds and kinds.index("eval_finished") < kinds.index("round_finished"), name
+        rounds = [e for e in seen if e.kind == "round_finished"]
+        assert len(rounds) == 1 and rounds[0].game == "multistage"
+        assert list(rounds[0].stage_rewards) == list(STAGES), (name, rounds[0].stage_rewards)
+        assert next(e for e in seen if e.kind == "node_started").game == "multistage"
+        assert seen[-1].kind == "state_changed" and seen[-1].state == "stopped"
+    hub = board.game_hub
+    assert {stage: len(hub.entries(0, stage)) for stage in (1, 2, 3)} == {1: 2, 2: 2, 3: 2}
