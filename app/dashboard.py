@@ -31,7 +31,7 @@ GAME_CURVES = {
     "accuracy_answer": ("right: own first answers", True),
     "accuracy_swarm_final": ("right: swarm's final answers", True),
 }
-FATE_LABELS = {"used": "trained on", "dropped": "dropped: all rewards equal", "not_needed": "not needed",
+FATE_LABELS = {"used": "trained on", "dropped": "dropped (equal rewards)", "not_needed": "not needed",
                "rejected": "rejected"}
 PHASE_LABELS = {"generate": "generating", "share": "sharing", "gather": "waiting for peers", "train": "training"}
 
@@ -67,14 +67,14 @@ class Dashboard(QWidget):
 
         accuracy = self._chart("accuracy", "Accuracy on unseen tasks", fraction=True,
                                empty="No held-out evaluation yet: the node runs one at round 0 and every few rounds.")
-        self._curve(accuracy, "accuracy", "exact, greedy", COLORS["accuracy"], width=3, symbol="o")
-        self._curve(accuracy, "exact_mean", "exact, mean of samples", COLORS["exact_mean"], symbol="t")
+        self._curve(accuracy, "accuracy", "greedy", COLORS["accuracy"], width=3, symbol="o")
+        self._curve(accuracy, "exact_mean", "mean of samples", COLORS["exact_mean"], symbol="t")
         self.baseline = pg.InfiniteLine(angle=0, movable=False, label="", labelOpts={
             "position": 0.97, "color": COLORS["baseline"], "anchors": [(1, 1), (1, 1)]},
             pen=pg.mkPen(COLORS["baseline"], width=1.5, style=Qt.PenStyle.DashLine))
         self.baseline.setVisible(False)
         accuracy.item.addItem(self.baseline, ignoreBounds=True)
-        accuracy.add_entry(COLORS["baseline"], "round-0 baseline", dashed=True)
+        accuracy.add_entry(COLORS["baseline"], "baseline", dashed=True)
         reward = self._chart("reward", "Reward per round", fraction=True)
         self._curve(reward, "local", "own questions", COLORS["local"], symbol="o", width=0)
         self._curve(reward, "local_avg", f"{MOVING_AVERAGE_ROUNDS}-round average", COLORS["average"], width=3)
@@ -83,7 +83,7 @@ class Dashboard(QWidget):
         self._curve(wellformed, "wellformed", "well-formed", COLORS["wellformed"], symbol="o")
         self._curve(wellformed, "correct", "exactly right", COLORS["correct"], symbol="s")
         spread = self._chart("spread", "Groups with reward spread", fraction=True)
-        self._curve(spread, "spread", "share of trained groups", COLORS["spread"], symbol="o")
+        self._curve(spread, "spread", "share of groups", COLORS["spread"], symbol="o")
         update = self._chart("update", "Update size")
         self._curve(update, "advantage", "mean |advantage|", COLORS["advantage"], symbol="o")
         self._curve(update, "grad_norm", "gradient norm", COLORS["grad_norm"], symbol="t")
@@ -91,7 +91,7 @@ class Dashboard(QWidget):
                              empty="No peer groups yet: they appear once another peer shares a round.")
         for fate in FATES:
             self._bars(groups, fate, FATE_LABELS[fate])
-        self._curve(groups, "peers", "peers seen", COLORS["peers"], symbol="s")
+        self._curve(groups, "peers", "peers", COLORS["peers"], symbol="s")
         seconds = self._chart("seconds", "Seconds per round")
         for phase in PHASES:
             self._bars(seconds, phase, PHASE_LABELS[phase])

@@ -2,7 +2,9 @@
 
 A config file is TOML with the sections ``[training]``, ``[swarm]``, ``[tasks]``, ``[evaluation]``, ``[run]``,
 ``[upload]``, ``[chain]`` and ``[desktop]`` (the app's own settings); every field below is a key of its section.
-The CLI's flags override single fields. Validation happens once, in :func:`NodeConfig.build`, and every problem is reported as a
+The CLI's flags override single fields; those flags are generated from the fields below (name, type, description,
+bounds; see :mod:`node.cli`). The CLI and the app's dialogs change a config through the one
+:meth:`NodeConfig.update`. Validation happens once, in :func:`NodeConfig.build`, and every problem is reported as a
 :class:`~node.errors.NodeError` that names the field, the section it lives in and what values are accepted.
 """
 
@@ -19,6 +21,27 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from node.errors import NodeError
 
 APP_NAME = "rl-swarm"
+
+
+class _Unset:
+    """The value of a setting that was not given (a command-line flag left out): the current value stays."""
+
+    _instance: _Unset | None = None
+
+    def __new__(cls) -> _Unset:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+UNSET: Any = _Unset()
+Changes = dict[str, dict[str, Any]]
 
 
 def default_data_dir() -> Path:
@@ -205,25 +228,23 @@ class NodeConfig(_Section):
             raise _as_node_error(exc, source) from None
 
     @classmethod
-    def load(cls, path: Path, overrides: dict[str, Any] | None = None) -> NodeConfig:
+    def load(cls, path: Path, changes: Changes | None = None) -> NodeConfig:
+        """A config file, with ``changes`` applied as :meth:`update` applies them, validated once."""
         try:
             data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise NodeError(f"config file {path} does not exist", hint="check the path or omit --config") from None
         except tomllib.TOMLDecodeError as exc:
             raise NodeError(f"config file {path} is not valid TOML: {exc}", hint="fix the line it names") from None
-        return cls.build(merge(data, overrides or {}), source=str(path))
+        return cls.build(_apply(data, changes or {}), source=str(path))
 
-    def with_overrides(self, overrides: dict[str, Any]) -> NodeConfig:
-        """Command-line style: a None value means "not given", so the current value stays."""
-        return NodeConfig.build(merge(self.to_dict(), overrides))
+    def update(self, changes: Changes, *, source: str = "configuration") -> NodeConfig:
+        """The one way to change settings (section -> field -> value), validated like :meth:`build`.
 
-    def with_values(self, values: dict[str, dict[str, Any]]) -> NodeConfig:
-        """Form style (the app's dialogs): every field given is set, None included (None = automatic / empty)."""
-        data = self.model_dump(mode="json")
-        for section, fields in values.items():
-            data[section].update(fields)
-        return NodeConfig.build(data)
+        Every value given is set, ``None`` included (None = automatic / empty, for the fields that allow it); a
+        value of :data:`UNSET` means "not given" and keeps the current value (a command-line flag left out).
+        """
+        return NodeConfig.build(_apply(self.model_dump(mode="json"), changes), source=source)
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude_none=True)
@@ -247,16 +268,21 @@ class NodeConfig(_Section):
         return self.run.data_dir / "models"
 
 
-def merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    """Deep-merge ``overrides`` (section -> field -> value) into ``base``; None values are ignored."""
-    merged = {key: dict(value) if isinstance(value, dict) else value for key, value in base.items()}
-    for section, fields in overrides.items():
-        if isinstance(fields, dict):
-            target = merged.setdefault(section, {})
-            target.update({k: v for k, v in fields.items() if v is not None})
-        elif fields is not None:
-            merged[section] = fields
+def _apply(data: dict[str, Any], changes: Changes) -> dict[str, Any]:
+    merged = {key: dict(value) if isinstance(value, dict) else value for key, value in data.items()}
+    for section, fields in changes.items():
+        if fields is UNSET:
+            continue
+        if not isinstance(fields, dict):
+            raise NodeError(f"[{section}] must be a table of settings, got {fields!r}", code="invalid_config")
+        target = merged.setdefault(section, {})
+        target.update({key: value for key, value in fields.items() if value is not UNSET})
     return merged
+
+
+def given(fields: dict[str, Any]) -> dict[str, Any]:
+    """For argparse namespaces, where a flag left out reads None: None becomes :data:`UNSET` (keep the value)."""
+    return {key: UNSET if value is None else value for key, value in fields.items()}
 
 
 def _as_node_error(exc: ValidationError, source: str) -> NodeError:

@@ -260,14 +260,40 @@ EVENT_TYPES: dict[str, type[Event]] = {
 }
 
 
-def event_from_json(line: str) -> Event:
-    """Parse one line of the event stream; raises ValueError on anything that is not a known event."""
-    data = json.loads(line)
+class EventDecodeError(ValueError):
+    """A line of the event stream that is not a usable event; ``reason`` says which way it is not."""
+
+    def __init__(self, reason: Literal["not_json", "unknown_kind", "missing_fields"], message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def decode_event(line: str) -> tuple[Event, list[str]]:
+    """Parse one line of the event stream into its event and the names of fields this version does not know.
+
+    Unknown fields are dropped (a newer node may add some); a line that is not JSON, an unknown kind or a known
+    kind missing a required field raises :class:`EventDecodeError` (never ``TypeError``), so a reader that counts
+    and skips bad lines survives a version skew between app and node.
+    """
+    try:
+        data = json.loads(line)
+    except ValueError:
+        raise EventDecodeError("not_json", f"not JSON: {line[:80]!r}") from None
     if not isinstance(data, dict) or data.get("kind") not in EVENT_TYPES:
-        raise ValueError(f"not a node event: {line[:80]!r}")
+        raise EventDecodeError("unknown_kind", f"not a known node event: {line[:80]!r}")
     cls = EVENT_TYPES[data.pop("kind")]
     names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{key: value for key, value in data.items() if key in names})
+    extra = sorted(key for key in data if key not in names)
+    try:
+        return cls(**{key: value for key, value in data.items() if key in names}), extra
+    except TypeError as exc:  # a required field is missing
+        raise EventDecodeError("missing_fields", f"{cls.kind}: {exc}") from None
+
+
+def event_from_json(line: str) -> Event:
+    """Parse one line of the event stream; raises :class:`EventDecodeError` (a ValueError) on anything that is
+    not a complete known event."""
+    return decode_event(line)[0]
 
 
 Subscriber = Callable[[Event], None]

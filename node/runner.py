@@ -147,11 +147,11 @@ class SwarmNode:
         )
         groups = train.local_questions + train.external_groups
         per_pass = min(train.micro_batch_groups or groups, groups) * train.num_generations
-        available = hw.gpus[0].total_memory_bytes if device == "cuda" else hw.available_ram_bytes
         models.check_fits(
-            resolved, available_bytes=available, train_dtype="bfloat16" if mixed_bf16 else "float32",
+            resolved, available_bytes=hardware.training_budget(hw), train_dtype="bfloat16" if mixed_bf16 else "float32",
             num_sequences=per_pass,
             seq_len=min(train.max_prompt_tokens, hardware.PROMPT_TOKENS) + train.max_new_tokens,
+            lora_rank=train.lora_rank,
         )
         self.checkpointer = Checkpointer(self.run_dir / "checkpoints")
         latest = self.checkpointer.latest()

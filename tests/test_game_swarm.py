@@ -189,7 +189,7 @@ def test_two_nodes_play_the_game_through_the_runner_in_memory(tiny_model_dir, tm
     for thread in threads:
         thread.start()
     try:
-        assert all(ready.wait(300) for ready in paused)
+        assert all(ready.wait(900) for ready in paused)
         for node in nodes:
             node.resume()
         for thread in threads:
