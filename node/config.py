@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import platformdirs
 import tomli_w
@@ -104,10 +104,20 @@ class TrainingSettings(_Section):
         return self
 
 
+Game = Literal["sapo", "multistage"]
+GAMES: tuple[str, ...] = get_args(Game)
+
+
 class SwarmSettings(_Section):
-    """How this node finds and talks to its peers."""
+    """How this node finds and talks to its peers, and which game the swarm plays."""
 
     swarm_name: str = Field("local", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+    game: Game = Field(
+        "sapo",
+        description="sapo = share rollouts, one GRPO update per round; multistage = answer, critique peers' answers, "
+        "revise (one update per stage); every member of a swarm must play the same game (invites carry it)",
+    )
+    critique_answers: int = Field(5, ge=1, le=8, description="multistage: K, the peers' answers a critic judges")
     initial_peers: list[str] = Field(default_factory=list, description="invite multiaddrs; empty = start a swarm")
     host: str = "0.0.0.0"
     port: int = Field(0, ge=0, le=65535, description="0 = any free port")

@@ -29,6 +29,7 @@ from node.events import (
     StateChanged,
 )
 from node.exchange import Exchange
+from node.game.driver import GameCancelled, GameDriver, build_driver
 from node.grpo import GrpoLearner, LoraSettings, Policy
 from node.identity import Identity, load_or_create, peer_name
 from node.records import MAX_ROUND
@@ -73,6 +74,7 @@ class SwarmNode:
         self._chain_round: int | None = None  # the chain's round when the current training round began
         self._peer_last_seen: dict[str, int] = {}
         self.uploader: AutoUploader | None = None
+        self.game: GameDriver | None = None  # set up when the swarm plays the multi-stage game
 
     # ----------------------------------------------------------------------------------------------- controls
     def pause(self) -> None:
@@ -225,11 +227,16 @@ class SwarmNode:
                 peer_text_ratio=cfg.swarm.peer_text_ratio,
             ),
         )
+        if cfg.swarm.game == "multistage":
+            self.game = build_driver(
+                cfg, policy=self.policy, learner=self.learner, exchange=self.swarm,
+                chain=self.chain, bus=self.bus, should_stop=self._stop.is_set,
+            )
         self.bus.emit(
             NodeStarted(
                 peer_id=self.identity.peer_id, peer_name=self.identity.name, swarm_name=cfg.swarm.swarm_name,
                 invite=self.swarm.invite(), model=train.model, device=device, hardware=hw.to_dict(),
-                run_dir=str(self.run_dir), resumed_from_round=self.last_round,
+                run_dir=str(self.run_dir), resumed_from_round=self.last_round, game=cfg.swarm.game,
             )
         )
 
@@ -247,8 +254,8 @@ class SwarmNode:
                 self._evaluate()
                 continue  # a pause or stop requested during the evaluation takes effect before the round
             try:
-                outcome = self._round(self._next_round())
-            except RoundCancelled:
+                outcome = self._game_round() if self.game is not None else self._round(self._next_round())
+            except (RoundCancelled, GameCancelled):
                 break
             self.store.append_round(outcome.metrics, outcome.samples)
             for sample in outcome.samples:
@@ -284,6 +291,14 @@ class SwarmNode:
         return round_
 
     # --------------------------------------------------------------------------------------------- one round
+    def _game_round(self):
+        """A round of the multi-stage game (node.game): it follows the swarm's stage clock itself."""
+        assert self.game is not None
+        outcome = self.game.play_round(self.last_round, self.rounds_trained)
+        self.last_round, self.rounds_trained = outcome.metrics.round, outcome.metrics.rounds_trained
+        self._track_peers(outcome.metrics.round, set(outcome.peers))
+        return outcome
+
     def _round(self, number: int):
         assert self.parts is not None and self.identity is not None
         outcome = play_round(
