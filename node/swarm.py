@@ -67,7 +67,7 @@ from node.clock import ClockPolicy, follow_round
 from node.errors import NodeError
 from node.identity import Identity, peer_id_from_public_key
 from node.records import (
-    MAX_GROUP_RECORD_BYTES, MAX_POINTER_BYTES, MAX_ROUND, GroupRecord, Pointer, RecordRejected, RoundRecord,
+    MAX_GROUP_RECORD_BYTES, MAX_ROUND, GroupRecord, Pointer, RecordRejected, RoundRecord,
     admission_key, decode_group_record, decode_pointer, encode_group_record, encode_pointer,
 )
 
