@@ -56,7 +56,7 @@ class SampleModel(QAbstractTableModel):
             return (
                 s.round,
                 "this node" if s.local else s.source_name,
-                task_name(s.family),
+                f"{task_name(s.family)} · {s.stage}" if s.stage else task_name(s.family),  # game: which stage
                 _one_line(s.question),
                 _one_line(s.completion),
                 _one_line(s.expected) if s.expected is not None else "—",

@@ -50,6 +50,15 @@ class WelcomePage(QWizardPage):
         return IDENTITY_PAGE
 
 
+# The games a swarm can play (node.config.GAMES): a title and one line on each, for the swarm page.
+GAMES = {
+    "sapo": ("SAPO rollout sharing",
+             "Each node answers its own questions and also trains on the answers its peers share; one update per round."),
+    "multistage": ("Answer, critique, revise",
+                   "Everyone answers the same questions, judges the peers' answers, then revises its own; "
+                   "three updates per round, and it needs peers."),
+}
+
 def _size(num_bytes: int) -> str:
     return "none (offline)" if num_bytes == 0 else format_bytes(num_bytes)
 
@@ -273,9 +282,19 @@ class SwarmPage(QWizardPage):
         self.invite_preview.setObjectName("invitePreview")
         copy = QPushButton("Copy invite")
         copy.clicked.connect(lambda: QGuiApplication.clipboard().setText(self.invite_preview.text()))
+        self.game = QComboBox()
+        self.game.setObjectName("gameChoice")
+        for game, (title, _) in GAMES.items():
+            self.game.addItem(title, game)
+        self.game.setCurrentIndex(max(0, self.game.findData(config.swarm.game)))
+        self.game_info = QLabel("")
+        self.game_info.setWordWrap(True)
+        self.game.currentIndexChanged.connect(self._game_changed)
         self.new_box = QWidget()
         new_form = QFormLayout(self.new_box)
         new_form.addRow("Swarm name", self.swarm_name)
+        new_form.addRow("Game", self.game)
+        new_form.addRow("", self.game_info)
         new_form.addRow("Port", self.port)
         invite_row = QHBoxLayout()
         invite_row.addWidget(self.invite_preview, 1)
@@ -320,7 +339,9 @@ class SwarmPage(QWizardPage):
         layout.addStretch(1)
         (self.join if config.swarm.initial_peers else self.new).setChecked(True)
         if config.swarm.initial_peers:
-            self.invite_text.setPlainText(format_invite(config.swarm.swarm_name, config.swarm.initial_peers))
+            self.invite_text.setPlainText(
+                format_invite(config.swarm.swarm_name, config.swarm.initial_peers, config.swarm.game))
+        self._game_changed()
         self._preset_changed(0)
         self._mode_changed()
 
@@ -339,7 +360,8 @@ class SwarmPage(QWizardPage):
             self.invite_preview.setText("")
             return
         self.invite_preview.setText(format_invite(self.swarm_name.text().strip(),
-                                                  local_addresses(peer["peer_id"], self.port.value())))
+                                                  local_addresses(peer["peer_id"], self.port.value()),
+                                                  self.game.currentData()))
         self.invite_preview.setCursorPosition(0)
         self.completeChanged.emit()
 
@@ -351,8 +373,14 @@ class SwarmPage(QWizardPage):
             self.invite_status.setText(f"<span style='color:#D55E00'>{exc.message}</span> {exc.hint}" if text.strip() else "")
         else:
             swarm = invite.swarm_name or self.config.swarm.swarm_name
-            self.invite_status.setText(f"Joining swarm <b>{swarm}</b> through {len(invite.peers)} address(es).")
+            game = GAMES[invite.game or self.config.swarm.game][0]
+            self.invite_status.setText(
+                f"Joining swarm <b>{swarm}</b> through {len(invite.peers)} address(es); it plays {game}.")
         self.completeChanged.emit()
+
+    def _game_changed(self, *_: object) -> None:
+        self.game_info.setText(GAMES[self.game.currentData()][1])
+        self._update_invite()
 
     def _preset_changed(self, index: int) -> None:
         if 0 <= index < len(self.networks):
@@ -375,7 +403,8 @@ class SwarmPage(QWizardPage):
         if self.join.isChecked():
             invite = parse_invite(self.invite_text.toPlainText())
             settings = {"swarm_name": invite.swarm_name or self.config.swarm.swarm_name,
-                        "initial_peers": list(invite.peers), "host": "0.0.0.0", "port": 0}
+                        "initial_peers": list(invite.peers), "host": "0.0.0.0", "port": 0,
+                        "game": invite.game or self.config.swarm.game}
             if self.save_as.isChecked():
                 save_network(self.networks_file, Network(name=self.save_name.text().strip(), **{
                     k: settings[k] for k in ("swarm_name", "initial_peers", "host")}))
@@ -385,7 +414,7 @@ class SwarmPage(QWizardPage):
             return {"swarm_name": network.swarm_name, "initial_peers": network.initial_peers, "host": network.host,
                     "port": 0}
         return {"swarm_name": self.swarm_name.text().strip(), "initial_peers": [], "host": "0.0.0.0",
-                "port": self.port.value()}
+                "port": self.port.value(), "game": self.game.currentData()}
 
 
 class SetupWizard(QWizard):

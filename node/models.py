@@ -127,7 +127,7 @@ _RUNTIME_OVERHEAD_BYTES = 600 * 2**20
 # Activation checkpointing keeps one hidden state per layer and recomputes one layer at a time; per trained token
 # that is about ACTIVATION_FACTOR * sqrt(params) activation elements (layers * hidden is 1.1-1.6 * sqrt(params)
 # across the catalog, and the recomputed layer's MLP and attention add the rest).
-_ACTIVATION_FACTOR = 2
+_ACTIVATION_FACTOR = 1
 # The log-prob pass's [tokens x vocabulary] tiles (node.grpo.LOGIT_TILE_ELEMENTS) and their temporaries.
 _LOGIT_TILE_BYTES = 8 * 4 * 2**22
 # Hidden size is ~sqrt(params) / 22 across the catalog (SmolLM2 20, Qwen2.5 25): sizes the output layer's gradient.
@@ -150,7 +150,7 @@ def estimate_training_bytes(
 
         full:  16 * params  [+ 2 * params bfloat16 cache]  + output-layer gradient + activations + tiles
         LoRA:  max(4 * params + activations + tiles, 6 * params (sampling)) + 16 * adapter params
-        activations = 2 * b * n * sqrt(params); tiles = 128 MiB; plus 600 MiB runtime
+        activations = b * n * sqrt(params); tiles = 128 MiB; plus 600 MiB runtime
 
     GRPO here is reference-free (beta = 0), so there is no second model; log-probs are computed in bounded tiles
     over the completion tokens only (node.grpo.SapoGRPOTrainer), so the vocabulary enters only through the output

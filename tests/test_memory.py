@@ -1,4 +1,4 @@
-"""Memory: kept RSS stays flat over rounds."""
+"""Memory: kept RSS stays flat over rounds, and the fit estimator matches the measured peaks."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from node import allocator
+from node import allocator, models
 from node.launch import node_environment
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,3 +33,16 @@ def test_kept_rss_does_not_grow_over_ten_rounds(tiny_model_dir):
     # (tests/memory_rounds.py --untamed), and by gigabytes for the bundled one.
     warm = kept[2]
     assert max(kept[3:]) - warm < 16 * MIB, [round(k / MIB) for k in kept]
+
+
+def test_estimates_are_within_15_percent_of_the_measured_peaks():
+    """bench/results/fit.json holds peaks measured on this project's machine; re-measure when the formula moves."""
+    rows = json.loads((ROOT / "bench" / "results" / "fit.json").read_text())["rows"]
+    assert rows
+    for row in rows:
+        spec = models.CATALOG[row["model"]]
+        estimate = models.estimate_training_bytes(
+            spec.params, train_dtype="float32", num_sequences=row["sequences"], seq_len=row["seq_len"],
+            vocab_size=spec.vocab_size, lora_rank=row["lora_rank"],
+        )
+        assert abs(estimate / 1e9 / row["measured_peak_gb"] - 1) <= 0.15, (row["model"], row["mode"], estimate / 1e9)
