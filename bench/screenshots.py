@@ -31,7 +31,7 @@ from node.config import NodeConfig  # noqa: E402
 from node.logs import LOG_FILE  # noqa: E402
 
 
-def settle(app: QApplication, seconds: float = 0.3, until=None, timeout: float = 120) -> None:
+def settle(app: QApplication, seconds: float = 0.3, until=None, timeout: float = 600) -> None:
     deadline = time.monotonic() + (timeout if until else seconds)
     while time.monotonic() < deadline:
         app.processEvents()
@@ -85,6 +85,8 @@ def main() -> int:
     wizard.resize(min(wizard.width(), width - 40), min(wizard.height(), height - 40))
     wizard.show()
     settle(app, until=lambda: wizard.identity_page.peer is not None and wizard.hardware_page.data is not None)
+    if not wizard.hardware_page.data or not wizard.hardware_page.data.models:
+        print("the node's hardware answer did not come (a loaded machine?): the wizard shots are incomplete")
     save(wizard, args.out, f"wizard-0-welcome{suffix}")
     wizard.next()
     wizard.identity_page.wallet.setChecked(True)
