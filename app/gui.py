@@ -14,10 +14,11 @@ import psutil
 
 from PySide6.QtCore import QCoreApplication, QTimer
 from PySide6.QtGui import QIcon
-from PySide6.QtWidgets import QApplication, QInputDialog, QLineEdit, QMessageBox
+from PySide6.QtWidgets import QApplication, QInputDialog, QLineEdit
 
 from app.crash_dialog import ExceptionDialogs
 from app.demo_peers import DemoPeers
+from app.errors import Problem, error_dialog
 from app.main_window import MainWindow
 from app.paths import default_config_path, resource_path
 from app.supervisor import NodeSupervisor
@@ -171,7 +172,7 @@ def run_app(argv: list[str]) -> int:
     try:
         config = desktop.load_config()
     except NodeError as exc:
-        QMessageBox.critical(None, "RL Swarm", f"{exc.message}\n\n{exc.hint}")
+        error_dialog(None, "RL Swarm cannot read its settings", Problem.of(exc)).exec()
         return 2
     if config is None or args.setup:
         config = desktop.run_wizard(config or NodeConfig.build())

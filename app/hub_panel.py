@@ -6,6 +6,7 @@ The token check runs in a worker thread (a network call); the upload itself runs
 
 from __future__ import annotations
 
+import html
 from pathlib import Path
 
 from PySide6.QtCore import Signal, Slot
@@ -14,6 +15,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout, QWidget,
 )
 
+from app.errors import ErrorLabel, Problem
 from app.worker import Worker
 from node.config import NodeConfig
 from node.errors import NodeError
@@ -61,6 +63,9 @@ class HubPanel(QWidget):
         account_box = QGroupBox("Hugging Face account")
         account_form = QFormLayout(account_box)
         account_form.addRow(self.account_label)
+        self.account_error = ErrorLabel()
+        self.account_error.setObjectName("hubAccountError")
+        account_form.addRow(self.account_error)
         account_form.addRow("Token", self.token)
         account_form.addRow("Passphrase", self.passphrase)
         buttons = QHBoxLayout()
@@ -155,6 +160,7 @@ class HubPanel(QWidget):
         data_dir, endpoint = self.config.run.data_dir, self.config.upload.endpoint
         passphrase = self.passphrase.text() or None
         self.account_label.setText("Checking the token with the Hub…")
+        self.account_error.clear()
         self.login_button.setEnabled(False)
         self.worker.run(lambda: login(data_dir, token, endpoint=endpoint, passphrase=passphrase))
 
@@ -174,8 +180,9 @@ class HubPanel(QWidget):
         self._suggest_repo()
         self._update_buttons()
 
-    def _account_failed(self, exc: NodeError) -> None:
-        self.account_label.setText(f"<span style='color:#D55E00'>{exc.message}</span> {exc.hint}")
+    def _account_failed(self, exc: Exception) -> None:
+        self.account_error.show_problem(Problem.of(exc))
+        self.account_label.setText("Not logged in.")
         self._update_buttons()
 
     def set_peer_name(self, name: str) -> None:
@@ -199,7 +206,7 @@ class HubPanel(QWidget):
                                                          "every_rounds": self.every.value(),
                                                          "repo_id": self.repo.text().strip() or None}})
         except NodeError as exc:
-            self.result.setText(f"{exc.message} {exc.hint}")
+            self.result.setText(Problem.of(exc).text())
             return
         self.settingsChanged.emit(config)
 
@@ -253,7 +260,7 @@ class HubPanel(QWidget):
             self.progress.setRange(0, 1)
             self.progress.setValue(0)
             self.progress.setFormat("not uploaded")
-            self.result.setText(f"<span style='color:#D55E00'>{event.message}</span> {event.hint}")
+            self.result.setText(html.escape(Problem(event.message, event.hint).text()))
             self.uploadFailed.emit(event)
 
     @Slot(int, object)

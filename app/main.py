@@ -21,6 +21,9 @@ def main(argv: list[str] | None = None) -> int:
         from node.selftest import run_self_test
 
         return run_self_test()
+    from app.qt_libraries import warn_if_missing
+
+    warn_if_missing()
     try:
         from app.gui import run_app
     except ModuleNotFoundError as exc:

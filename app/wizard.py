@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from PySide6.QtWidgets import (
     QTableWidgetItem, QVBoxLayout, QWidget, QWizard, QWizardPage,
 )
 
+from app import fit
 from app.networks import Network, load_networks, save_network
 from app.node_query import NodeQuery
 from app.wallet_page import WalletPage
@@ -23,9 +25,39 @@ from node.invite import format_invite, local_addresses, parse_invite
 from node.units import format_bytes
 
 GIB = 2**30
-IDENTITY_PAGE, WALLET_PAGE, HARDWARE_PAGE, MODEL_PAGE, SWARM_PAGE = range(5)
-FIT_COLORS = {"fits": "#009E73", "tight": "#E69F00", "won't fit": "#D55E00"}
+IDENTITY_PAGE, WALLET_PAGE, HARDWARE_PAGE, MODEL_PAGE, SWARM_PAGE, WELCOME_PAGE = range(6)
+FIT_COLORS = {"fits": "#009E73", "tight": "#E69F00", "won't fit": "#D55E00", "unknown": "#7f7f7f"}
+STEPS = {IDENTITY_PAGE: 1, WALLET_PAGE: 1, HARDWARE_PAGE: 2, MODEL_PAGE: 3, SWARM_PAGE: 4}
 
+
+class WelcomePage(QWizardPage):
+    def __init__(self) -> None:
+        super().__init__()
+        self.setTitle("Welcome to RL Swarm")
+        text = QLabel(
+            "RL Swarm trains a small language model on this computer together with other people's computers: "
+            "every round your model answers a few reasoning questions, shares its answers with the swarm, and "
+            "learns from the answers that scored best, yours and your peers'.<br><br>"
+            "Setup takes four short steps: <b>1.</b> your identity in the swarm, <b>2.</b> what this computer "
+            "has, <b>3.</b> the model to train, <b>4.</b> the swarm to join. Nothing is saved until you press "
+            "Finish, and you can change everything later in Settings.")
+        text.setWordWrap(True)
+        layout = QVBoxLayout(self)
+        layout.addWidget(text)
+        layout.addStretch(1)
+
+    def nextId(self) -> int:  # noqa: N802
+        return IDENTITY_PAGE
+
+
+# The games a swarm can play (node.config.GAMES): a title and one line on each, for the swarm page.
+GAMES = {
+    "sapo": ("SAPO rollout sharing",
+             "Each node answers its own questions and also trains on the answers its peers share; one update per round."),
+    "multistage": ("Answer, critique, revise",
+                   "Everyone answers the same questions, judges the peers' answers, then revises its own; "
+                   "three updates per round, and it needs peers."),
+}
 
 def _size(num_bytes: int) -> str:
     return "none (offline)" if num_bytes == 0 else format_bytes(num_bytes)
@@ -181,7 +213,11 @@ class ModelPage(QWizardPage):
 
     def initializePage(self) -> None:  # noqa: N802
         report = self.hardware.data
-        self.models = list(report.models) if report else []
+        self.hardware_info = report.hardware if report else {}
+        # Labels follow total memory, so they do not change between runs with what happens to be free.
+        total = fit.budget(self.hardware_info)
+        self.models = [dataclasses.replace(m, label=fit.label(m.required_bytes, total)) if total else m
+                       for m in (report.models if report else [])]
         recommended = report.recommendation.model if report and report.recommendation else None
         wanted = self.config.training.model if self.config.training.model in {m.id for m in self.models} else recommended
         self.table.setRowCount(len(self.models))
@@ -212,7 +248,8 @@ class ModelPage(QWizardPage):
         else:
             download = "nothing to download" if not model.download_bytes else \
                 f"downloads {_size(model.download_bytes)} from Hugging Face the first time"
-            self.note.setText(f"{model.description}; {download}.")
+            short = fit.free_ram_note(self.hardware_info, model.required_bytes)
+            self.note.setText(f"{model.description}; {download}." + (f"<br><b>{short}</b>" if short else ""))
         self.completeChanged.emit()
 
     def isComplete(self) -> bool:  # noqa: N802
@@ -245,9 +282,19 @@ class SwarmPage(QWizardPage):
         self.invite_preview.setObjectName("invitePreview")
         copy = QPushButton("Copy invite")
         copy.clicked.connect(lambda: QGuiApplication.clipboard().setText(self.invite_preview.text()))
+        self.game = QComboBox()
+        self.game.setObjectName("gameChoice")
+        for game, (title, _) in GAMES.items():
+            self.game.addItem(title, game)
+        self.game.setCurrentIndex(max(0, self.game.findData(config.swarm.game)))
+        self.game_info = QLabel("")
+        self.game_info.setWordWrap(True)
+        self.game.currentIndexChanged.connect(self._game_changed)
         self.new_box = QWidget()
         new_form = QFormLayout(self.new_box)
         new_form.addRow("Swarm name", self.swarm_name)
+        new_form.addRow("Game", self.game)
+        new_form.addRow("", self.game_info)
         new_form.addRow("Port", self.port)
         invite_row = QHBoxLayout()
         invite_row.addWidget(self.invite_preview, 1)
@@ -292,7 +339,9 @@ class SwarmPage(QWizardPage):
         layout.addStretch(1)
         (self.join if config.swarm.initial_peers else self.new).setChecked(True)
         if config.swarm.initial_peers:
-            self.invite_text.setPlainText(format_invite(config.swarm.swarm_name, config.swarm.initial_peers))
+            self.invite_text.setPlainText(
+                format_invite(config.swarm.swarm_name, config.swarm.initial_peers, config.swarm.game))
+        self._game_changed()
         self._preset_changed(0)
         self._mode_changed()
 
@@ -311,7 +360,8 @@ class SwarmPage(QWizardPage):
             self.invite_preview.setText("")
             return
         self.invite_preview.setText(format_invite(self.swarm_name.text().strip(),
-                                                  local_addresses(peer["peer_id"], self.port.value())))
+                                                  local_addresses(peer["peer_id"], self.port.value()),
+                                                  self.game.currentData()))
         self.invite_preview.setCursorPosition(0)
         self.completeChanged.emit()
 
@@ -323,8 +373,14 @@ class SwarmPage(QWizardPage):
             self.invite_status.setText(f"<span style='color:#D55E00'>{exc.message}</span> {exc.hint}" if text.strip() else "")
         else:
             swarm = invite.swarm_name or self.config.swarm.swarm_name
-            self.invite_status.setText(f"Joining swarm <b>{swarm}</b> through {len(invite.peers)} address(es).")
+            game = GAMES[invite.game or self.config.swarm.game][0]
+            self.invite_status.setText(
+                f"Joining swarm <b>{swarm}</b> through {len(invite.peers)} address(es); it plays {game}.")
         self.completeChanged.emit()
+
+    def _game_changed(self, *_: object) -> None:
+        self.game_info.setText(GAMES[self.game.currentData()][1])
+        self._update_invite()
 
     def _preset_changed(self, index: int) -> None:
         if 0 <= index < len(self.networks):
@@ -347,7 +403,8 @@ class SwarmPage(QWizardPage):
         if self.join.isChecked():
             invite = parse_invite(self.invite_text.toPlainText())
             settings = {"swarm_name": invite.swarm_name or self.config.swarm.swarm_name,
-                        "initial_peers": list(invite.peers), "host": "0.0.0.0", "port": 0}
+                        "initial_peers": list(invite.peers), "host": "0.0.0.0", "port": 0,
+                        "game": invite.game or self.config.swarm.game}
             if self.save_as.isChecked():
                 save_network(self.networks_file, Network(name=self.save_name.text().strip(), **{
                     k: settings[k] for k in ("swarm_name", "initial_peers", "host")}))
@@ -357,7 +414,7 @@ class SwarmPage(QWizardPage):
             return {"swarm_name": network.swarm_name, "initial_peers": network.initial_peers, "host": network.host,
                     "port": 0}
         return {"swarm_name": self.swarm_name.text().strip(), "initial_peers": [], "host": "0.0.0.0",
-                "port": self.port.value()}
+                "port": self.port.value(), "game": self.game.currentData()}
 
 
 class SetupWizard(QWizard):
@@ -371,13 +428,17 @@ class SetupWizard(QWizard):
         self.config = config
         self.identity_page = IdentityPage(config)
         self.wallet_page = WalletPage(config)
+        self.welcome_page = WelcomePage()
         self.hardware_page = HardwarePage()
         self.model_page = ModelPage(config, self.hardware_page)
         self.swarm_page = SwarmPage(config, self.identity_page, networks_file)
         for page_id, page in ((IDENTITY_PAGE, self.identity_page), (WALLET_PAGE, self.wallet_page),
                               (HARDWARE_PAGE, self.hardware_page), (MODEL_PAGE, self.model_page),
-                              (SWARM_PAGE, self.swarm_page)):
+                              (SWARM_PAGE, self.swarm_page), (WELCOME_PAGE, self.welcome_page)):
             self.setPage(page_id, page)
+            if page_id in STEPS:
+                page.setTitle(f"Step {STEPS[page_id]} of 4: {page.title()}")
+        self.setStartId(WELCOME_PAGE)
         self.resize(860, 720)
         self.result_config: NodeConfig | None = None
 

@@ -60,9 +60,11 @@ class ModelFit:
     name: str
     description: str
     download_bytes: int
-    required_bytes: int
+    required_bytes: int  # full fine-tuning
     label: FitLabel
-    # The estimate is linear in the tokens of one pass, so a torch-free caller (the app's Settings) can redo it for
+    required_bytes_lora: int = 0  # a LoRA adapter of rank LORA_RANK (training.lora_rank)
+    label_lora: FitLabel = "won't fit"
+    # The full fine-tune estimate is linear in the tokens of one pass, so a torch-free caller (the app's Settings) can redo it for
     # any round shape: base_bytes + bytes_per_token * sequences_per_pass * (prompt_tokens + max_new_tokens).
     base_bytes: int = 0
     bytes_per_token: int = 0

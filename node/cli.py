@@ -63,7 +63,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             remember_port(config, event.invite)
             invite_path.write_text(
                 json.dumps({"pid": os.getpid(), "peer_id": event.peer_id, "swarm_name": event.swarm_name,
-                            "invite": event.invite}),
+                            "game": event.game, "invite": event.invite}),
                 encoding="utf-8",
             )
 
@@ -142,7 +142,7 @@ class _HumanProgress:
             print(f"run folder {event.run_dir}; log {self.log_path}")
             if event.resumed_from_round is not None:
                 print(f"resumed after round {event.resumed_from_round}")
-            invite = format_invite(event.swarm_name, event.invite)
+            invite = format_invite(event.swarm_name, event.invite, event.game)
             print(f"others join this swarm by pasting this invite into the app, or with\n"
                   f"  rl-swarm-node run --join '{invite}'")
         elif kind == "round_finished":
@@ -269,15 +269,24 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
     for flag in config_flags():
         changes[flag.section][flag.field] = getattr(args, flag.dest, UNSET)
     peers: list[str] = []
-    invited_swarm = None
+    invited_swarm = invited_game = None
     for text in args.join or []:
         invite = parse_invite(text)
         peers += invite.peers
         invited_swarm = invited_swarm or invite.swarm_name
+        invited_game = invited_game or invite.game
     if peers:
         changes["swarm"]["initial_peers"] = peers
     if invited_swarm and changes["swarm"]["swarm_name"] is UNSET:
         changes["swarm"]["swarm_name"] = invited_swarm
+    if invited_game:  # the invite says which game its swarm plays
+        given = changes["swarm"].get("game", UNSET)
+        if given is not UNSET and given != invited_game:
+            raise NodeError(
+                f"--game {given} contradicts the invite, whose swarm plays {invited_game}",
+                hint="leave out --game when joining with an invite: the invite says which game its swarm plays",
+            )
+        changes["swarm"]["game"] = invited_game
     if args.families:
         changes["tasks"]["weights"] = {family: 1.0 for family in args.families.split(",")}
     if args.config:
@@ -343,7 +352,7 @@ def _cmd_invite(args: argparse.Namespace) -> int:
             "no node is running with this data folder, so there is no invite yet",
             hint="start one with `rl-swarm-node run` (a fixed --port keeps the invite stable across restarts)",
         )
-    print(format_invite(info["swarm_name"], info["invite"]))
+    print(format_invite(info["swarm_name"], info["invite"], info.get("game", "sapo")))
     return 0
 
 

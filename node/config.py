@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import platformdirs
 import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from node.errors import NodeError
+from node.records import MAX_ROUND
 
 APP_NAME = "rl-swarm"
 
@@ -103,16 +104,48 @@ class TrainingSettings(_Section):
         return self
 
 
+Game = Literal["sapo", "multistage"]
+GAMES: tuple[str, ...] = get_args(Game)
+
+
 class SwarmSettings(_Section):
-    """How this node finds and talks to its peers."""
+    """How this node finds and talks to its peers, and which game the swarm plays."""
 
     swarm_name: str = Field("local", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+    game: Game = Field(
+        "sapo",
+        description="sapo = share rollouts, one GRPO update per round; multistage = answer, critique peers' answers, "
+        "revise (one update per stage); every member of a swarm must play the same game (invites carry it)",
+    )
+    critique_answers: int = Field(5, ge=1, le=8, description="multistage: K, the peers' answers a critic judges")
     initial_peers: list[str] = Field(default_factory=list, description="invite multiaddrs; empty = start a swarm")
     host: str = "0.0.0.0"
     port: int = Field(0, ge=0, le=65535, description="0 = any free port")
     gather_timeout_s: float = Field(20.0, ge=0.0, le=3600.0, description="longest wait for peer groups per round")
     record_ttl_s: float = Field(600.0, ge=10.0, le=86400.0)
     call_timeout_s: float = Field(10.0, gt=0.0, le=300.0, description="timeout of each DHT call")
+    directory_shards: int = Field(
+        8, ge=1, le=4096, description="swarm-wide: shards of the round directory (~ peers / 128 for large swarms)"
+    )
+    round_quorum: int = Field(
+        2, ge=1, le=1000, description="distinct recently active peers that must announce a round before we follow it"
+    )
+    round_quorum_fraction: float = Field(
+        0.0, ge=0.0, le=1.0, description="share of the recently active peers that must announce it, on top"
+    )
+    max_round_jump: int = Field(1000, ge=1, le=MAX_ROUND, description="most rounds the clock moves ahead per step")
+    max_fetches_per_round: int | None = Field(
+        None, ge=1, le=1024, description="peer groups fetched per round at most; empty = 3 x external_groups"
+    )
+    admission_secret: str | None = Field(
+        None, min_length=16, max_length=256,
+        description="private swarm: only records tagged with this shared secret (from the invite) are accepted",
+    )
+    client_mode: bool = Field(False, description="behind NAT: publish and gather without serving the DHT")
+    peer_text_ratio: float = Field(
+        2.0, ge=1.0, le=100.0,
+        description="peer completions may carry at most this many times our own longest text outside <answer>",
+    )
 
 
 class TaskSettings(_Section):

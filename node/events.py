@@ -42,6 +42,7 @@ class NodeStarted(Event):
     hardware: dict[str, Any]
     run_dir: str
     resumed_from_round: int | None
+    game: str = "sapo"  # the game the swarm plays (node.config.GAMES); invites carry it
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,6 +91,13 @@ class RoundMetrics(Event):
     entropy: float | None = None
     update_skipped: bool = False  # no trained group had reward spread: no forward/backward was run
     difficulty: dict[str, int] = field(default_factory=dict)  # curriculum level per task family
+    # The game played: "sapo", or "multistage" (answer, critique, revise; see node.game), whose rounds also report
+    # the mean reward of each stage played ("answer", "critique", "revise"; a stage not played is absent) and the
+    # share of exactly right answers: "answer" (this node's first answers), "revise" (its revised answers),
+    # "swarm_final" (questions where the plurality of all final answers seen, peers' and ours, is right).
+    game: str = "sapo"
+    stage_rewards: dict[str, float] = field(default_factory=dict)
+    stage_accuracy: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,6 +117,7 @@ class RolloutSample(Event):
     reason: str = ""  # why it scored what it did: correct, wrong_value, partial_credit, no_answer_block, cut_at_token_limit
     fate: str = "trained"  # trained, dropped_equal_rewards, not_needed, rejected:<reason>
     group_rewards: list[float] = field(default_factory=list)
+    stage: str = ""  # multistage game: "answer", "critique" or "revise" (empty for SAPO)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,6 +1,6 @@
 """What this machine can train, and the settings we recommend for it.
 
-Recommendation policy (memory is the GPU's for CUDA and the free RAM otherwise; see
+Recommendation policy (memory is the GPU's for CUDA and the total RAM otherwise; see
 :func:`node.models.estimate_training_bytes`):
 
 * CUDA, >= 20 GiB: Qwen2.5-1.5B-Instruct in bfloat16, G=8 completions per question, I=4 local questions and
@@ -148,7 +148,12 @@ def auto_bf16(hw: HardwareInfo, device: str, *, sampling: bool) -> bool:
     return sampling or device == "cuda"
 
 
-def _required_bytes(model: str, train_dtype: str, sequences_per_pass: int, max_new_tokens: int) -> int:
+LORA_RANK = 16  # the adapter rank the fit figures assume (training.lora_rank)
+
+
+def _required_bytes(
+    model: str, train_dtype: str, sequences_per_pass: int, max_new_tokens: int, lora_rank: int = 0
+) -> int:
     spec = CATALOG[model]
     return estimate_training_bytes(
         spec.params,
@@ -156,12 +161,18 @@ def _required_bytes(model: str, train_dtype: str, sequences_per_pass: int, max_n
         num_sequences=sequences_per_pass,
         seq_len=PROMPT_TOKENS + max_new_tokens,
         vocab_size=spec.vocab_size,
+        lora_rank=lora_rank,
     )
 
 
 def training_budget(hw: HardwareInfo) -> int:
-    """Memory a training run may use: the first GPU's for CUDA, free RAM otherwise (MPS shares RAM)."""
-    return hw.gpus[0].total_memory_bytes if hw.kind == "cuda" else hw.available_ram_bytes
+    """Memory a training run may use: the first GPU's for CUDA, the computer's total RAM otherwise (MPS shares
+    RAM).
+
+    Total, not what happens to be free this second: other programs come and go, and a model that fits the machine
+    should not be refused because a browser is open. fit_label calls anything past 70 % of it "tight".
+    """
+    return hw.gpus[0].total_memory_bytes if hw.kind == "cuda" else hw.total_ram_bytes
 
 
 def sequences_per_pass(advice: Recommendation) -> int:
@@ -176,10 +187,11 @@ def catalog_fits(hw: HardwareInfo, advice: Recommendation) -> list[ModelFit]:
     fits = []
     for spec in CATALOG.values():
         need = _required_bytes(spec.id, advice.train_dtype, per_pass, advice.max_new_tokens)
+        lora = _required_bytes(spec.id, advice.train_dtype, per_pass, advice.max_new_tokens, LORA_RANK)
         base = _required_bytes(spec.id, advice.train_dtype, 0, 0)
         per_token = _required_bytes(spec.id, advice.train_dtype, 1, 1 - PROMPT_TOKENS) - base
         fits.append(ModelFit(spec.id, spec.name, spec.description, spec.download_bytes, need, fit_label(need, budget),
-                             base, per_token, PROMPT_TOKENS))
+                             lora, fit_label(lora, budget), base, per_token, PROMPT_TOKENS))
     return fits
 
 
@@ -200,13 +212,13 @@ def recommend(hw: HardwareInfo) -> Recommendation:
         micro = 1  # one group per pass: the logits of a 150k vocabulary dominate GPU memory
     elif hw.kind == "mps":
         dtype = "float32"
-        where = f"Apple GPU (MPS) with {budget / GIB:.1f} GiB of {hw.total_ram_bytes / GIB:.1f} GiB RAM free"
+        where = f"Apple GPU (MPS) sharing {budget / GIB:.1f} GiB RAM"
         why = "; it trains in float32 because bfloat16 training on MPS is unreliable"
         model, g, i, j, max_new_tokens = QWEN_0_5B, 4, 2, 2, 256
         micro = 1
     else:
         dtype = "float32"
-        where = f"CPU only ({hw.cpu_name}, {hw.physical_cores} cores, {budget / GIB:.1f} GiB RAM free)"
+        where = f"CPU only ({hw.cpu_name}, {hw.physical_cores} cores, {budget / GIB:.1f} GiB RAM)"
         why = "; it works offline and keeps a round to about a minute, larger models would take many minutes"
         # The bundled model's answers after a worked example end by themselves in well under 48 tokens.
         model, g, i, j, max_new_tokens = BUNDLED, 4, 2, 2, 48

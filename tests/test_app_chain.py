@@ -21,6 +21,7 @@ def test_wizard_creates_a_wallet_after_the_phrase_is_confirmed(qtbot, tmp_path, 
     qtbot.addWidget(wizard)
     wizard.show()
     qtbot.waitUntil(lambda: wizard.identity_page.peer is not None, timeout=180_000)
+    wizard.next()  # past the welcome page
     wizard.identity_page.wallet.setChecked(True)
     wizard.next()
     assert wizard.currentId() == WALLET_PAGE

@@ -15,8 +15,8 @@ from PySide6.QtWidgets import QApplication, QStyleOptionHeader
 
 from app.charts import IntegerAxis
 from app.errors import Problem, sentence
-from app.gossip import EXPECTED, QUESTION
-from app.history import FLAT_ROUNDS_WARNING, RunHistory
+from app.gossip import QUESTION
+from app.history import FLAT_ROUNDS_WARNING
 from app.progress import eta_seconds
 from app.settings_dialog import SettingsDialog
 from app.wizard import SwarmPage
@@ -24,7 +24,6 @@ from node.config import NodeConfig
 from node.events import (
     EvalFinished, NodeFailed, NodeStarted, RolloutSample, RoundMetrics, RoundProgress, StateChanged, event_from_json,
 )
-from node.invite import parse_invite
 from tests.apphelpers import make_window
 
 STREAM = Path(__file__).parent / "data" / "learning_events.jsonl"
@@ -141,7 +140,7 @@ def test_gossip_shows_expected_reason_and_every_fate_with_counters_that_add_up(q
     assert gossip.proxy.rowCount() == fates["dropped_equal_rewards"]
     gossip.table.selectRow(0)
     detail = gossip.detail.toPlainText()
-    assert "all rewards equal" in detail and "EXPECTED" in detail and "scored by this node" in detail
+    assert "dropped: equal rewards" in detail and "EXPECTED" in detail and "scored by this node" in detail
     gossip.fate.setCurrentText("Rejected")
     gossip.table.selectRow(0)
     assert "rejected: answer count mismatch" in gossip.detail.toPlainText()
@@ -369,9 +368,11 @@ def test_settings_show_the_fit_live_and_save_the_round_size(qtbot, tmp_path):
 
 def test_fit_labels_follow_total_memory_with_a_note_when_free_ram_is_short():
     from app import fit
+    from node.api import ModelFit
 
     hardware = {"kind": "cpu", "total_ram_bytes": 16 * 2**30, "available_ram_bytes": 2 * 2**30, "gpus": []}
-    model = {"required_bytes": 0, "base_bytes": 2**30, "bytes_per_token": 1_000_000, "prompt_tokens": 256}
+    model = ModelFit(id="m", name="m", description="", download_bytes=0, required_bytes=0, label="fits",
+                     base_bytes=2**30, bytes_per_token=1_000_000, prompt_tokens=256)
     verdict, text = fit.describe(model, hardware, sequences_per_pass=8, max_new_tokens=128)
     assert verdict == "fits" and "close other programs" in text
     hardware["available_ram_bytes"] = 15 * 2**30
@@ -384,3 +385,21 @@ def test_sentences_are_capitalised_and_end_with_a_stop():
     problem = Problem.of(ValueError("boom"))
     assert problem.summary == "Something unexpected went wrong." and "boom" in problem.details
     assert NodeFailed  # the node's own error event carries message and hint the same way
+
+
+def test_missing_xcb_libraries_print_the_apt_line(monkeypatch):
+    import io
+
+    from app import qt_libraries
+
+    monkeypatch.setattr(qt_libraries.sys, "platform", "linux")
+    monkeypatch.setenv("QT_QPA_PLATFORM", "xcb")
+    out = io.StringIO()
+    missing = qt_libraries.warn_if_missing(find=lambda name: None if name in ("xcb-icccm", "xcb-shape") else name,
+                                           stream=out)
+    assert missing == ["libxcb-icccm4", "libxcb-shape0"]
+    assert "sudo apt-get install libxcb-icccm4 libxcb-shape0" in out.getvalue()
+    out = io.StringIO()
+    assert qt_libraries.warn_if_missing(find=lambda name: name, stream=out) == [] and out.getvalue() == ""
+    monkeypatch.setenv("QT_QPA_PLATFORM", "offscreen")
+    assert not qt_libraries.uses_xcb()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from PySide6.QtWidgets import QLabel
+
 from app.networks import load_networks
 from app.wizard import SetupWizard
 from node.api import BUNDLED, SMOLLM2_135M, HardwareReport
@@ -37,6 +39,10 @@ def open_wizard(qtbot, tmp_path) -> SetupWizard:
     wizard.show()
     qtbot.waitUntil(lambda: wizard.identity_page.peer is not None and wizard.hardware_page.data is not None,
                     timeout=QUERY_MS)
+    assert wizard.currentPage() is wizard.welcome_page and "four short steps" in wizard.welcome_page.findChild(
+        QLabel).text()
+    wizard.next()
+    assert wizard.identity_page.title().startswith("Step 1 of 4")
     return wizard
 
 

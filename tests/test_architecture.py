@@ -38,6 +38,7 @@ APP_MAY_IMPORT = {
     "node.hub_auth", "node.hub_errors", "node.hub_upload", "node.secret_store", "node.wallet",
     "node.chain.account", "node.chain.networks",  # the account page's read-only helper
     "node.cli",  # app.main: a frozen bundle re-enters itself as the node CLI
+    "node.game",  # the game's stage names and reward maxima (constants only; its modules stay in the node)
 }
 
 

@@ -18,6 +18,7 @@ from eth_account import Account
 from web3.exceptions import ContractLogicError
 
 from node.chain import participant as participant_module
+from node.chain.account import account_summary
 from node.chain import versions
 from node.chain.coordinator import ChainRevert, CoordinatorClient, MissingFunction
 from node.chain.participant import ChainParticipant, queue_path
@@ -267,10 +268,13 @@ def test_two_nodes_on_one_wallet(devchain, tmp_path, version):  # noqa: F811
         assert sorted(totals) == sorted([0, [250, 500][statuses.index(refused) ^ 1]])
         assert warnings and not warnings[0].fatal  # said plainly, in the app's error/warning stream
         assert any(e.status == "refused" for r in recorders for e in r.of("chain_transaction"))
+        summary = account_summary(configs[0], wallet.address, PEER_A)  # what `chain status` and the app show
+        assert any("one reward per wallet" in problem for problem in summary.problems)
     else:
         assert [r.status for r in statuses] == ["delivered", "delivered"]
         assert totals == [250, 500]
         assert not warnings
+        assert account_summary(configs[0], wallet.address, PEER_A).problems == []
 
 
 def test_a_check_that_reverts_is_unknown_and_retried_never_failed(devchain, tmp_path, monkeypatch):  # noqa: F811
