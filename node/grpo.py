@@ -130,7 +130,9 @@ class Policy:
     def sampling_model(self):
         """The model to sample from: the policy itself, or a copy in ``generation_dtype`` with adapters merged."""
         if self.generation_dtype == self.model.dtype:
-            return self.model
+            # The learner leaves the model in train mode, where activation checkpointing switches the KV cache
+            # off: generate() would then feed one token per step with no context and sample word salad.
+            return self.model.eval()
         sampler = _low_precision_copy(self.model, self.generation_dtype)
         # TRL patches the policy's forward per instance (its fused LM head) with a closure over the original
         # model's forward: the copy must use its class's forward, or it would silently run the float32 weights.

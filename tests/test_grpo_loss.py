@@ -143,6 +143,24 @@ def test_step_updates_weights_once_per_round(tiny_model_dir, tmp_path):
                                  rewards=(0.0, 1.0, 0.0))])
 
 
+def test_sampling_after_an_update_sees_the_whole_context(tiny_model_dir, tmp_path):
+    """After a step the model is in train mode with activation checkpointing, which turns the KV cache off;
+    sampling must not run in that mode, or every token after the first is generated without its context."""
+    learner = _learner(tiny_model_dir, tmp_path, "grpo")
+    policy = learner.policy
+    learner.step(_batch(policy))
+    assert policy.model.training
+    prompts = [tuple(range(3, 40))]
+    sampled = policy.generate(prompts, num_generations=1, max_new_tokens=12, temperature=1.0, top_p=1.0, seed=0,
+                              greedy=True)
+    policy.model.eval()
+    with torch.no_grad():
+        expected = policy.model.generate(torch.tensor([prompts[0]]), attention_mask=torch.ones(1, len(prompts[0]),
+                                         dtype=torch.long), do_sample=False, max_new_tokens=12, min_new_tokens=12,
+                                         pad_token_id=policy.tokenizer.pad_token_id, eos_token_id=None)
+    assert list(sampled[0][0].ids) == expected[0, len(prompts[0]):].tolist()[: len(sampled[0][0].ids)]
+
+
 @pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo"])
 def test_micro_batches_accumulate_exactly_the_whole_batch_gradient(tiny_model_dir, tmp_path, loss_type):
     grads = []
