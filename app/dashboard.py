@@ -1,33 +1,47 @@
-"""Live plots of the run: rewards, loss, completion length, time per phase and peers, per round."""
+"""Live charts of the run: held-out accuracy and reward up top, then the signals that move while the model learns.
+
+GRPO's loss is ~0 by construction here (one iteration, no KL term), so it is not plotted: the charts show what a
+learning model changes instead (well-formed answers, groups with reward spread, advantage and gradient sizes).
+"""
 
 from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QEvent, Qt
-from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import QGridLayout, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
-from app.history import PHASES, RunHistory
-from node.events import RoundMetrics
+from app.charts import Chart
+from app.history import FATES, MOVING_AVERAGE_ROUNDS, PHASES, RunHistory
+from node.events import EvalFinished, RoundMetrics
 
 # Okabe-Ito: distinguishable for colour-blind users and on dark and light backgrounds.
-COLORS = {"local": "#0072B2", "external": "#E69F00", "average": "#009E73", "loss": "#D55E00",
-          "length": "#CC79A7", "peers": "#56B4E9",
+COLORS = {"local": "#0072B2", "external": "#E69F00", "average": "#009E73", "accuracy": "#009E73",
+          "exact_mean": "#56B4E9", "baseline": "#999999", "wellformed": "#CC79A7", "correct": "#009E73",
+          "spread": "#0072B2", "advantage": "#D55E00", "grad_norm": "#E69F00", "entropy": "#56B4E9",
           "generate": "#0072B2", "share": "#F0E442", "gather": "#E69F00", "train": "#009E73",
-          "groups_received": "#56B4E9", "groups_used": "#009E73", "groups_rejected": "#D55E00"}
-PLOTS = ("reward", "loss", "length", "seconds", "peers", "groups")
+          "used": "#009E73", "dropped": "#999999", "not_needed": "#56B4E9", "rejected": "#D55E00", "peers": "#CC79A7"}
+FATE_LABELS = {"used": "trained on", "dropped": "dropped: all rewards equal", "not_needed": "not needed",
+               "rejected": "rejected"}
+PHASE_LABELS = {"generate": "generating", "share": "sharing", "gather": "waiting for peers", "train": "training"}
 
-
-class RoundAxis(pg.AxisItem):
-    """Rounds are whole numbers: no ticks at 0.5."""
-
-    def tickValues(self, minVal: float, maxVal: float, size: float):  # noqa: N802, N803
-        return [(max(spacing, 1.0), [v for v in values if float(v).is_integer()])
-                for spacing, values in super().tickValues(minVal, maxVal, size)]
-
-    def tickStrings(self, values, scale, spacing):  # noqa: N802
-        return [str(int(v)) for v in values]
+EXPLAIN = {
+    "accuracy": "Share of unseen questions (never trained on) the model answers exactly right, greedy decoding. "
+                "This is how RL Swarm reports learning; the dashed line is the round-0 baseline.",
+    "reward": f"Mean reward of this node's own completions each round (dots) and its {MOVING_AVERAGE_ROUNDS}-round "
+              "average (line); peers' questions as scored by this node, in orange.",
+    "wellformed": "Share of this node's completions with one complete <answer> block, and share exactly right. "
+                  "A small model first has to learn the format before it can earn reward.",
+    "spread": "Share of trained question groups whose completions got different rewards. Only those teach the "
+              "model anything: a group where every answer scored the same gives GRPO no gradient.",
+    "update": "Size of each update: mean |advantage| of the trained completions and the gradient norm. "
+              "Zero means the round had nothing to learn from and the update was skipped.",
+    "groups": "Peer groups received each round, by what happened to them: trained on, dropped because every "
+              "completion scored the same, not needed (enough were taken), or rejected (failed our checks). "
+              "The line is the number of peers seen.",
+    "seconds": "Wall-clock seconds of each round, split by phase.",
+    "length": "Mean number of tokens per completion; it usually drops as the model learns to answer briefly.",
+}
 
 
 class Dashboard(QWidget):
@@ -35,56 +49,84 @@ class Dashboard(QWidget):
         super().__init__(parent)
         pg.setConfigOptions(antialias=True)
         self.history = RunHistory()
-        self.plots: dict[str, pg.PlotWidget] = {}
+        self.charts: dict[str, Chart] = {}
         self.curves: dict[str, pg.PlotDataItem] = {}
         self.bars: dict[str, pg.BarGraphItem] = {}
 
-        grid = QGridLayout()
-        grid.setSpacing(8)
-        reward = self._plot("reward", "Reward per round", "mean reward")
-        reward.setYRange(0, 1, padding=0.05)
-        self._curve(reward, "local", "local (own questions)", COLORS["local"], symbol="o")
-        self._curve(reward, "external", "external (peers' questions)", COLORS["external"], symbol="t")
-        self._curve(reward, "local_avg", "local, 10-round average", COLORS["average"], width=3)
-        self._curve(reward, "external_avg", "external, 10-round average", COLORS["external"], width=3,
-                    style=Qt.PenStyle.DashLine)
-        loss = self._plot("loss", "GRPO loss", "loss")
-        self._curve(loss, "loss", "loss", COLORS["loss"], symbol="o")
-        length = self._plot("length", "Completion length", "tokens")
-        self._curve(length, "length", "mean tokens per completion", COLORS["length"], symbol="o")
-        phases = self._plot("seconds", "Seconds per round, by phase", "seconds")
+        accuracy = self._chart("accuracy", "Accuracy on unseen tasks", fraction=True,
+                               empty="No held-out evaluation yet: the node runs one at round 0 and every few rounds.")
+        self._curve(accuracy, "accuracy", "exact, greedy", COLORS["accuracy"], width=3, symbol="o")
+        self._curve(accuracy, "exact_mean", "exact, mean of samples", COLORS["exact_mean"], symbol="t")
+        self.baseline = pg.InfiniteLine(angle=0, movable=False, label="", labelOpts={
+            "position": 0.97, "color": COLORS["baseline"], "anchors": [(1, 1), (1, 1)]},
+            pen=pg.mkPen(COLORS["baseline"], width=1.5, style=Qt.PenStyle.DashLine))
+        self.baseline.setVisible(False)
+        accuracy.item.addItem(self.baseline, ignoreBounds=True)
+        accuracy.add_entry(COLORS["baseline"], "round-0 baseline", dashed=True)
+        reward = self._chart("reward", "Reward per round", fraction=True)
+        self._curve(reward, "local", "own questions", COLORS["local"], symbol="o", width=0)
+        self._curve(reward, "local_avg", f"{MOVING_AVERAGE_ROUNDS}-round average", COLORS["average"], width=3)
+        self._curve(reward, "external", "peers' questions", COLORS["external"], symbol="t", width=0)
+        wellformed = self._chart("wellformed", "Answer format", fraction=True)
+        self._curve(wellformed, "wellformed", "well-formed", COLORS["wellformed"], symbol="o")
+        self._curve(wellformed, "correct", "exactly right", COLORS["correct"], symbol="s")
+        spread = self._chart("spread", "Groups with reward spread", fraction=True)
+        self._curve(spread, "spread", "share of trained groups", COLORS["spread"], symbol="o")
+        update = self._chart("update", "Update size")
+        self._curve(update, "advantage", "mean |advantage|", COLORS["advantage"], symbol="o")
+        self._curve(update, "grad_norm", "gradient norm", COLORS["grad_norm"], symbol="t")
+        groups = self._chart("groups", "Peer groups by fate", counts=True,
+                             empty="No peer groups yet: they appear once another peer shares a round.")
+        for fate in FATES:
+            self._bars(groups, fate, FATE_LABELS[fate])
+        self._curve(groups, "peers", "peers seen", COLORS["peers"], symbol="s")
+        seconds = self._chart("seconds", "Seconds per round")
         for phase in PHASES:
-            bar = pg.BarGraphItem(x=[], height=[], width=0.8, brush=COLORS[phase], name=phase, pen=None)
-            phases.addItem(bar)
-            self.bars[phase] = bar
-        peers = self._plot("peers", "Peers seen", "peers")
-        self._curve(peers, "peers", "peers seen this round", COLORS["peers"], symbol="s")
-        groups = self._plot("groups", "Rollout groups per round", "groups")
-        for key, label in (("received", "received from peers"), ("used", "trained on"), ("rejected", "rejected")):
-            self._curve(groups, f"groups_{key}", label, COLORS[f"groups_{key}"], symbol="o")
+            self._bars(seconds, phase, PHASE_LABELS[phase])
 
-        for index, name in enumerate(PLOTS):
-            grid.addWidget(self.plots[name], index // 2, index % 2)
+        grid = QGridLayout()
+        grid.setSpacing(6)
+        grid.addWidget(accuracy, 0, 0, 1, 3)
+        grid.addWidget(reward, 0, 3, 1, 3)
+        for column, name in enumerate(("wellformed", "spread", "update")):
+            grid.addWidget(self.charts[name], 1, column * 2, 1, 2)
+        grid.addWidget(groups, 2, 0, 1, 3)
+        grid.addWidget(seconds, 2, 3, 1, 3)
+        grid.setRowStretch(0, 4)
+        grid.setRowStretch(1, 3)
+        grid.setRowStretch(2, 3)
 
+        self.flat = QLabel("")
+        self.flat.setObjectName("flatExplanation")
+        self.flat.setWordWrap(True)
+        self.flat.setTextFormat(Qt.TextFormat.PlainText)
+        self.flat.setStyleSheet("QLabel#flatExplanation { background: #E69F00; color: black; padding: 4px 8px; "
+                                "border-radius: 4px; }")
+        self.flat.hide()
         self.summary = QLabel("No rounds yet: the first one finishes after generation, sharing and one update.")
         self.summary.setWordWrap(True)
         self.summary.setObjectName("roundSummary")
+        self.summary.setTextFormat(Qt.TextFormat.PlainText)
         self.reset_button = QPushButton("Reset zoom")
-        self.reset_button.setToolTip("Drag to pan, scroll or right-drag to zoom; this fits every plot again")
+        self.reset_button.setToolTip("Drag to pan, scroll or right-drag to zoom; this fits every chart again")
         self.reset_button.clicked.connect(self.reset_zoom)
         bottom = QHBoxLayout()
         bottom.addWidget(self.summary, 1)
         bottom.addWidget(self.reset_button, 0, Qt.AlignmentFlag.AlignRight)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.flat)
         layout.addLayout(grid, 1)
         layout.addLayout(bottom)
-        self._apply_palette()
+
+    @property
+    def plots(self) -> dict[str, pg.PlotWidget]:
+        return {name: chart.plot for name, chart in self.charts.items()}
 
     # -- data ----------------------------------------------------------------------------------------------
 
-    def load_history(self, metrics: list[RoundMetrics]) -> None:
-        self.history = RunHistory.from_metrics(metrics)
+    def load_history(self, metrics: list[RoundMetrics], evaluations: list[EvalFinished] = ()) -> None:
+        self.history = RunHistory.from_metrics(metrics, evaluations)
         self._redraw()
 
     def add_round(self, metrics: RoundMetrics) -> None:
@@ -93,9 +135,13 @@ class Dashboard(QWidget):
         self.history.add(metrics)
         self._redraw()
 
+    def add_evaluation(self, result: EvalFinished) -> None:
+        self.history.add_evaluation(result)
+        self._redraw()
+
     def reset_zoom(self) -> None:
-        for plot in self.plots.values():
-            plot.getPlotItem().enableAutoRange()
+        for chart in self.charts.values():
+            chart.reset_zoom()
 
     def point_count(self, curve: str) -> int:
         """Finite points shown by a curve (for tests and the screenshot script)."""
@@ -107,73 +153,79 @@ class Dashboard(QWidget):
         x = np.asarray(h.rounds, dtype=float)
         series = {
             "local": h.reward_local, "external": h.reward_external, "local_avg": h.reward_local_average(),
-            "external_avg": h.reward_external_average(), "loss": h.loss, "length": h.completion_length,
-            "peers": h.peers, **{f"groups_{key}": h.groups[key] for key in ("received", "used", "rejected")},
+            "wellformed": h.wellformed, "correct": h.accuracy_local, "spread": h.groups_with_spread,
+            "advantage": h.mean_abs_advantage, "grad_norm": h.grad_norm, "peers": h.peers,
         }
         for key, values in series.items():
-            y = np.asarray(values, dtype=float)
-            # NaN marks rounds without peer groups: gaps in the line, and nothing at all without a single point.
-            if np.isfinite(y).any():
-                self.curves[key].setData(x, y, connect="finite")
-            else:
-                self.curves[key].setData([], [])
-        base = np.zeros(len(x))
-        for phase in PHASES:
-            heights = np.asarray(h.seconds[phase], dtype=float)
-            self.bars[phase].setOpts(x=x, height=heights, y0=base.copy(), width=0.8)
-            base += heights
-        self.plots["seconds"].getPlotItem().enableAutoRange()
+            self._set(key, x, values)
+        evals = h.evaluations
+        eval_x = [e.round for e in evals]
+        self._set("accuracy", eval_x, [e.accuracy_greedy for e in evals])
+        self._set("exact_mean", eval_x, [e.exact_mean for e in evals])
+        if h.baseline is not None:
+            self.baseline.setValue(h.baseline.accuracy_greedy)
+            self.baseline.label.setFormat(f"baseline {h.baseline.accuracy_greedy:.0%} (round {h.baseline.round})")
+        self.baseline.setVisible(h.baseline is not None)
+        self.charts["accuracy"].set_empty(not evals)
+        self._stack(self.charts["groups"], x, {fate: h.groups[fate] for fate in FATES})
+        self._stack(self.charts["seconds"], x, h.seconds)
+        for name in ("reward", "wellformed", "spread", "update", "seconds"):
+            self.charts[name].set_empty(not h.rounds)
+        self.charts["groups"].set_empty(not any(h.groups["received"]) and not any(h.peers))
+        self.flat.setText(h.flat_explanation())
+        self.flat.setVisible(bool(self.flat.text()))
         if h.last is not None:
-            m = h.last
-            external = "no peer groups trained on" if m.reward_external is None else f"external {m.reward_external:.3f}"
-            self.summary.setText(
-                f"Round {m.round}: reward local {m.reward_local:.3f}, {external}; loss {m.loss:+.4f}; "
-                f"{m.seconds_total:.0f} s ({m.generation_tokens_per_s:.0f} tokens/s generating); "
-                f"{h.totals['rounds']} rounds shown."
-            )
+            self.summary.setText(self._summary())
+
+    def _summary(self) -> str:
+        h, m = self.history, self.history.last
+        external = "no peer groups trained on" if m.reward_external is None else f"peers' questions {m.reward_external:.2f}"
+        update = "update skipped (no reward spread)" if m.update_skipped else f"{m.groups_with_spread:.0%} of groups with spread"
+        held_out = ""
+        if h.evaluations:
+            last, first = h.evaluations[-1], h.evaluations[0]
+            held_out = f"Unseen tasks {last.accuracy_greedy:.0%} (baseline {first.accuracy_greedy:.0%}). "
+        return (f"{held_out}Last round ({m.round}): reward {m.reward_local:.2f}, {external}; "
+                f"well-formed {m.wellformed_rate:.0%}; {update}; {m.seconds_total:.0f} s.")
+
+    def _set(self, key: str, x, values) -> None:
+        y = np.asarray(values, dtype=float)
+        # NaN marks rounds without a value (no peer group, update skipped): gaps in the line.
+        if len(y) and np.isfinite(y).any():
+            self.curves[key].setData(np.asarray(x, dtype=float), y, connect="finite")
+        else:
+            self.curves[key].setData([], [])
+
+    def _stack(self, chart: Chart, x: np.ndarray, heights: dict[str, list[float]]) -> None:
+        base = np.zeros(len(x))
+        for key, values in heights.items():
+            h = np.asarray(values, dtype=float)
+            self.bars[key].setOpts(x=x, height=h, y0=base.copy(), width=0.8)
+            base += h
+        chart.item.getViewBox().enableAutoRange(axis=pg.ViewBox.YAxis)
 
     # -- look ----------------------------------------------------------------------------------------------
 
-    def _plot(self, name: str, title: str, y_label: str) -> pg.PlotWidget:
-        plot = pg.PlotWidget(axisItems={"bottom": RoundAxis("bottom")})
-        plot.setObjectName(f"plot_{name}")
-        plot.setMinimumSize(260, 170)
-        item = plot.getPlotItem()
-        item.setTitle(title)
-        item.setLabel("left", y_label)
-        item.setLabel("bottom", "round")
-        item.showGrid(x=True, y=True, alpha=0.2)
-        item.addLegend(offset=(-8, 8), labelTextSize="8pt")
-        item.setMenuEnabled(True)
-        item.getAxis("left").enableAutoSIPrefix(False)
-        self.plots[name] = plot
-        return plot
+    def _chart(self, name: str, title: str, **options) -> Chart:
+        chart = Chart(name, title, EXPLAIN[name], **options)
+        self.charts[name] = chart
+        return chart
 
-    def _curve(self, plot: pg.PlotWidget, key: str, label: str, color: str, *, width: float = 1.5,
+    def _curve(self, chart: Chart, key: str, label: str, color: str, *, width: float = 1.5,
                symbol: str | None = None, style: Qt.PenStyle = Qt.PenStyle.SolidLine) -> None:
-        pen = pg.mkPen(color, width=width, style=style)
-        options = {"symbol": symbol, "symbolSize": 5, "symbolBrush": color, "symbolPen": None} if symbol else {}
-        self.curves[key] = plot.plot([], [], pen=pen, name=label, **options)
+        pen = pg.mkPen(color, width=width, style=style) if width else None
+        options = {"symbol": symbol, "symbolSize": 6, "symbolBrush": color, "symbolPen": None} if symbol else {}
+        self.curves[key] = chart.item.plot([], [], pen=pen, **options)
+        chart.add_entry(color, label)
+
+    def _bars(self, chart: Chart, key: str, label: str) -> None:
+        bar = pg.BarGraphItem(x=[], height=[], width=0.8, brush=COLORS[key], pen=None)
+        chart.item.addItem(bar)
+        self.bars[key] = bar
+        chart.add_entry(COLORS[key], label)
 
     def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (Qt naming)
         if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange):
-            self._apply_palette()
+            for chart in self.charts.values():
+                chart.apply_palette(self.palette())
         super().changeEvent(event)
-
-    def _apply_palette(self) -> None:
-        """pyqtgraph draws with its own colours; follow the app's palette so dark and light themes both read."""
-        palette = self.palette()
-        background = palette.color(QPalette.ColorRole.Base)
-        foreground = palette.color(QPalette.ColorRole.Text)
-        for plot in self.plots.values():
-            plot.setBackground(background)
-            item = plot.getPlotItem()
-            item.titleLabel.setText(item.titleLabel.text, color=foreground.name())
-            for axis in ("left", "bottom"):
-                ax = item.getAxis(axis)
-                ax.setPen(pg.mkPen(foreground))
-                ax.setTextPen(pg.mkPen(foreground))
-            legend = item.legend
-            if legend is not None:
-                legend.setLabelTextColor(foreground)
-                legend.setBrush(pg.mkBrush(QColor(background.red(), background.green(), background.blue(), 200)))

@@ -22,7 +22,7 @@ from app.paths import default_config_path, resource_path
 from app.supervisor import NodeSupervisor
 from app.wizard import SetupWizard
 from node.config import NodeConfig, default_data_dir
-from node.demo import demo_config
+from node.demo import DEMO_MAX_NEW_TOKENS, demo_config
 from node.errors import NodeError
 from node.hub_auth import PASSPHRASE_ENV
 from node.secret_store import keyring_available
@@ -30,7 +30,6 @@ from node.wallet import WalletStore
 
 log = logging.getLogger("app")
 APP_LOG = "app.log"
-DEMO_MAX_NEW_TOKENS = 96
 BUNDLED = "bundled"  # node.models.BUNDLED; importing node.models would pull torch into the GUI process
 
 

@@ -6,10 +6,14 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 
-from node.events import RoundMetrics
+from node.events import EvalFinished, RoundMetrics
 
 MOVING_AVERAGE_ROUNDS = 10
 PHASES = ("generate", "share", "gather", "train")
+# Received peer groups by fate, in the order the dashboard stacks them; they add up to groups_received.
+FATES = ("used", "dropped", "not_needed", "rejected")
+# After this many rounds in a row without reward spread the dashboard explains why nothing is learned.
+FLAT_ROUNDS_WARNING = 3
 
 
 def moving_average(values: list[float], window: int = MOVING_AVERAGE_ROUNDS) -> list[float]:
@@ -23,46 +27,105 @@ def moving_average(values: list[float], window: int = MOVING_AVERAGE_ROUNDS) -> 
     return out
 
 
+def _nan(value: float | None) -> float:
+    return math.nan if value is None else float(value)
+
+
 @dataclass
 class RunHistory:
     rounds: list[int] = field(default_factory=list)
     reward_local: list[float] = field(default_factory=list)
     reward_external: list[float] = field(default_factory=list)  # NaN where no peer group was used
-    loss: list[float] = field(default_factory=list)
     completion_length: list[float] = field(default_factory=list)
+    wellformed: list[float] = field(default_factory=list)
+    accuracy_local: list[float] = field(default_factory=list)
+    groups_with_spread: list[float] = field(default_factory=list)
+    mean_abs_advantage: list[float] = field(default_factory=list)
+    grad_norm: list[float] = field(default_factory=list)  # NaN where the update was skipped or not measured
+    entropy: list[float] = field(default_factory=list)
     seconds: dict[str, list[float]] = field(default_factory=lambda: {phase: [] for phase in PHASES})
     peers: list[int] = field(default_factory=list)
-    groups: dict[str, list[int]] = field(default_factory=lambda: {"received": [], "used": [], "rejected": []})
+    groups: dict[str, list[int]] = field(default_factory=lambda: {fate: [] for fate in ("received", *FATES)})
     totals: Counter = field(default_factory=Counter)
+    evaluations: list[EvalFinished] = field(default_factory=list)
     last: RoundMetrics | None = None
 
     @classmethod
-    def from_metrics(cls, metrics: list[RoundMetrics]) -> RunHistory:
+    def from_metrics(cls, metrics: list[RoundMetrics], evaluations: list[EvalFinished] = ()) -> RunHistory:
         history = cls()
         for row in metrics:
             history.add(row)
+        for result in evaluations:
+            history.add_evaluation(result)
         return history
 
     def add(self, m: RoundMetrics) -> None:
         self.rounds.append(m.round)
         self.reward_local.append(m.reward_local)
-        self.reward_external.append(math.nan if m.reward_external is None else m.reward_external)
-        self.loss.append(m.loss)
+        self.reward_external.append(_nan(m.reward_external))
         self.completion_length.append(m.completion_length)
+        self.wellformed.append(m.wellformed_rate)
+        self.accuracy_local.append(m.accuracy_local)
+        self.groups_with_spread.append(m.groups_with_spread)
+        self.mean_abs_advantage.append(m.mean_abs_advantage)
+        self.grad_norm.append(math.nan if m.update_skipped else _nan(m.grad_norm))
+        self.entropy.append(_nan(m.entropy))
         for phase in PHASES:
             self.seconds[phase].append(getattr(m, f"seconds_{phase}"))
         self.peers.append(m.peers_seen)
+        fates = fates_of(m)
         self.groups["received"].append(m.groups_received)
-        self.groups["used"].append(m.groups_used)
-        self.groups["rejected"].append(m.groups_rejected)
-        self.totals.update(
-            shared=m.groups_shared, received=m.groups_received, used=m.groups_used,
-            rejected=m.groups_rejected, zero_advantage=m.groups_zero_advantage, rounds=1,
-        )
+        for fate in FATES:
+            self.groups[fate].append(fates[fate])
+        self.totals.update(shared=m.groups_shared, received=m.groups_received, rounds=1, **fates)
         self.last = m
+
+    def add_evaluation(self, result: EvalFinished) -> None:
+        if self.evaluations and result.round <= self.evaluations[-1].round:
+            return  # a replay of one we have (history loaded after the event was queued)
+        self.evaluations.append(result)
 
     def reward_local_average(self) -> list[float]:
         return moving_average(self.reward_local)
 
     def reward_external_average(self) -> list[float]:
         return moving_average(self.reward_external)
+
+    @property
+    def baseline(self) -> EvalFinished | None:
+        """The first held-out evaluation (before any training when the run started fresh)."""
+        return self.evaluations[0] if self.evaluations else None
+
+    def flat_rounds(self) -> int:
+        """Rounds in a row, up to the last one, in which no trained group had reward spread."""
+        count = 0
+        for spread in reversed(self.groups_with_spread):
+            if spread > 0:
+                break
+            count += 1
+        return count
+
+    def flat_explanation(self) -> str:
+        """One line saying why nothing is learned and what to do, or "" while groups have reward spread."""
+        flat = self.flat_rounds()
+        if flat < FLAT_ROUNDS_WARNING or self.last is None:
+            return ""
+        m = self.last
+        why = f"No learning signal for {flat} rounds: every completion of a question scored the same, so GRPO has " \
+              "nothing to compare."
+        if m.wellformed_rate < 0.2:
+            advice = (f" The model wrote a complete <answer> block in only {m.wellformed_rate:.0%} of its answers; "
+                      "the curriculum keeps tasks easy, or pick a larger model in Settings.")
+        elif m.accuracy_local >= 0.9:
+            advice = " Every answer is right: the tasks are too easy; the curriculum raises the difficulty by itself."
+        else:
+            advice = (" Every answer is wrong: the tasks are too hard for this model; the curriculum lowers the "
+                      "difficulty, or raise completions per question in Settings.")
+        return why + advice
+
+
+def fates_of(m: RoundMetrics) -> dict[str, int]:
+    """Received peer groups by fate; whatever the node did not account for counts as not needed."""
+    known = {"used": m.groups_used, "dropped": m.groups_zero_advantage, "rejected": m.groups_rejected}
+    not_needed = max(m.groups_not_needed, m.groups_received - sum(known.values()))
+    return {**known, "not_needed": not_needed}

@@ -16,19 +16,21 @@ from PySide6.QtWidgets import (
 from app import autostart, status
 from app.account_page import AccountPage
 from app.dashboard import Dashboard
+from app.errors import Problem, error_dialog, sentence
 from app.gossip import GossipView
 from app.header import StatusHeader
 from app.hub_panel import HubPanel
 from app.logs_panel import LogsPanel, environment_report
 from app.policies import PausePolicies
+from app.quit_dialog import QuitDialog
 from app.settings_dialog import SettingsDialog
-from app.supervisor import NodeSupervisor
+from app.supervisor import USER_ERROR_EXIT, NodeSupervisor
 from app.tray import Tray
 from app.worker import Worker
 from node.config import NodeConfig
 from node.events import (
-    CheckpointSaved, Event, NodeFailed, NodeStarted, PeerJoined, PeerLeft, RolloutSample, RoundMetrics, UploadFailed,
-    UploadFinished,
+    CheckpointSaved, EvalFinished, Event, NodeFailed, NodeStarted, PeerJoined, PeerLeft, RolloutSample, RoundMetrics,
+    RoundProgress, UploadFailed, UploadFinished,
 )
 from node.hub_auth import PASSPHRASE_ENV
 from node.logs import LOG_FILE
@@ -86,7 +88,7 @@ class MainWindow(QMainWindow):
         self._show_platform()
         self.installer = Worker()
         self.installer.done.connect(lambda _: self.recheck_platform())
-        self.installer.failed.connect(lambda exc: self.platform_banner.setText(f"<b>{exc.message}.</b> {exc.hint}"))
+        self.installer.failed.connect(lambda exc: self.platform_banner.setText(Problem.of(exc).text()))
         layout.addWidget(self.platform_banner)
         layout.addWidget(self.install_node_button)
         layout.addWidget(self.header)
@@ -108,7 +110,15 @@ class MainWindow(QMainWindow):
         toolbar.addSeparator()
         toolbar.addAction(self.settings_action)
         self.addToolBar(toolbar)
-        self.addAction(self.quit_action)
+        menu = self.menuBar().addMenu("&File")
+        for action in (self.start_action, self.pause_action, self.resume_action, self.stop_action):
+            menu.addAction(action)
+        menu.addSeparator()
+        menu.addAction(self.settings_action)
+        menu.addSeparator()
+        menu.addAction(self.quit_action)
+        self.quit_dialog: QuitDialog | None = None
+        self.hardware_data: dict | None = None  # the node's `hardware --json` answer, once Settings asked for it
         self.start_action.triggered.connect(self.start_node)
         self.pause_action.triggered.connect(supervisor.pause)
         self.resume_action.triggered.connect(supervisor.resume)
@@ -152,7 +162,8 @@ class MainWindow(QMainWindow):
 
     def _show_platform(self) -> None:
         self.platform = check_platform()
-        self.platform_banner.setText(f"<b>The node cannot run yet: {self.platform.message}.</b> {self.platform.hint}")
+        self.platform_banner.setText(f"The node cannot run yet: {sentence(self.platform.message)} "
+                                     f"{sentence(self.platform.hint)}")
         self.platform_banner.setVisible(not self.platform.ok)
         self.install_node_button.setVisible(self.platform.code == "wsl_node_missing")
         self.install_node_button.setEnabled(True)
@@ -163,12 +174,13 @@ class MainWindow(QMainWindow):
     def load_run_history(self) -> None:
         """Plots and gossip start from what is on disk, so a restarted app shows the whole run."""
         store = RunStore(self.config.run_dir)
-        self.dashboard.load_history(store.metrics())
+        metrics = store.metrics()
+        # Held-out evaluations are stored from the learning branch on; older run folders have none.
+        evaluations = store.evaluations() if hasattr(store, "evaluations") else []
+        self.dashboard.load_history(metrics, evaluations)
         self.header.set_totals(self.dashboard.history)
-        if self.dashboard.history.last is not None:
-            self.header.set_round(self.dashboard.history.last.round)
-        self.gossip.model.samples.clear()
-        self.gossip.model.layoutChanged.emit()
+        self.header.progress.load(metrics)
+        self.gossip.clear()
         self.gossip.add_samples(store.samples(last=GOSSIP_HISTORY))
         self.logs.follow(self.config.run_dir / LOG_FILE, self.app_log)
 
@@ -183,15 +195,22 @@ class MainWindow(QMainWindow):
                 self.load_run_history()  # the node cut its history back to the checkpoint
         elif isinstance(event, RoundMetrics):
             self.dashboard.add_round(event)
-            self.header.set_round(event.round)
+            self.header.progress.on_round(event)
             self.header.set_totals(self.dashboard.history)
             if self.tray:
                 self.tray.set_round(event.round, event.reward_local)
+        elif isinstance(event, RoundProgress):
+            self.header.progress.on_progress(event)
+            if self.quit_dialog is not None:
+                self.quit_dialog.set_waiting_for(self.header.progress.label.text())
+        elif isinstance(event, EvalFinished):
+            self.dashboard.add_evaluation(event)
         elif isinstance(event, RolloutSample):
             self.gossip.add_samples([event])
         elif isinstance(event, NodeFailed):
-            self.statusBar().showMessage(f"{event.message} {event.hint}", 15000)
-            self.notify("RL Swarm: problem", f"{event.message}\n{event.hint}".strip(), critical=event.fatal)
+            problem = Problem(event.message, event.hint)
+            self.statusBar().showMessage(problem.text(), 15000)
+            self.notify("RL Swarm: problem", problem.text(), critical=event.fatal)
         elif isinstance(event, (PeerJoined, PeerLeft)):
             verb = "joined" if isinstance(event, PeerJoined) else "left"
             self.statusBar().showMessage(f"{event.peer_name} {verb} the swarm", 8000)
@@ -207,12 +226,18 @@ class MainWindow(QMainWindow):
         active = state in status.ACTIVE
         self.start_action.setEnabled(state in status.ENDED and self.platform.ok)
         self.pause_action.setEnabled(active and "user" not in self.supervisor.holds and state != "restarting")
-        self.resume_action.setEnabled(active and "user" in self.supervisor.holds)
+        # Resume only once the node really holds: until the round ends there is nothing to resume.
+        self.resume_action.setEnabled(state == "paused" and "user" in self.supervisor.holds)
         self.stop_action.setEnabled(active)
         if state == "paused" and held and not detail:
             detail = ", ".join(_HOLD_TEXT.get(h, h) for h in sorted(self.supervisor.holds))
-        self.header.set_state(state, detail)
-        self.status_label.setText(status.label(state, detail))
+        shown = "pausing" if held and state in ("starting", "training", "waiting_for_peers") else state
+        self.header.set_state(shown, detail)
+        self.status_label.setText(status.label(shown, "" if shown == "pausing" else detail))
+        if state in status.ENDED:
+            self.header.progress.idle()
+        elif state == "paused":
+            self.header.progress.idle("Paused between rounds")
         if self.tray:
             self.tray.set_state(state, detail, self.pause_action.isEnabled(), self.resume_action.isEnabled())
         previous, self.state = getattr(self, "state", "stopped"), state
@@ -228,19 +253,34 @@ class MainWindow(QMainWindow):
 
     def on_crash(self, report: str) -> None:
         log.error("node crashed: %s", report)
-        self.notify("RL Swarm: the node stopped unexpectedly", report.split("\n")[0], critical=True)
-        self.statusBar().showMessage(report.split("\n")[0], 20000)
+        error = self.supervisor.last_error
+        if self.supervisor.state == "failed" and error is not None:
+            # The node refused to run (exit 2: a setting to fix); restarting cannot help, so say it in a dialog.
+            problem = Problem(error.message, error.hint or "change it in Settings, then press Start", report)
+            self.notify("RL Swarm: the node cannot start", problem.text(), critical=True)
+            self._show_box("refusalBox", "The node cannot start", problem)
+            return
+        summary = "The node stopped unexpectedly; it restarts by itself."
+        self.notify("RL Swarm: the node stopped unexpectedly", summary, critical=True)
+        self.statusBar().showMessage(summary + " Details are in the Logs tab.", 20000)
 
     def on_gave_up(self, message: str) -> None:
         log.error("%s", message)
-        self.notify("RL Swarm: the node keeps crashing", message.split("\n")[0], critical=True)
-        box = QMessageBox(QMessageBox.Icon.Critical, "The node keeps crashing", message.split("\n\n")[0], parent=self)
-        box.setObjectName("crashLoopBox")
-        box.setDetailedText(message)
-        box.setInformativeText("Look at the Logs tab, change the settings if needed, then press Start.")
+        problem = Problem(
+            "The node keeps crashing, so it is not restarted again.",
+            "If it ran out of memory, choose a smaller model or fewer completions per question in Settings; "
+            "the Logs tab shows the last lines. Then press Start.",
+            message)
+        self.notify("RL Swarm: the node keeps crashing", problem.summary, critical=True)
+        self.crash_box = self._show_box("crashLoopBox", "The node keeps crashing", problem)
+
+    def _show_box(self, name: str, title: str, problem: Problem) -> QMessageBox:
+        box = error_dialog(self, title, problem)
+        box.setObjectName(name)
         box.setModal(False)
         box.show()
-        self.crash_box = box
+        self.problem_box = box
+        return box
 
     def _upload_finished(self, event: UploadFinished) -> None:
         self.notify("Upload finished", f"Round {event.round} is on the Hub: {event.url}")
@@ -256,8 +296,10 @@ class MainWindow(QMainWindow):
     # -- settings ------------------------------------------------------------------------------------------
 
     def open_settings(self) -> None:
-        dialog = SettingsDialog(self.config, idle_supported=self.policies.idle_supported(), parent=self)
+        dialog = SettingsDialog(self.config, idle_supported=self.policies.idle_supported(),
+                                hardware=self.hardware_data, parent=self)
         accepted = dialog.exec()
+        self.hardware_data = dialog.hardware or self.hardware_data  # asked once per session: it imports torch
         if dialog.wizard_requested:
             self.wizardRequested.emit()
             return
@@ -340,10 +382,13 @@ class MainWindow(QMainWindow):
             self.showMinimized()
 
     def quit(self) -> None:
-        """Stop the node cleanly (checkpoint), then leave; the supervisor kills it if it hangs."""
+        """Stop the node cleanly (checkpoint), then leave; the supervisor kills it if it hangs, the user sooner."""
         self.quitting = True
-        if self.supervisor.running:
-            self.statusBar().showMessage("Stopping the node: finishing the current step and saving a checkpoint…")
+        if self.supervisor.running and self.quit_dialog is None:
+            self.quit_dialog = QuitDialog(self)
+            self.quit_dialog.stopNow.connect(self.supervisor.kill)
+            self.quit_dialog.set_waiting_for(self.header.progress.label.text())
+            self.quit_dialog.show()
         self.supervisor.stop()  # also cancels a restart that is waiting for its backoff
         if not self.supervisor.running:
             self._finish_quit()
@@ -352,6 +397,8 @@ class MainWindow(QMainWindow):
         if self._quit_done:
             return
         self._quit_done = True
+        if self.quit_dialog is not None:
+            self.quit_dialog.close()
         if self.tray:
             self.tray.hide()
         self.quitFinished.emit()

@@ -1,29 +1,60 @@
-"""Settings: how much of the computer the node may use, when it trains, and where its data lives."""
+"""Settings: the model and round size (with the memory fit shown live), how much of the computer the node may use,
+when it trains, and where its data lives."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import psutil
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
-    QCheckBox, QDialog, QDialogButtonBox, QFileDialog, QFormLayout, QHBoxLayout, QLabel, QLineEdit, QPushButton,
-    QSpinBox, QVBoxLayout, QWidget,
+    QCheckBox, QComboBox, QDialog, QDialogButtonBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QLabel,
+    QLineEdit, QPushButton, QSpinBox, QVBoxLayout, QWidget,
 )
 
+from app import fit
+from app.errors import ErrorLabel, Problem
+from app.node_query import NodeQuery
 from node.config import NodeConfig
 from node.errors import NodeError
+
+FIT_COLORS = {"fits": "#009E73", "tight": "#E69F00", "won't fit": "#D55E00", "unknown": "#7f7f7f"}
 
 
 class SettingsDialog(QDialog):
     """Edits a copy of the config; ``result_config`` is the validated new one after OK."""
 
-    def __init__(self, config: NodeConfig, *, idle_supported: bool, parent: QWidget | None = None) -> None:
+    def __init__(self, config: NodeConfig, *, idle_supported: bool, hardware: dict | None = None,
+                 parent: QWidget | None = None) -> None:
+        """``hardware`` is the node's ``hardware --json`` answer; without it the dialog asks the node itself."""
         super().__init__(parent)
         self.setWindowTitle("Settings")
         self.config = config
         self.result_config: NodeConfig | None = None
         self.wizard_requested = False
+        self.hardware: dict | None = None
         cores = psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
+        t = config.training
+
+        self.model = QComboBox()
+        self.model.setObjectName("settingsModel")
+        self.model.addItem(t.model, t.model)
+        self.questions = QSpinBox(minimum=1, maximum=64, value=t.local_questions)
+        self.questions.setToolTip("I: questions this node asks its model each round")
+        self.generations = QSpinBox(minimum=2, maximum=64, value=t.num_generations)
+        self.generations.setToolTip("G: completions per question; more give more groups with reward spread, and "
+                                    "cost memory and time")
+        self.peer_groups = QSpinBox(minimum=0, maximum=64, value=t.external_groups)
+        self.peer_groups.setToolTip("J: peers' groups trained on each round (0 trains alone)")
+        self.max_tokens = QSpinBox(minimum=8, maximum=4096, value=t.max_new_tokens, singleStep=16)
+        self.max_tokens.setToolTip("Longest completion in tokens; answers cut here score nothing")
+        self.fit = QLabel("Checking this computer's memory…")
+        self.fit.setObjectName("settingsFit")
+        self.fit.setWordWrap(True)
+        self.fit.setTextFormat(Qt.TextFormat.PlainText)
+        for widget in (self.questions, self.generations, self.peer_groups, self.max_tokens):
+            widget.valueChanged.connect(self.update_fit)
+        self.model.currentIndexChanged.connect(self.update_fit)
 
         self.threads = QSpinBox(minimum=0, maximum=max(1, psutil.cpu_count() or 1))
         self.threads.setSpecialValueText(f"automatic ({max(1, cores - 1)}: all cores but one)")
@@ -51,14 +82,25 @@ class SettingsDialog(QDialog):
         wizard = QPushButton("Run the setup wizard again…")
         wizard.setToolTip("Change identity, model or swarm")
         wizard.clicked.connect(self._wizard)
-        self.error = QLabel("")
+        self.error = ErrorLabel()
         self.error.setObjectName("settingsError")
-        self.error.setWordWrap(True)
-        self.error.setStyleSheet("color: #D55E00")
 
+        model_box = QGroupBox("Model and round size (apply when the node starts again)")
+        model_form = QFormLayout(model_box)
+        model_form.addRow("Model", self.model)
+        shape = QHBoxLayout()
+        for label, spin in (("questions", self.questions), ("× completions", self.generations),
+                            ("+ peer groups", self.peer_groups), ("max tokens", self.max_tokens)):
+            shape.addWidget(spin)
+            shape.addWidget(QLabel(label))
+        shape.addStretch(1)
+        model_form.addRow("Each round", _wrap(shape))
+        model_form.addRow("Memory", self.fit)
         form = QFormLayout()
         form.addRow("CPU threads", self.threads)
         form.addRow("GPU memory cap", self.gpu_cap)
+        self.gpu_cap_label = form.labelForField(self.gpu_cap)
+        self._show_gpu_cap(False)  # until the node says there is a GPU
         active_row = QHBoxLayout()
         active_row.addWidget(self.active)
         active_row.addWidget(self.idle)
@@ -75,10 +117,58 @@ class SettingsDialog(QDialog):
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
         layout = QVBoxLayout(self)
+        layout.addWidget(model_box)
         layout.addLayout(form)
         layout.addWidget(wizard)
         layout.addWidget(self.error)
         layout.addWidget(buttons)
+
+        if hardware is not None:
+            self.set_hardware(hardware)
+        else:
+            self.query = NodeQuery(["hardware"], self.set_hardware, self._hardware_failed, self)
+
+    def set_hardware(self, data: dict) -> None:
+        self.hardware = data
+        current = self.model.currentData()
+        self.model.blockSignals(True)
+        self.model.clear()
+        for model in data.get("models", []):
+            self.model.addItem(model["name"], model["id"])
+        if self.model.findData(current) < 0:
+            self.model.addItem(current, current)  # a Hub id or local folder of the user's own
+        self.model.setCurrentIndex(self.model.findData(current))
+        self.model.blockSignals(False)
+        self._show_gpu_cap(data.get("hardware", {}).get("kind") == "cuda")
+        self.update_fit()
+
+    def _hardware_failed(self, message: str) -> None:
+        self.fit.setText("The memory check is not available; the node checks again when it starts.")
+        self.fit.setToolTip(message)
+
+    def _show_gpu_cap(self, shown: bool) -> None:
+        self.gpu_cap.setVisible(shown)
+        if self.gpu_cap_label is not None:
+            self.gpu_cap_label.setVisible(shown)
+
+    def sequences_per_pass(self) -> int:
+        micro = self.config.training.micro_batch_groups
+        groups = micro or self.questions.value() + self.peer_groups.value()
+        return groups * self.generations.value()
+
+    def update_fit(self) -> str:
+        """Show whether the chosen model and round size fit this computer; returns the label."""
+        data = self.hardware or {}
+        model = next((m for m in data.get("models", []) if m["id"] == self.model.currentData()), None)
+        if model is None:
+            if self.hardware is not None:
+                self.fit.setText("Not in the catalog: the node checks the memory when it loads the model.")
+            return "unknown"
+        verdict, text = fit.describe(model, data.get("hardware", {}), sequences_per_pass=self.sequences_per_pass(),
+                                     max_new_tokens=self.max_tokens.value())
+        self.fit.setText(text)
+        self.fit.setStyleSheet(f"QLabel#settingsFit {{ color: {FIT_COLORS[verdict]}; }}")
+        return verdict
 
     def _browse(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Data folder", self.data_dir.text())
@@ -91,6 +181,9 @@ class SettingsDialog(QDialog):
 
     def accept(self) -> None:
         overrides = {
+            "training": {"model": self.model.currentData(), "local_questions": self.questions.value(),
+                         "num_generations": self.generations.value(), "external_groups": self.peer_groups.value(),
+                         "max_new_tokens": self.max_tokens.value()},
             "run": {"threads": self.threads.value() or None, "data_dir": Path(self.data_dir.text()).expanduser(),
                     "gpu_memory_fraction": self.gpu_cap.value() / 100 or None},
             "desktop": {"pause_on_battery": self.battery.isChecked(), "pause_when_user_active": self.active.isChecked(),
@@ -100,7 +193,7 @@ class SettingsDialog(QDialog):
         try:
             self.result_config = self.config.with_values(overrides)
         except NodeError as exc:
-            self.error.setText(f"{exc.message}\n{exc.hint}")
+            self.error.show_problem(Problem.of(exc))
             return
         super().accept()
 

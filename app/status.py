@@ -7,6 +7,7 @@ LABELS = {
     "starting": "Starting",
     "training": "Training",
     "waiting_for_peers": "Waiting for peers",
+    "pausing": "Pausing after this round",
     "paused": "Paused",
     "stopping": "Stopping",
     "restarting": "Restarting",
@@ -18,7 +19,7 @@ LABELS = {
 # Colour of the state badge; the text is always there as well, colour only helps scanning.
 COLORS = {
     "training": "#009E73", "waiting_for_peers": "#E69F00", "starting": "#56B4E9", "restarting": "#E69F00",
-    "paused": "#7f7f7f", "stopping": "#7f7f7f", "stopped": "#7f7f7f", "finished": "#0072B2",
+    "pausing": "#E69F00", "paused": "#7f7f7f", "stopping": "#7f7f7f", "stopped": "#7f7f7f", "finished": "#0072B2",
     "crashed": "#D55E00", "failed": "#D55E00", "error": "#D55E00",
 }
 ACTIVE = {"starting", "training", "waiting_for_peers", "paused", "restarting"}

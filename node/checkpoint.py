@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+from accelerate.utils import is_peft_model
 from safetensors.torch import load_file, save_file
 
 log = logging.getLogger(__name__)
@@ -30,6 +31,10 @@ class CheckpointState:
     rounds_trained: int
     global_step: int
     model: str
+    lora_rank: int = 0  # > 0: the run trains an adapter, saved in the checkpoint's "adapter" folder
+
+
+ADAPTER = "adapter"  # a peft adapter folder beside "model" when the run trains one
 
 
 class Checkpointer:
@@ -55,7 +60,15 @@ class Checkpointer:
         name = f"round-{state.round:08d}"
         tmp = self.root / f".tmp-{name}"
         shutil.rmtree(tmp, ignore_errors=True)
-        model.save_pretrained(tmp / "model", safe_serialization=True)
+        if is_peft_model(model):
+            # The adapter alone (to resume and to upload as an adapter) and the merged weights (a plain model folder,
+            # what the upload and a resume without peft read).
+            model.save_pretrained(tmp / ADAPTER, safe_serialization=True)
+            tokenizer.save_pretrained(tmp / ADAPTER)
+            base = model.get_base_model()
+            base.save_pretrained(tmp / "model", state_dict=merged_state_dict(model), safe_serialization=True)
+        else:
+            model.save_pretrained(tmp / "model", safe_serialization=True)
         tokenizer.save_pretrained(tmp / "model")
         _save_optimizer(optimizer, tmp / "optimizer")
         (tmp / "state.json").write_text(json.dumps(asdict(state)), encoding="utf-8")
@@ -78,6 +91,30 @@ class Checkpointer:
                 shutil.rmtree(old, ignore_errors=True)
         for stale in self.root.glob(".tmp-*"):
             shutil.rmtree(stale, ignore_errors=True)
+
+
+def merged_state_dict(peft_model) -> dict[str, torch.Tensor]:
+    """The base model's state dict with every active LoRA adapter folded in, without touching the live model."""
+    from peft.tuners.lora import LoraLayer
+
+    base = peft_model.get_base_model()
+    lora_modules = {name: m for name, m in base.named_modules() if isinstance(m, LoraLayer)}
+    merged: dict[str, torch.Tensor] = {}
+    with torch.no_grad():
+        for name, module in lora_modules.items():
+            layer = module.get_base_layer()
+            weight = layer.weight.detach().clone()
+            for adapter in module.active_adapters:
+                if adapter in module.lora_A:
+                    weight += module.get_delta_weight(adapter).to(weight.dtype)
+            merged[f"{name}.weight"] = weight
+            if getattr(layer, "bias", None) is not None:
+                merged[f"{name}.bias"] = layer.bias.detach()
+        for key, value in base.state_dict().items():
+            owner = next((n for n in lora_modules if key.startswith(f"{n}.")), None)
+            if owner is None:
+                merged[key] = value
+    return merged
 
 
 def _save_optimizer(optimizer: torch.optim.Optimizer, folder: Path) -> None:

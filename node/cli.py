@@ -271,7 +271,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--nodes", type=int, default=3)
     demo.add_argument("--rounds", type=int, default=None, help="rounds per node (default: until Ctrl-C)")
     demo.add_argument("--model", default="bundled")
-    demo.add_argument("--max-new-tokens", type=int, default=96)
+    demo.add_argument("--max-new-tokens", type=int, default=None, help="default: the demo's own (short answers)")
     demo.add_argument("--data-dir", type=Path, help="default <data dir>/demo")
     demo.set_defaults(handler=_cmd_demo)
 

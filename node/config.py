@@ -58,6 +58,18 @@ class TrainingSettings(_Section):
         description="groups per forward/backward pass; 0 = the whole round at once. Smaller saves memory; "
         "the update stays exact for grpo and dr_grpo",
     )
+    lora_rank: int = Field(
+        0, ge=0, le=1024,
+        description="train a LoRA adapter of this rank (peft) instead of all weights: a fraction of the memory; "
+        "0 = full fine-tuning. Adapters usually want a learning rate ~10x higher",
+    )
+    lora_alpha: float | None = Field(None, gt=0.0, description="LoRA scale numerator; empty = 2 x lora_rank")
+    lora_target_modules: str = Field(
+        "all-linear", description="modules that get an adapter: 'all-linear' or comma-separated names (q_proj,v_proj)"
+    )
+    lora_upload: Literal["merged", "adapter"] = Field(
+        "merged", description="upload the adapter merged into the base weights (a plain model), or the adapter alone"
+    )
     format_reward_weight: float = Field(0.0, ge=0.0, le=1.0, description="bonus for a well-formed <answer> block")
     drop_zero_advantage: bool = Field(True, description="drop peer groups whose completions all scored the same")
 
@@ -100,7 +112,10 @@ class EvaluationSettings(_Section):
 
     every_rounds: int = Field(10, ge=0, description="evaluate at round 0 and every N rounds trained; 0 = never")
     questions: int = Field(64, ge=1, le=4096, description="size of the fixed evaluation set")
-    samples: int = Field(4, ge=0, le=64, description="sampled answers per question for the mean exact-match")
+    samples: int = Field(
+        0, ge=0, le=64,
+        description="sampled answers per question for the mean exact-match; 0 = means over the greedy answers",
+    )
     seed: int = Field(0, ge=0, description="picks the evaluation set; peers with the same seed share it")
     levels: int = Field(2, ge=1, le=16, description="difficulty levels of each family in the evaluation set")
 

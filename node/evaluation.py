@@ -2,8 +2,9 @@
 
 The evaluation set is fixed for a run and the same on every peer with the same task families (see
 :meth:`node.tasks.TaskSource.evaluation_set`: a seed range training never uses, the first rungs of each family's
-ladder). Each question is answered once greedily (pass@1) and ``samples`` times at the training temperature; the
-answers are graded by the training verifier, and exact-match accuracy is reported apart from reasoning-gym's score,
+ladder). Each question is answered once greedily (pass@1) and ``samples`` times at the training temperature (with
+no samples, the means are over the greedy answers: sampling G answers costs G times the compute); the answers are
+graded by the training verifier, and exact-match accuracy is reported apart from reasoning-gym's score,
 so partial credit never passes for accuracy. It runs between rounds, in chunks, and stops early when the node stops.
 """
 
@@ -24,7 +25,7 @@ CHUNK_QUESTIONS = 16  # questions generated per batch: bounds memory and lets pr
 @dataclass(frozen=True)
 class EvalSettings:
     questions: int = 64
-    samples: int = 4  # sampled completions per question for the mean exact-match
+    samples: int = 0  # sampled completions per question for the mean exact-match
     max_new_tokens: int = 48
     temperature: float = 1.0
     top_p: float = 1.0
@@ -69,6 +70,9 @@ class Evaluator:
                 greedy_exact.append(g.exact)
                 wellformed.append(g.wellformed)
                 by_family[task.ref.family].append(g.exact)
+                if not group:
+                    sampled_exact.append(g.exact)
+                    scores.append(g.score)
                 for completion in group:
                     sg = grade(task, completion.text, finished=completion.finished)
                     sampled_exact.append(sg.exact)

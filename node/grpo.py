@@ -9,6 +9,7 @@ the verifier runs exactly once per completion.
 from __future__ import annotations
 
 import copy
+import importlib.util
 import logging
 import math
 import os
@@ -22,7 +23,9 @@ from datasets import Dataset
 from transformers import StoppingCriteria, StoppingCriteriaList
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+from accelerate.utils import is_peft_model  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
+from trl.kernels import ChunkedLogProbFunction  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +51,27 @@ class TrainGroup:
 
 
 @dataclass(frozen=True)
+class LoraSettings:
+    """Train a low-rank adapter (peft LoRA) instead of every weight: the same GRPO update on fewer parameters."""
+
+    rank: int
+    alpha: float | None = None  # None: 2 x rank
+    target_modules: str = "all-linear"  # or comma-separated module names
+
+    def peft_config(self):
+        from peft import LoraConfig
+
+        targets = self.target_modules
+        return LoraConfig(
+            r=self.rank,
+            lora_alpha=self.alpha or 2 * self.rank,
+            lora_dropout=0.0,  # GRPO's importance ratio needs the same function in every forward
+            target_modules=targets if targets == "all-linear" else [t.strip() for t in targets.split(",") if t.strip()],
+            task_type="CAUSAL_LM",
+        )
+
+
+@dataclass(frozen=True)
 class StepStats:
     loss: float
     kl: float | None
@@ -58,7 +82,12 @@ class StepStats:
 
 
 class Policy:
-    """The model being trained plus an optional low-precision copy used only for sampling."""
+    """The model being trained, and how completions are sampled from it.
+
+    With a ``generation_dtype`` other than the model's, each :meth:`generate` call samples from a fresh cast copy
+    (adapters merged in) that is dropped when it returns: casting costs a fraction of a second per round, where a
+    copy kept alive would sit in memory through the training step, the round's peak.
+    """
 
     def __init__(self, model, tokenizer, *, generation_dtype: torch.dtype, max_prompt_tokens: int) -> None:
         self.model = model
@@ -67,8 +96,7 @@ class Policy:
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
         self.eos_ids = _eos_ids(model, tokenizer)
-        self._sampler = model if generation_dtype == model.dtype else copy.deepcopy(model).to(generation_dtype)
-        self._sampler.eval()
+        self.generation_dtype = generation_dtype
 
     def prompt_ids(self, messages: list[dict[str, str]]) -> tuple[int, ...]:
         ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
@@ -92,13 +120,32 @@ class Policy:
         ``should_stop`` is polled after every token, so a cancelled node does not sit out a long generation.
         ``greedy`` decodes the most likely token instead of sampling (held-out evaluation's pass@1).
         """
-        device = next(self._sampler.parameters()).device
+        sampler = self.sampling_model()
+        try:
+            return self._generate(sampler, prompts, num_generations, max_new_tokens, temperature, top_p, seed,
+                                  should_stop, greedy)
+        finally:
+            del sampler
+
+    def sampling_model(self):
+        """The model to sample from: the policy itself, or a copy in ``generation_dtype`` with adapters merged."""
+        if self.generation_dtype == self.model.dtype:
+            return self.model
+        sampler = _low_precision_copy(self.model, self.generation_dtype)
+        # TRL patches the policy's forward per instance (its fused LM head) with a closure over the original
+        # model's forward: the copy must use its class's forward, or it would silently run the float32 weights.
+        vars(sampler).pop("forward", None)
+        _merge_adapters(sampler, self.model)
+        return sampler.eval()
+
+    def _generate(self, sampler, prompts, num_generations, max_new_tokens, temperature, top_p, seed, should_stop, greedy):
+        device = next(sampler.parameters()).device
         width = max(len(p) for p in prompts)
         pad = self.tokenizer.pad_token_id
         input_ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompts], device=device)
         attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
         torch.manual_seed(seed)
-        output = self._sampler.generate(
+        output = sampler.generate(
             input_ids=input_ids,
             attention_mask=attention,
             **({"do_sample": False} if greedy else {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": 0}),
@@ -119,12 +166,46 @@ class Policy:
         ids = row if end is None else row[:end]
         return Completion(ids=tuple(ids), text=self.tokenizer.decode(ids, skip_special_tokens=True), finished=end is not None)
 
-    def sync_sampler(self) -> None:
-        if self._sampler is self.model:
-            return
+
+def _low_precision_copy(model, dtype: torch.dtype):
+    """``copy.deepcopy(model).to(dtype)`` without the float32 deep copy in between.
+
+    Copying the float32 weights first and casting them afterwards briefly doubles the model in memory and leaves
+    the freed float32 copy behind as heap fragmentation; here each tensor is cast straight into the copy, shared
+    (tied) weights stay shared.
+    """
+    memo: dict[int, object] = {}
+    for tensor in [*model.parameters(), *model.buffers()]:
+        if id(tensor) not in memo:
+            cast = tensor.detach().to(dtype) if tensor.is_floating_point() else tensor.detach().clone()
+            memo[id(tensor)] = torch.nn.Parameter(cast, requires_grad=False) if isinstance(
+                tensor, torch.nn.Parameter
+            ) else cast
+    return copy.deepcopy(model, memo).to(dtype)
+
+
+def _merge_adapters(copy_: torch.nn.Module, source: torch.nn.Module) -> None:
+    """Replace the LoRA layers of a sampling copy by plain layers holding ``source``'s merged weights.
+
+    The merge is done in the source's float32 and cast once, as the merged upload is, not in the copy's bfloat16.
+    """
+    try:
+        from peft.tuners.lora import LoraLayer
+    except ImportError:
+        return
+    originals = {name: m for name, m in source.named_modules() if isinstance(m, LoraLayer)}
+    for name, module in list(copy_.named_modules()):
+        if not isinstance(module, LoraLayer):
+            continue
+        original, plain = originals[name], module.get_base_layer()
         with torch.no_grad():
-            for target, source in zip(self._sampler.parameters(), self.model.parameters(), strict=True):
-                target.copy_(source)
+            weight = original.get_base_layer().weight.detach().clone()
+            for adapter in original.active_adapters:
+                if adapter in original.lora_A:
+                    weight += original.get_delta_weight(adapter).to(weight.dtype)
+            plain.weight.copy_(weight)
+        parent, _, child = name.rpartition(".")
+        setattr(copy_.get_submodule(parent) if parent else copy_, child, plain)
 
 
 class _Cancelled(StoppingCriteria):
@@ -173,14 +254,76 @@ class RoundAdapter:
         return list(sapo_reward)
 
 
+# Elements of one [tokens, vocabulary] logits tile: bounds the log-prob pass's temporaries (~8 tiles at its backward
+# peak) whatever the round's size, where TRL's CPU path tiles 4,096 tokens x 32,768 vocabulary entries.
+LOGIT_TILE_ELEMENTS = 4 * 2**20
+# Config fields that rescale logits (Granite, Falcon-H1, ...): such models keep TRL's own log-prob path.
+_LOGIT_SCALES = ("logit_scale", "output_multiplier", "lm_head_multiplier", "logits_scaling")
+
+
+class SapoGRPOTrainer(GRPOTrainer):
+    """TRL's GRPOTrainer with the per-token log-probs computed over the completion tokens only, in bounded tiles.
+
+    TRL 1.16 scores every position of every sequence (prompt and padding included) through its fused LM head
+    whenever Triton cannot run (CPU, MPS), with [4,096 x 32,768] float32 tiles and a dozen tile-sized
+    temporaries in the backward: ~2.3 MB per trained token on CPU. Here the backbone runs as usual, then only the
+    hidden states that predict a completion token go through the same TRL kernel (same online log-sum-exp, same
+    entropy) with tiles of :data:`LOGIT_TILE_ELEMENTS`, so the result matches TRL's to float rounding.
+    """
+
+    def _get_per_token_logps_and_entropies(
+        self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False,
+        compute_aux_loss=False, **multimodal,
+    ):
+        causal_lm = self.accelerator.unwrap_model(model)
+        if is_peft_model(causal_lm):
+            causal_lm = causal_lm.get_base_model()
+        config = causal_lm.config.get_text_config()
+        if (
+            compute_aux_loss
+            or any(value is not None for value in multimodal.values())
+            or any(getattr(config, name, None) is not None for name in _LOGIT_SCALES)
+        ):
+            return super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss,
+                **multimodal,
+            )
+        lm_head = causal_lm.get_output_embeddings()
+        outputs = ("log_probs", "entropy") if compute_entropy else ("log_probs",)
+        batch_size = batch_size or input_ids.size(0)
+        all_logps, all_entropies = [], []
+        for start in range(0, input_ids.size(0), batch_size):
+            ids = input_ids[start : start + batch_size]
+            attention = attention_mask[start : start + batch_size]
+            with self.accelerator.autocast():
+                hidden = causal_lm.base_model(input_ids=ids, attention_mask=attention, use_cache=False).last_hidden_state
+            # Position t predicts token t + 1: the last logits_to_keep tokens are predicted by the states before them.
+            hidden = hidden[:, -logits_to_keep - 1 : -1]
+            targets = ids[:, -logits_to_keep:]
+            mask = attention[:, -logits_to_keep:].bool()
+            tokens = hidden[mask]
+            vocab_chunk = max(1024, LOGIT_TILE_ELEMENTS // max(1, min(tokens.size(0), 4096)))
+            logps, entropy, *_ = ChunkedLogProbFunction.apply(
+                tokens.to(lm_head.weight.device), lm_head.weight, lm_head.bias, targets[mask], self.temperature,
+                vocab_chunk, getattr(config, "final_logit_softcapping", None), 1.0, outputs,
+            )
+            all_logps.append(logps.new_zeros(mask.shape).masked_scatter(mask, logps))
+            if compute_entropy:
+                all_entropies.append(entropy.new_zeros(mask.shape).masked_scatter(mask, entropy))
+        entropies = torch.cat(all_entropies) if compute_entropy else None
+        return torch.cat(all_logps), entropies, None
+
+
 class GrpoLearner:
     """A GRPOTrainer built once and advanced by exactly one optimizer step per call of :meth:`step`."""
 
     def __init__(
         self, policy: Policy, *, output_dir: Path, device: str, mixed_bf16: bool, num_generations: int,
         max_new_tokens: int, learning_rate: float, beta: float, epsilon: float, epsilon_high: float, loss_type: str,
-        max_grad_norm: float, seed: int, micro_batch_groups: int = 0,
+        max_grad_norm: float, seed: int, micro_batch_groups: int = 0, lora: LoraSettings | None = None,
+        adapter_dir: Path | None = None,
     ) -> None:
+        """``lora`` trains an adapter; ``adapter_dir`` resumes one saved by :meth:`save_adapter`."""
         self.policy = policy
         self.micro_batch_groups = micro_batch_groups
         self.adapter = RoundAdapter(eos_id=policy.eos_ids[0])
@@ -202,24 +345,48 @@ class GrpoLearner:
             epsilon=epsilon,
             epsilon_high=epsilon_high,
             loss_type=loss_type,
-            optim="adamw_torch",
+            # On CUDA an 8-bit AdamW (bitsandbytes) quarters the optimizer states, the largest full fine-tune item.
+            optim="adamw_bnb_8bit" if device == "cuda" and _has_bitsandbytes() else "adamw_torch",
             disable_dropout=True,
             save_strategy="no",
             logging_steps=1,
             seed=seed,
         )
-        self.trainer = GRPOTrainer(
-            model=policy.model,
+        model, peft_config = policy.model, None
+        if adapter_dir is not None:
+            from peft import PeftModel
+
+            model = PeftModel.from_pretrained(policy.model, adapter_dir, is_trainable=True)
+        elif lora is not None:
+            peft_config = lora.peft_config()
+        self.trainer = SapoGRPOTrainer(
+            model=model,
+            peft_config=peft_config,
             reward_funcs=[self.adapter],
             args=args,
             train_dataset=Dataset.from_dict({"prompt": ["unused: rounds are fed by the adapter"]}),
             processing_class=policy.tokenizer,
             rollout_func=self.adapter.rollout,
         )
+        # Trainer.train() would switch activation checkpointing on (TRL's default); without it every layer's
+        # activations of the whole pass stay alive for the backward: ~13 GB instead of ~3 for a bundled round.
+        if args.activation_checkpointing:
+            self.trainer.model.activation_checkpointing_enable(
+                activation_checkpointing_kwargs=args.activation_checkpointing_kwargs or None
+            )
         self.trainer.create_optimizer_and_scheduler(num_training_steps=_SCHEDULE_STEPS)
         # Trainer.train() would set this; step() sets it per forward/backward pass.
         self.trainer.current_gradient_accumulation_steps = 1
         self.num_generations = num_generations
+
+    @property
+    def model(self):
+        """What is trained: the policy, or a peft model wrapping it (the policy then holds the adapter layers)."""
+        return self.trainer.model
+
+    @property
+    def is_adapter(self) -> bool:
+        return is_peft_model(self.trainer.model)
 
     @property
     def optimizer(self) -> torch.optim.Optimizer:
@@ -254,7 +421,6 @@ class GrpoLearner:
         trainer.lr_scheduler.step()
         trainer.optimizer.zero_grad(set_to_none=True)
         trainer.state.global_step += 1
-        self.policy.sync_sampler()
         metrics = trainer._metrics["train"]
         kl = _mean(metrics.get("kl")) if trainer.beta else None
         return StepStats(
@@ -265,6 +431,10 @@ class GrpoLearner:
             grad_norm=float(norm) if math.isfinite(float(norm)) else None,
             entropy=_mean(metrics.get("entropy")),
         )
+
+
+def _has_bitsandbytes() -> bool:
+    return importlib.util.find_spec("bitsandbytes") is not None
 
 
 def _mean(values) -> float | None:

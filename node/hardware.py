@@ -188,6 +188,11 @@ class ModelFit:
     download_bytes: int
     required_bytes: int
     label: Literal["fits", "tight", "won't fit"]
+    # The estimate is linear in the tokens of one pass, so a torch-free caller (the app's Settings) can redo it for
+    # any round shape: base_bytes + bytes_per_token * sequences_per_pass * (prompt_tokens + max_new_tokens).
+    base_bytes: int = 0
+    bytes_per_token: int = 0
+    prompt_tokens: int = PROMPT_TOKENS
 
 
 def catalog_fits(hw: HardwareInfo, advice: Recommendation) -> list[ModelFit]:
@@ -196,7 +201,10 @@ def catalog_fits(hw: HardwareInfo, advice: Recommendation) -> list[ModelFit]:
     fits = []
     for spec in CATALOG.values():
         need = _required_bytes(spec.id, advice.train_dtype, per_pass, advice.max_new_tokens)
-        fits.append(ModelFit(spec.id, spec.name, spec.description, spec.download_bytes, need, fit_label(need, budget)))
+        base = _required_bytes(spec.id, advice.train_dtype, 0, 0)
+        per_token = _required_bytes(spec.id, advice.train_dtype, 1, 1 - PROMPT_TOKENS) - base
+        fits.append(ModelFit(spec.id, spec.name, spec.description, spec.download_bytes, need, fit_label(need, budget),
+                             base, per_token))
     return fits
 
 

@@ -148,7 +148,7 @@ def upload_run(
     cancel = cancel or threading.Event()
     endpoint = endpoint or config.upload.endpoint
     private = config.upload.private if private is None else private
-    from node.checkpoint import Checkpointer  # torch: imported only when uploading, not by the app
+    from node.checkpoint import ADAPTER, Checkpointer  # torch: imported only when uploading, not by the app
 
     latest = Checkpointer(config.run_dir / "checkpoints").latest()
     if latest is None:
@@ -159,7 +159,11 @@ def upload_run(
             code="no_checkpoint",
         )
     folder, state = latest
-    files = _open_model_files(folder / "model")
+    adapter = folder / ADAPTER
+    if config.training.lora_upload == "adapter" and adapter.is_dir():
+        files = _open_model_files(adapter, weights_config="adapter_config.json")
+    else:
+        files = _open_model_files(folder / "model")
     try:
         account = validate_token(token, endpoint)
         repo_id = check_repo_id(repo_id or config.upload.repo_id or default_repo_id(
@@ -198,12 +202,12 @@ def upload_run(
     )
 
 
-def _open_model_files(model_dir: Path) -> list[_LocalFile]:
+def _open_model_files(model_dir: Path, weights_config: str = "config.json") -> list[_LocalFile]:
     try:
         paths = sorted(p for p in model_dir.rglob("*") if p.is_file())
-        if not any(p.suffix == ".safetensors" for p in paths) or not (model_dir / "config.json").is_file():
+        if not any(p.suffix == ".safetensors" for p in paths) or not (model_dir / weights_config).is_file():
             raise NodeError(
-                f"The checkpoint folder {model_dir} has no safetensors weights or no config.json.",
+                f"The checkpoint folder {model_dir} has no safetensors weights or no {weights_config}.",
                 hint="let the node save a new checkpoint (stop it, or train until the next one), then upload again",
                 code="bad_checkpoint",
             )

@@ -43,12 +43,14 @@ def popen_options() -> dict:
 
 
 def node_environment() -> dict[str, str]:
-    """The environment of a node child: ours, with glibc's malloc held to two arenas unless the user chose.
+    """The environment of a node child: ours, with glibc's malloc tamed (see :mod:`node.allocator`) unless the
+    user set those variables.
 
-    torch's CPU threads otherwise each grow an arena of their own that is rarely returned: a bundled-model node
-    peaked at 13.1 GB RSS with the default and 8.6 GB with two arenas (one round each, this 2-core machine).
+    Without it the heap fragments: RSS grows by gigabytes per round and torch's threads each grow an arena.
     """
-    return {"MALLOC_ARENA_MAX": "2", **os.environ}
+    from node.allocator import MALLOC_ENV
+
+    return {**MALLOC_ENV, **os.environ}
 
 
 def kill_tree(pid: int) -> None:

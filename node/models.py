@@ -161,6 +161,12 @@ def estimate_training_bytes(
     )
 
 
+def weights_dtype(device: str, *, lora: bool, bf16: bool) -> torch.dtype:
+    """The dtype a model is loaded in: an adapter's frozen base weights in bfloat16 on CUDA with bf16 training
+    (half the memory; the adapter itself stays float32), float32 master weights everywhere else."""
+    return torch.bfloat16 if lora and bf16 and device == "cuda" else torch.float32
+
+
 def fit_label(required: int, available: int) -> Literal["fits", "tight", "won't fit"]:
     """Past 70 % of what is available it is "tight": allocator fragmentation and other programs eat the rest."""
     if required > available:

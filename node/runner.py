@@ -17,9 +17,9 @@ from collections.abc import Callable
 
 import torch
 
-from node import hardware, limits, models
+from node import allocator, hardware, limits, models
 from node.auto_upload import AutoUploader
-from node.checkpoint import Checkpointer, CheckpointState
+from node.checkpoint import ADAPTER, Checkpointer, CheckpointState
 from node.config import NodeConfig
 from node.curriculum import Curriculum, TaskMix, default_mix
 from node.errors import NodeError
@@ -29,7 +29,7 @@ from node.events import (
     StateChanged,
 )
 from node.exchange import Exchange
-from node.grpo import GrpoLearner, Policy
+from node.grpo import GrpoLearner, LoraSettings, Policy
 from node.identity import Identity, load_or_create, peer_name
 from node.round import RoundCancelled, RoundParts, RoundSettings, play_round
 from node.runstore import RunStore
@@ -119,6 +119,7 @@ class SwarmNode:
         device = hw.kind if train.device == "auto" else train.device
         if device != "cpu" and device != hw.kind:
             raise NodeError(f"device {device!r} is not available here ({hw.describe()})", hint="use --device auto")
+        allocator.tame_heap()  # a node started by hand lacks node_environment()'s malloc settings
         applied = limits.apply_resource_limits(
             threads=cfg.run.threads, gpu_memory_fraction=cfg.run.gpu_memory_fraction, device=device
         )
@@ -157,17 +158,29 @@ class SwarmNode:
                 f"the run {cfg.run.run_name!r} was trained from {latest[1].model!r}, not {train.model!r}",
                 hint="pick another run name (--run-name) to start a new run with this model",
             )
+        lora = LoraSettings(train.lora_rank, train.lora_alpha, train.lora_target_modules) if train.lora_rank else None
+        if latest is not None and latest[1].lora_rank != train.lora_rank:
+            raise NodeError(
+                f"the run {cfg.run.run_name!r} was trained with lora_rank={latest[1].lora_rank}, "
+                f"not {train.lora_rank}",
+                hint="pick another run name (--run-name) to start a new run with these settings",
+            )
+        adapter_dir = latest[0] / ADAPTER if latest and lora else None
+        # An adapter run resumes from the base model plus its saved adapter; a full run from its own weights.
         source = models.ResolvedModel(
             ref=train.model, kind="local_dir", path_or_id=str(latest[0] / "model"), gguf_file=None, params=None
-        ) if latest else resolved
-        model, tokenizer = models.load(source, cache_dir=cfg.model_cache_dir, dtype=torch.float32, device=device)
+        ) if latest and not lora else resolved
+        model, tokenizer = models.load(
+            source, cache_dir=cfg.model_cache_dir, dtype=models.weights_dtype(device, lora=bool(lora), bf16=mixed_bf16),
+            device=device,
+        )
         self.policy = Policy(model, tokenizer, generation_dtype=generation_dtype, max_prompt_tokens=train.max_prompt_tokens)
         self.learner = GrpoLearner(
             self.policy, output_dir=self.run_dir / "trl", device=device, mixed_bf16=mixed_bf16,
             num_generations=train.num_generations, max_new_tokens=train.max_new_tokens,
             learning_rate=train.learning_rate, beta=train.beta, epsilon=train.epsilon,
             epsilon_high=train.epsilon_high, loss_type=train.loss_type, max_grad_norm=train.max_grad_norm,
-            seed=cfg.run.seed, micro_batch_groups=train.micro_batch_groups,
+            seed=cfg.run.seed, micro_batch_groups=train.micro_batch_groups, lora=lora, adapter_dir=adapter_dir,
         )
         if latest:
             folder, state = latest
@@ -319,9 +332,9 @@ class SwarmNode:
         self.bus.emit(RoundProgress(round=self.last_round, phase="checkpoint"))
         state = CheckpointState(
             round=self.last_round, rounds_trained=self.rounds_trained, global_step=self.learner.global_step,
-            model=self.config.training.model,
+            model=self.config.training.model, lora_rank=self.config.training.lora_rank,
         )
-        path = self.checkpointer.save(self.policy.model, self.policy.tokenizer, self.learner.optimizer, state)
+        path = self.checkpointer.save(self.learner.model, self.policy.tokenizer, self.learner.optimizer, state)
         self.bus.emit(CheckpointSaved(round=self.last_round, path=str(path), seconds=time.perf_counter() - started))
         if self.uploader is not None and not self.stopping:
             self.uploader.after_checkpoint(self.rounds_trained)

@@ -16,6 +16,7 @@ from app.policies import BATTERY, USER_ACTIVE, PausePolicies
 from app.settings_dialog import SettingsDialog
 from node.config import DesktopSettings, NodeConfig
 from node.events import NodeStarted, RolloutSample, RoundMetrics, StateChanged
+from node.invite import parse_invite
 from node.runstore import RunStore
 from tests.apphelpers import make_window, recorded_events
 
@@ -45,8 +46,8 @@ def test_dashboard_plays_a_recorded_event_stream(qtbot, tmp_path):
     assert window.gossip.model.rowCount() == len(samples)
     started = next(e for e in events if isinstance(e, NodeStarted))
     assert window.header.name.text() == started.peer_name
-    assert window.header.invite == started.invite and window.header.copy_invite.isEnabled()
-    assert f"Round <b>{rounds[-1].round}</b>" == window.header.round.text()
+    assert parse_invite(window.header.invite).peers == tuple(started.invite) and window.header.copy_invite.isEnabled()
+    assert f"Rounds trained {rounds[-1].rounds_trained}" in window.header.counters.text()
     totals = window.header.counters.text()
     assert f"groups shared {sum(r.groups_shared for r in rounds)}" in totals
     assert f"received {sum(r.groups_received for r in rounds)}" in totals
@@ -71,9 +72,9 @@ def test_plots_load_the_run_history_at_start(qtbot, tmp_path):
     # A replayed event for a round already shown does not add a second point.
     window.supervisor._eventArrived.emit(next(e for e in events if isinstance(e, RoundMetrics)))
     assert window.dashboard.point_count("local") == 5
-    window.dashboard.plots["reward"].getPlotItem().getViewBox().scaleBy((0.1, 0.1))
+    window.dashboard.plots["seconds"].getPlotItem().getViewBox().scaleBy((0.1, 0.1))
     window.dashboard.reset_button.click()
-    assert window.dashboard.plots["reward"].getPlotItem().getViewBox().autoRangeEnabled()[0]
+    assert all(window.dashboard.plots["seconds"].getPlotItem().getViewBox().autoRangeEnabled())
 
 
 def test_gossip_filters_and_caps_rows(qtbot, tmp_path):
@@ -120,7 +121,7 @@ def test_tray_menu_and_close_to_tray(qtbot, tmp_path):
 
 def test_settings_dialog_validates_and_returns_a_new_config(qtbot, tmp_path):
     config = config_in(tmp_path)
-    dialog = SettingsDialog(config, idle_supported=False)
+    dialog = SettingsDialog(config, idle_supported=False, hardware={})
     qtbot.addWidget(dialog)
     assert not dialog.active.isEnabled()  # no idle time on this desktop: the option says so instead of lying
     dialog.threads.setValue(1)
@@ -130,7 +131,7 @@ def test_settings_dialog_validates_and_returns_a_new_config(qtbot, tmp_path):
     new = dialog.result_config
     assert new.run.threads == 1 and new.run.gpu_memory_fraction == 0.5 and new.desktop.pause_on_battery
     assert new.training == config.training
-    dialog = SettingsDialog(new, idle_supported=True)
+    dialog = SettingsDialog(new, idle_supported=True, hardware={})
     qtbot.addWidget(dialog)
     dialog.threads.setValue(0)
     dialog.gpu_cap.setValue(0)

@@ -7,8 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
+from trl import GRPOTrainer
 
-from node.grpo import Completion, GrpoLearner, Policy, TrainGroup
+from node import grpo
+from node.grpo import Completion, GrpoLearner, Policy, SapoGRPOTrainer, TrainGroup
 
 G = 4
 REWARDS = [(0.0, 1.0, 0.5, 0.0), (1.0, 1.0, 0.0, 0.25)]
@@ -128,6 +130,8 @@ def test_advantages_and_loss_match_hand_computation(tiny_model_dir, tmp_path, lo
 
 def test_step_updates_weights_once_per_round(tiny_model_dir, tmp_path):
     learner = _learner(tiny_model_dir, tmp_path, "grpo")
+    # Trainer.train() is never called, so the learner itself must switch TRL's activation checkpointing on.
+    assert learner.trainer.model.is_activation_checkpointing
     before = [p.detach().clone() for p in learner.policy.model.parameters()]
     stats = learner.step(_batch(learner.policy))
     assert learner.global_step == 1
@@ -169,3 +173,64 @@ def test_generation_stops_within_a_token_of_cancellation(tiny_model_dir, tmp_pat
     assert all(len(c.ids) <= 3 and not c.finished for c in group)
     (full,) = policy.generate([prompt], num_generations=2, max_new_tokens=64, temperature=1.0, top_p=1.0, seed=0)
     assert max(len(c.ids) for c in full) > 3
+
+
+def test_completion_only_log_probs_match_trls_fused_head(tiny_model_dir, tmp_path):
+    """Our log-prob path (completion tokens only, small tiles) against TRL's own, with gradients and entropies."""
+    learner = _learner(tiny_model_dir, tmp_path, "grpo")
+    trainer, model = learner.trainer, learner.policy.model
+    inputs = trainer._prepare_inputs(learner.adapter.load(_batch(learner.policy)))
+    input_ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+    attention = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+    keep = inputs["completion_ids"].size(1)
+    weights = torch.randn(inputs["completion_ids"].shape)
+    results = []
+    for method in (GRPOTrainer._get_per_token_logps_and_entropies, SapoGRPOTrainer._get_per_token_logps_and_entropies):
+        model.zero_grad(set_to_none=True)
+        logps, entropies, _ = method(trainer, model, input_ids, attention, keep, compute_entropy=True)
+        ((logps * weights).sum() + entropies.sum()).backward()
+        grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+        results.append((logps.detach(), entropies.detach(), grads))
+    (trl_logps, trl_entropy, trl_grads), (our_logps, our_entropy, our_grads) = results
+    assert (our_logps[inputs["completion_mask"] == 0] == 0).all()
+    torch.testing.assert_close(our_logps, trl_logps, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(our_entropy, trl_entropy, atol=1e-5, rtol=1e-5)
+    assert len(our_grads) == len(trl_grads) > 0
+    for ours, theirs in zip(our_grads, trl_grads, strict=True):
+        torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=1e-4)
+
+
+def test_tiles_bound_the_vocabulary_chunk(tiny_model_dir, tmp_path, monkeypatch):
+    """Tiles far smaller than the vocabulary give the same log-probs (several chunks folded online)."""
+    learner = _learner(tiny_model_dir, tmp_path, "grpo")
+    trainer, model = learner.trainer, learner.policy.model
+    inputs = trainer._prepare_inputs(learner.adapter.load(_batch(learner.policy)))
+    input_ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+    attention = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+    keep = inputs["completion_ids"].size(1)
+    with torch.no_grad():
+        whole, _, _ = trainer._get_per_token_logps_and_entropies(model, input_ids, attention, keep)
+        monkeypatch.setattr(grpo, "LOGIT_TILE_ELEMENTS", 1)  # 1,024-entry vocabulary chunks
+        tiled, _, _ = trainer._get_per_token_logps_and_entropies(model, input_ids, attention, keep)
+    assert model.config.vocab_size > 4 * 1024
+    torch.testing.assert_close(tiled, whole, atol=1e-5, rtol=1e-5)
+
+
+def test_bf16_sampler_is_a_cast_copy_with_tied_weights(tiny_model_dir, tmp_path):
+    policy = _learner(tiny_model_dir, tmp_path, "grpo").policy  # the trainer has patched the policy's forward
+    policy.generation_dtype = torch.bfloat16
+    model = policy.model
+    sampler = policy.sampling_model()
+    with torch.inference_mode():
+        assert sampler(input_ids=torch.tensor([[1, 2, 3]])).logits.dtype == torch.bfloat16
+    assert sampler is not model
+    assert all(p.dtype == torch.bfloat16 for p in sampler.parameters())
+    assert sampler.get_output_embeddings().weight is sampler.get_input_embeddings().weight
+    for (name, ours), (_, source) in zip(sampler.named_parameters(), model.named_parameters(), strict=True):
+        assert torch.equal(ours, source.detach().to(torch.bfloat16)), name
+        assert ours.data_ptr() != source.data_ptr()
+    with torch.no_grad():
+        next(model.parameters()).add_(1.0)
+    fresh = policy.sampling_model()  # each generation samples from the weights as they are now
+    assert torch.equal(next(fresh.parameters()), next(model.parameters()).detach().to(torch.bfloat16))
+    assert not torch.equal(next(fresh.parameters()), next(sampler.parameters()))

@@ -1,0 +1,56 @@
+"""Will a model train on this computer? Read from the node's ``hardware --json`` answer (the GUI never imports torch).
+
+The label follows the computer's total memory (GPU memory with CUDA), so it does not flip between runs with what
+happens to be free; when free RAM is short right now, a separate note says to close other programs.
+"""
+
+from __future__ import annotations
+
+from node.units import format_bytes
+
+TIGHT = 0.7  # past 70 % of the memory it is "tight": fragmentation and other programs eat the rest (node.models)
+
+
+def budget(hardware: dict) -> int:
+    gpus = hardware.get("gpus") or []
+    if hardware.get("kind") == "cuda" and gpus:
+        return int(gpus[0]["total_memory_bytes"])
+    return int(hardware.get("total_ram_bytes") or 0)
+
+
+def label(required: int, available: int) -> str:
+    if available <= 0:
+        return "unknown"
+    if required > available:
+        return "won't fit"
+    return "tight" if required > TIGHT * available else "fits"
+
+
+def required(model: dict, *, sequences_per_pass: int, max_new_tokens: int) -> int:
+    """Peak bytes of one training step for this round shape (the node's estimate, linear in tokens per pass)."""
+    if not model.get("bytes_per_token"):
+        return int(model["required_bytes"])  # an older node: only the figure for the recommended shape
+    tokens = sequences_per_pass * (int(model["prompt_tokens"]) + max_new_tokens)
+    return int(model["base_bytes"]) + int(model["bytes_per_token"]) * tokens
+
+
+def free_ram_note(hardware: dict, need: int) -> str:
+    """A note when the RAM free right now is less than the node needs (only where the model trains in RAM)."""
+    if hardware.get("kind") == "cuda":
+        return ""
+    free = int(hardware.get("available_ram_bytes") or 0)
+    if free and need > free:
+        return (f"Only {format_bytes(free)} of RAM is free right now: close other programs before training, "
+                f"or choose a smaller round.")
+    return ""
+
+
+def describe(model: dict, hardware: dict, *, sequences_per_pass: int, max_new_tokens: int) -> tuple[str, str]:
+    """(label, one line for the user) for ``model`` with this round shape."""
+    need = required(model, sequences_per_pass=sequences_per_pass, max_new_tokens=max_new_tokens)
+    total = budget(hardware)
+    verdict = label(need, total)
+    where = "GPU memory" if hardware.get("kind") == "cuda" else "RAM"
+    text = f"Needs about {format_bytes(need)} of {format_bytes(total)} {where}: {verdict}."
+    note = free_ram_note(hardware, need)
+    return verdict, f"{text} {note}".strip()

@@ -1,0 +1,240 @@
+"""Peak and kept RSS per round of the node's own round (generate, score, one GRPO step), over many rounds.
+
+Each model and mode runs in its own child process, started with the node's environment
+(:func:`node.launch.node_environment`: the allocator settings a node gets), so one measurement cannot inherit
+another's heap. A sampling thread reads the child's RSS every few milliseconds; per round it reports the peak of
+the generation phase, the peak of the training step and the RSS kept after the round.
+
+The round is the default round shape (I local questions x G completions generated here, and J "peer" groups made of
+the same completion texts re-tokenized under other questions, as a peer's texts are), so it needs no swarm.
+
+    python bench/memory.py                               # catalog models that fit here, full and LoRA, 20 rounds
+    python bench/memory.py --models bundled --modes full --rounds 3 --no-save
+
+Writes bench/results/memory.json and prints a markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results" / "memory.json"
+GB = 1e9
+
+
+class PeakSampler:
+    """Polls this process's RSS in a thread; :meth:`take` returns the highest value since the last call."""
+
+    def __init__(self, interval_s: float = 0.005) -> None:
+        import psutil
+
+        self._process = psutil.Process()
+        self._interval = interval_s
+        self._peak = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            rss = self._process.memory_info().rss
+            with self._lock:
+                self._peak = max(self._peak, rss)
+            time.sleep(self._interval)
+
+    def rss(self) -> int:
+        return self._process.memory_info().rss
+
+    def take(self) -> int:
+        rss = self.rss()
+        with self._lock:
+            peak, self._peak = max(self._peak, rss), rss
+        return peak
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def child(model_ref: str, mode: str, rounds: int, args: argparse.Namespace) -> None:
+    """Run ``rounds`` node rounds in this process and print one JSON line per phase and round."""
+    sampler = PeakSampler()
+
+    import torch
+
+    from node import hardware, models
+    from node.grpo import GrpoLearner, LoraSettings, Policy, TrainGroup
+    from node.taskref import DEFAULT_FAMILIES
+    from node.tasks import TaskSource, build_messages, score
+
+    torch.set_num_threads(args.threads)
+
+    def emit(**row) -> None:
+        print(json.dumps(row), flush=True)
+
+    emit(phase="start", rss_gb=sampler.rss() / GB)
+    resolved = models.resolve(model_ref)
+    model, tokenizer = models.load(
+        resolved, cache_dir=Path(args.cache_dir), dtype=torch.float32, device="cpu"
+    )
+    gc.collect()
+    emit(phase="loaded", rss_gb=sampler.rss() / GB, peak_gb=sampler.take() / GB)
+    hw = hardware.detect()
+    generation_dtype = torch.bfloat16 if hardware.auto_bf16(hw, "cpu", sampling=True) else torch.float32
+    if args.generation_dtype != "auto":
+        generation_dtype = getattr(torch, args.generation_dtype)
+    lora = LoraSettings(rank=args.lora_rank) if mode == "lora" else None
+    policy = Policy(model, tokenizer, generation_dtype=generation_dtype, max_prompt_tokens=1024)
+    work = Path(tempfile.mkdtemp(prefix="rl-swarm-memory-"))
+    learner = GrpoLearner(
+        policy, output_dir=work / "trl", device="cpu", mixed_bf16=False, num_generations=args.G,
+        max_new_tokens=args.max_new_tokens, learning_rate=5e-6, beta=0.0, epsilon=0.2, epsilon_high=0.28,
+        loss_type="grpo", max_grad_norm=1.0, seed=0, micro_batch_groups=args.micro_batch_groups, lora=lora,
+    )
+    gc.collect()
+    emit(phase="ready", rss_gb=sampler.rss() / GB, peak_gb=sampler.take() / GB,
+         generation_dtype=str(generation_dtype).removeprefix("torch."))
+
+    tasks = TaskSource({family: 1.0 for family in DEFAULT_FAMILIES}, seed=1234)
+    for number in range(rounds):
+        rng = random.Random(number)
+        started = time.perf_counter()
+        local = tasks.sample(args.I, rng)
+        prompts = [policy.prompt_ids(build_messages(task.question)) for task in local]
+        generated = policy.generate(prompts, num_generations=args.G, max_new_tokens=args.max_new_tokens,
+                                    temperature=1.0, top_p=1.0, seed=number)
+        generate_s = time.perf_counter() - started
+        generate_peak = sampler.take()
+        groups = [
+            TrainGroup(prompt, tuple(completions), tuple(score(task, c.text) for c in completions))
+            for task, prompt, completions in zip(local, prompts, generated, strict=True)
+        ]
+        # Peer groups: other questions with texts re-tokenized as the node does with a peer's completions.
+        for task, completions in zip(tasks.sample(args.J, rng), generated * args.J, strict=False):
+            prompt = policy.prompt_ids(build_messages(task.question))
+            encoded = tuple(
+                policy.encode_completion(c.text, finished=c.finished, max_new_tokens=args.max_new_tokens)
+                for c in completions
+            )
+            rewards = tuple(float(i % 2) for i in range(len(encoded)))  # a spread, so the group has a gradient
+            groups.append(TrainGroup(prompt, encoded, rewards))
+        t0 = time.perf_counter()
+        learner.step(groups)
+        train_s = time.perf_counter() - t0
+        train_peak = sampler.take()
+        gc.collect()
+        emit(
+            phase="round", round=number + 1, generate_peak_gb=generate_peak / GB, train_peak_gb=train_peak / GB,
+            kept_gb=sampler.rss() / GB, generate_s=generate_s, train_s=train_s,
+            trained_tokens=sum(len(c.ids) + c.finished for g in groups for c in g.completions),
+            prompt_tokens=sum(len(g.prompt_ids) * len(g.completions) for g in groups),
+        )
+    sampler.close()
+
+
+def run_child(model: str, mode: str, args: argparse.Namespace) -> list[dict]:
+    from node.launch import node_environment
+
+    env = node_environment()
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    if args.env:
+        env.update(dict(item.split("=", 1) for item in args.env))
+    command = [sys.executable, __file__, "--child", model, mode, "--rounds", str(args.rounds),
+               "--threads", str(args.threads), "-I", str(args.I), "-J", str(args.J), "-G", str(args.G),
+               "--max-new-tokens", str(args.max_new_tokens), "--micro-batch-groups", str(args.micro_batch_groups),
+               "--lora-rank", str(args.lora_rank), "--cache-dir", args.cache_dir,
+               "--generation-dtype", args.generation_dtype]
+    rows = []
+    with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True) as process:
+        for line in process.stdout:
+            row = json.loads(line)
+            rows.append(row)
+            print(f"  {model} {mode}: {row}", file=sys.stderr, flush=True)
+    if process.returncode:
+        raise RuntimeError(f"{model} {mode} failed with exit code {process.returncode}")
+    return rows
+
+
+def summarize(model: str, mode: str, rows: list[dict]) -> dict:
+    rounds = [r for r in rows if r["phase"] == "round"]
+    ready = next(r for r in rows if r["phase"] == "ready")
+    peaks = [max(r["generate_peak_gb"], r["train_peak_gb"]) for r in rounds]
+    return {
+        "model": model,
+        "mode": mode,
+        "peak_rss_gb": round(max(peaks + [ready["peak_gb"]]), 3),
+        "kept_rss_gb_round1": round(rounds[0]["kept_gb"], 3),
+        f"kept_rss_gb_round{len(rounds)}": round(rounds[-1]["kept_gb"], 3),
+        "rss_after_load_gb": round(ready["rss_gb"], 3),
+        "generate_peak_gb_max": round(max(r["generate_peak_gb"] for r in rounds), 3),
+        "train_peak_gb_max": round(max(r["train_peak_gb"] for r in rounds), 3),
+        "train_s_median": round(sorted(r["train_s"] for r in rounds)[len(rounds) // 2], 2),
+        "generate_s_median": round(sorted(r["generate_s"] for r in rounds)[len(rounds) // 2], 2),
+        "trained_tokens_per_round": round(sum(r["trained_tokens"] for r in rounds) / len(rounds)),
+        "rounds": len(rounds),
+        "kept_rss_gb_per_round": [round(r["kept_gb"], 3) for r in rounds],
+        "peak_rss_gb_per_round": [round(p, 3) for p in peaks],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--child", nargs=2, metavar=("MODEL", "MODE"), help=argparse.SUPPRESS)
+    parser.add_argument("--models", nargs="+", default=["bundled"])
+    parser.add_argument("--modes", nargs="+", default=["full", "lora"], choices=["full", "lora"])
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("-I", type=int, default=2, help="local questions per round")
+    parser.add_argument("-J", type=int, default=2, help="peer groups per round")
+    parser.add_argument("-G", type=int, default=4, help="completions per question")
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--micro-batch-groups", type=int, default=None,
+                        help="default: the node's default (node.config.TrainingSettings)")
+    parser.add_argument("--lora-rank", type=int, default=16)
+    parser.add_argument("--generation-dtype", default="auto", choices=["auto", "float32", "bfloat16"])
+    parser.add_argument("--cache-dir", default=str(Path.home() / ".cache" / "rl-swarm-bench"))
+    parser.add_argument("--env", nargs="*", help="extra KEY=VALUE for the children (e.g. to compare allocators)")
+    parser.add_argument("--no-save", action="store_true")
+    args = parser.parse_args()
+    if args.micro_batch_groups is None:
+        from node.config import TrainingSettings
+
+        args.micro_batch_groups = TrainingSettings().micro_batch_groups
+    if args.child:
+        child(*args.child, args.rounds, args)
+        return
+    rows = []
+    for model in args.models:
+        for mode in args.modes:
+            rows.append(summarize(model, mode, run_child(model, mode, args)))
+    if not args.no_save:
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        settings = {k: getattr(args, k) for k in ("rounds", "threads", "I", "J", "G", "max_new_tokens",
+                                                  "micro_batch_groups", "lora_rank", "generation_dtype")}
+        RESULTS.write_text(json.dumps({"settings": settings, "rows": rows}, indent=1) + "\n", encoding="utf-8")
+    last = f"kept_rss_gb_round{args.rounds}"
+    print("| model | mode | peak RSS GB | kept RSS GB round 1 | kept RSS GB round "
+          f"{args.rounds} | train s/round |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['model']} | {r['mode']} | {r['peak_rss_gb']:.2f} | {r['kept_rss_gb_round1']:.2f} | "
+              f"{r[last]:.2f} | {r['train_s_median']:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
