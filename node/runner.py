@@ -250,6 +250,8 @@ class SwarmNode:
             if since_checkpoint >= self.config.run.checkpoint_every:
                 self._checkpoint()
                 since_checkpoint = 0
+        if not self.stopping and self._evaluation_due():  # the run reached its round count: a final evaluation
+            self._evaluate()
         if since_checkpoint:
             self._checkpoint()
         self._set_state("stopping")

@@ -25,10 +25,11 @@ def tiny_config(model_dir: Path, data_dir: Path, **overrides) -> NodeConfig:
                      "num_generations": 4, "max_new_tokens": 16, "max_prompt_tokens": 256, "learning_rate": 1e-4},
         "swarm": {"host": "127.0.0.1", "gather_timeout_s": 5.0, "call_timeout_s": 5.0},
         "tasks": {"weights": {f: 1.0 for f in FAST_FAMILIES.split(",")}},
+        "evaluation": {"questions": 8},
         "run": {"data_dir": str(data_dir), "threads": 1, "checkpoint_every": 1},
     }
     for section, fields in overrides.items():
-        data[section].update(fields)
+        data.setdefault(section, {}).update(fields)
     return NodeConfig.build(data)
 
 

@@ -113,3 +113,28 @@ def test_a_round_without_reward_spread_skips_the_update(tiny_model_dir, tmp_path
     assert m.reward_local == 0.0 and m.groups_with_spread == 0.0 and m.accuracy_local == 0.0
     assert all(s.fate == "trained" and s.reason in ("no_answer_block", "cut_at_token_limit", "wrong_value")
                for s in results["QmSolo"].samples)
+
+
+@pytest.mark.slow
+def test_build_node_plays_rounds_and_evaluates_over_an_in_memory_exchange(tiny_model_dir, tmp_path):
+    from node.events import EventBus
+    from node.runner import build_node
+    from node.runstore import RunStore
+    from tests.nodes import tiny_config
+
+    config = tiny_config(tiny_model_dir, tmp_path, run={"rounds": 2, "checkpoint_every": 5},
+                         evaluation={"every_rounds": 1, "questions": 5})
+    board, bus, events = InMemoryBoard(), EventBus(), []
+    bus.subscribe(events.append)
+    node = build_node(config, bus=bus, exchange=lambda cfg, identity, peers: InMemoryExchange(board, identity.peer_id))
+    node.run()
+    kinds = [e.kind for e in events]
+    evaluations = [e for e in events if e.kind == "eval_finished"]
+    assert [e.rounds_trained for e in evaluations] == [0, 1, 2]  # baseline, every round, and after the last one
+    assert kinds.index("eval_finished") < kinds.index("round_finished")
+    assert all(e.questions == 5 and e.seconds > 0 for e in evaluations)
+    assert RunStore(config.run_dir).evaluations() == evaluations
+    assert [e.round for e in events if e.kind == "round_finished"] == [0, 1]
+    assert set(board.records) == {0, 1} and board.clock  # it published and announced through the exchange
+    phases = {e.phase for e in events if e.kind == "round_progress"}
+    assert {"evaluating", "generating", "sharing", "checkpoint"} <= phases
