@@ -45,7 +45,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from node.config import NodeConfig  # noqa: E402
+from node.config import NodeConfig, merge  # noqa: E402
+from node.demo import DEMO_MAX_NEW_TOKENS, demo_config  # noqa: E402
 from node.events import EvalFinished, RoundMetrics, event_from_json  # noqa: E402
 from node.launch import kill_tree, node_command, popen_options, stop_processes  # noqa: E402
 from node.runstore import RunStore  # noqa: E402
@@ -92,29 +93,30 @@ def settings_of(args: argparse.Namespace) -> dict:
 
 def node_config(args: argparse.Namespace, work: Path, sapo: Sapo, seed: int, index: int, model: str,
                 join: list[str]) -> NodeConfig:
-    data = {
-        "training": {"model": model, "local_questions": sapo.local, "external_groups": sapo.external,
+    """The demo's node settings (the product's default path), with only I, J, seeds and evaluation changed."""
+    base = demo_config(work, index, model=model, threads=1, join=join).to_dict()
+    name = run_name(sapo, seed, index)
+    changes: dict = {
+        "training": {"local_questions": sapo.local, "external_groups": sapo.external,
                      "num_generations": args.generations, "max_new_tokens": args.max_new_tokens, "device": "cpu"},
-        "swarm": {"swarm_name": f"bench-{sapo.slug}-s{seed}", "host": "127.0.0.1", "initial_peers": join,
-                  "gather_timeout_s": args.gather_timeout},
+        "swarm": {"swarm_name": f"bench-{sapo.slug}-s{seed}", "gather_timeout_s": args.gather_timeout},
         # Node k of seed s samples the same training tasks in every configuration, and other tasks than node k+1.
         "tasks": {"seed": seed * 1000 + index},
         "evaluation": {"every_rounds": args.eval_every, "questions": args.eval_questions,
                        "samples": args.eval_samples, "seed": args.eval_seed},
-        "run": {"data_dir": str(work), "run_name": run_name(sapo, seed, index), "threads": 1, "seed": seed,
-                # Rounds are stopped by the bench after the evaluation that follows the last one (see _Run).
-                "rounds": args.rounds + 1, "checkpoint_every": 10**6,
-                "identity_file": str(work / "identities" / f"{run_name(sapo, seed, index)}.key")},
+        # The bench stops each node after the evaluation that follows its last round (see _Run._follow).
+        "run": {"run_name": name, "threads": 1, "seed": seed, "rounds": args.rounds + 1, "checkpoint_every": 10**6,
+                "identity_file": str(work / "identities" / f"{name}.key")},
     }
     for item in args.set or []:
         key, _, value = item.partition("=")
-        section, _, name = key.partition(".")
+        section, _, field_name = key.partition(".")
         try:
             parsed = tomllib.loads(f"v = {value}")["v"]
         except tomllib.TOMLDecodeError:
             parsed = value  # a bare string
-        data.setdefault(section, {})[name] = parsed
-    return NodeConfig.build(data, source="bench settings")
+        changes.setdefault(section, {})[field_name] = parsed
+    return NodeConfig.build(merge(base, changes), source="bench settings")
 
 
 def run_name(sapo: Sapo, seed: int, index: int) -> str:
@@ -143,6 +145,7 @@ class _Run:
         self.args, self.work, self.sapo, self.seed, self.model, self.stop_at = args, work, sapo, seed, model, stop_at
         self.nodes: list[_Node] = []
         self.outcome = "complete"
+        self.cancelled = threading.Event()
 
     def play(self) -> str:
         for index in range(self.args.nodes):
@@ -218,6 +221,9 @@ class _Run:
         deadline = None if timeout is None else time.monotonic() + timeout
         last_line = time.monotonic()
         while not condition():
+            if self.cancelled.is_set():
+                self.outcome = "interrupted"
+                return False
             if time.time() >= self.stop_at:
                 self.outcome = "out_of_time"
                 return False
@@ -559,7 +565,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--rounds", type=int, default=20, help="rounds trained per node")
     parser.add_argument("--generations", type=int, default=4, help="G")
-    parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--max-new-tokens", type=int, default=DEMO_MAX_NEW_TOKENS)
     parser.add_argument("--eval-every", type=int, default=5, help="held-out evaluation every N rounds (and at 0)")
     parser.add_argument("--eval-questions", type=int, default=64)
     parser.add_argument("--eval-samples", type=int, default=0, help="sampled answers per question (0 = greedy only)")
@@ -571,7 +577,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="folder of learning.json and the curves")
     parser.add_argument("--deadline", help="UTC HH:MM: start no run that cannot finish by then, stop at it")
     parser.add_argument("--budget-min", type=float, help="wall-clock budget of this invocation in minutes")
-    parser.add_argument("--node-gb", type=float, default=6.0, help="expected peak memory of one node")
+    parser.add_argument("--node-gb", type=float, default=3.5, help="expected peak memory of one node")
+    parser.add_argument("--parallel", action="store_true",
+                        help="run the configurations of a seed at the same time (same machine load for each)")
     parser.add_argument("--fresh", action="store_true", help="ignore runs saved in the results file")
     parser.add_argument("--report-only", action="store_true", help="redraw curves and summary from the results file")
     args = parser.parse_args(argv)
@@ -602,38 +610,59 @@ def main(argv: list[str] | None = None) -> int:
     todo = [(seed, sapo) for seed in args.seeds for sapo in sapos
             if not any(r["complete"] and r["config"] == sapo.name and r["seed"] == seed for r in runs)]
     _say(f"{len(todo)} runs to do ({args.nodes} nodes x {args.rounds} rounds each); results in {results_path}")
-    for seed, sapo in todo:
+    # With --parallel the configurations of one seed run side by side: they share the machine's load exactly.
+    batches = [[(seed, sapo) for s, sapo in todo if s == seed] for seed in dict.fromkeys(s for s, _ in todo)]
+    if not args.parallel:
+        batches = [[item] for batch in batches for item in batch]
+    for batch in batches:
         durations = [r["minutes"] for r in runs if r["complete"]]
         expected = 60 * (max(durations) if durations else 0)
         if time.time() + expected > stop_at:
             _say(f"stopping: the next run takes ~{expected / 60:.0f} min, the wall budget ends sooner")
             break
-        needed = args.nodes * args.node_gb + MEMORY_RESERVE_GB
+        needed = len(batch) * args.nodes * args.node_gb + MEMORY_RESERVE_GB
         available = psutil.virtual_memory().available / 2**30
         if available < needed:
-            _say(f"waiting: {available:.1f} GB available, {needed:.1f} GB needed for {args.nodes} nodes")
+            _say(f"waiting: {available:.1f} GB available, {needed:.1f} GB needed for {len(batch) * args.nodes} nodes")
             while available < needed and time.time() < stop_at:
                 time.sleep(30)
                 available = psutil.virtual_memory().available / 2**30
             if available < needed:
                 break
-        _say(f"run {sapo.name} seed {seed}: {args.nodes} nodes, {args.rounds} rounds")
+        plays = [_Run(args, args.work, sapo, seed, model, stop_at) for seed, sapo in batch]
+        outcomes: dict[int, tuple[str, float]] = {}
+
+        def play(i: int, run: _Run) -> None:
+            began = time.monotonic()
+            outcomes[i] = (run.play(), (time.monotonic() - began) / 60)
+
+        _say(", ".join(f"run {sapo.name} seed {seed}" for seed, sapo in batch)
+             + f": {args.nodes} nodes each, {args.rounds} rounds")
         started = time.monotonic()
+        threads = [threading.Thread(target=play, args=(i, run)) for i, run in enumerate(plays)]
+        for thread in threads:
+            thread.start()
         try:
-            outcome = _Run(args, args.work, sapo, seed, model, stop_at).play()
+            while any(thread.is_alive() for thread in threads):
+                time.sleep(1.0)
         except KeyboardInterrupt:
+            for run in plays:
+                run.cancelled.set()
+            for thread in threads:
+                thread.join()
             _say("interrupted: the nodes were stopped; runs finished so far are in the results file")
             return 130
-        took = (time.monotonic() - started) / 60
-        summary = summarize(args, args.work, sapo, seed, outcome, took)
-        runs = [r for r in runs if not (r["config"] == sapo.name and r["seed"] == seed)] + [summary]
-        minutes += took
+        minutes += (time.monotonic() - started) / 60
+        for i, (seed, sapo) in enumerate(batch):
+            outcome, took = outcomes.get(i, ("failed: crashed", 0.0))
+            summary = summarize(args, args.work, sapo, seed, outcome, took)
+            runs = [r for r in runs if not (r["config"] == sapo.name and r["seed"] == seed)] + [summary]
+            _say(f"run {sapo.name} seed {seed}: {outcome}, {took:.1f} min; held-out {summary['heldout_round0']} -> "
+                 f"{summary['heldout_final']}, cumulative reward {summary['cumulative_reward']}")
         result = report(args, runs, minutes)
         save(results_path, result)
         draw(result, args.out)
-        _say(f"run {sapo.name} seed {seed}: {outcome}, {took:.1f} min; held-out {summary['heldout_round0']} -> "
-             f"{summary['heldout_final']}, cumulative reward {summary['cumulative_reward']}")
-        if outcome == "out_of_time":
+        if any(outcome == "out_of_time" for outcome, _ in outcomes.values()):
             break
     result = report(args, runs, minutes)
     save(results_path, result)
