@@ -283,6 +283,10 @@ def summarize(args: argparse.Namespace, work: Path, sapo: Sapo, seed: int, outco
         "heldout_round0": _mean([e.accuracy_greedy for e in evals_at(0)]),
         "heldout_final": _mean([e.accuracy_greedy for e in finals]),
         "heldout_final_per_node": [e.accuracy_greedy for e in finals],
+        # Mean over nodes at every evaluation all nodes reached: compares runs a deadline cut short at equal rounds.
+        "heldout_by_round": {str(n): _mean(e.accuracy_greedy for e in evals_at(n))
+                             for n in sorted({e.rounds_trained for node in nodes for e in node["evaluations"]})
+                             if len(evals_at(n)) == args.nodes},
         "heldout_sampled_final": _mean([e.exact_mean for e in finals]) if args.eval_samples else None,
         "heldout_score_final": _mean([e.score_mean for e in finals]) if args.eval_samples else None,
         "heldout_wellformed_final": _mean([e.wellformed_rate for e in finals]),
@@ -369,6 +373,21 @@ def report(args: argparse.Namespace, runs: list[dict], minutes: float) -> dict:
                 "cumulative_reward_ratio": [round(r["cumulative_reward"] / s["cumulative_reward"], 3)
                                             if s["cumulative_reward"] else None for s, r in pairs],
             })
+    partial = []  # pairs of one seed not both finished: compared at the last evaluation both reached
+    for shared in runs:
+        if shared["config"].endswith("J=0"):
+            continue
+        for solo_run in runs:
+            if not solo_run["config"].endswith("J=0") or solo_run["seed"] != shared["seed"]:
+                continue
+            if shared["complete"] and solo_run["complete"]:
+                continue
+            common = set(shared.get("heldout_by_round", {})) & set(solo_run.get("heldout_by_round", {})) - {"0"}
+            if common:
+                n = max(common, key=int)
+                partial.append({"shared": shared["config"], "solo": solo_run["config"], "seed": shared["seed"],
+                                "rounds": int(n), "heldout_shared": shared["heldout_by_round"][n],
+                                "heldout_solo": solo_run["heldout_by_round"][n]})
     headline = next((name for name in configs if not name.endswith("J=0")), configs[0] if configs else None)
     of_headline = [r for r in complete if r["config"] == headline]
     return {
@@ -390,6 +409,7 @@ def report(args: argparse.Namespace, runs: list[dict], minutes: float) -> dict:
                            "minutes": r["minutes"]} for r in complete],
         "per_config": per_config,
         "comparisons": comparisons,
+        "partial_comparisons": partial,
         "incomplete": [{"config": r["config"], "seed": r["seed"], "outcome": r["outcome"]}
                        for r in runs if not r["complete"]],
         "runs": runs,
@@ -428,9 +448,10 @@ def draw(result: dict, out: Path) -> list[Path]:
     except ImportError:
         _say("matplotlib is not installed: no curves drawn (pip install matplotlib)")
         return []
-    runs = [r for r in result["runs"] if r["complete"]]
+    runs = [r for r in result["runs"] if any(curve["heldout"] for curve in r["curves"])]
     if not runs:
         return []
+    finished = [r for r in runs if r["complete"]]
     configs = list(dict.fromkeys(r["config"] for r in runs))
     rounds = result["settings"]["rounds"]
     title = f"{result['model'].split(' (')[0]}, {result['settings']['nodes']} nodes"
@@ -451,27 +472,29 @@ def draw(result: dict, out: Path) -> list[Path]:
             left.plot(xs, [statistics.fmean(by_round[x]) for x in xs], color=color, alpha=0.3, lw=1)
         xs = sorted(points)
         left.plot(xs, [statistics.fmean(points[x]) for x in xs], color=color, lw=2.5, marker="o",
-                  label=f"{name} (mean of {len(of)} seed{'s' if len(of) > 1 else ''})")
-    base = result["per_config"]
-    baseline = _mean(v["heldout_round0_mean"] for v in base.values())
+                  label=f"{name} (mean of {len(of)} run{'s' if len(of) > 1 else ''}; thin: each seed)")
+    baseline = _mean(r["heldout_round0"] for r in runs)
     if baseline is not None:
         left.axhline(baseline, color="black", ls=":", lw=1, label=f"round-0 baseline {baseline:.2f}")
+    left.xaxis.get_major_locator().set_params(integer=True)
     left.set_xlabel("rounds trained")
     left.set_ylabel("held-out exact accuracy (greedy)")
     left.set_title(f"Held-out accuracy on unseen tasks: {title}")
     left.legend(fontsize=8, loc="upper left")
     left.grid(alpha=0.3)
     for offset, name in enumerate(configs):
-        finals = [(r["seed"], r["heldout_final"]) for r in runs if r["config"] == name]
+        finals = [(r["seed"], r["heldout_final"]) for r in finished if r["config"] == name]
+        if not finals:
+            continue
         right.scatter([offset] * len(finals), [f for _, f in finals], color=COLORS.get(name), s=40, zorder=3)
         for seed, value in finals:
             right.annotate(f"s{seed}", (offset, value), textcoords="offset points", xytext=(6, -3), fontsize=7)
         right.hlines(statistics.fmean(f for _, f in finals), offset - 0.25, offset + 0.25, color=COLORS.get(name), lw=2)
     for name in configs[1:]:  # pair each seed's solo and shared result
-        for r in runs:
+        for r in finished:
             if r["config"] != name:
                 continue
-            solo = next((s for s in runs if s["config"] == configs[0] and s["seed"] == r["seed"]), None)
+            solo = next((s for s in finished if s["config"] == configs[0] and s["seed"] == r["seed"]), None)
             if solo:
                 right.plot([0, configs.index(name)], [solo["heldout_final"], r["heldout_final"]], color="grey",
                            alpha=0.4, lw=0.8)

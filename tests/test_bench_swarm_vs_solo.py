@@ -135,3 +135,22 @@ def test_node_settings_differ_between_configurations_only_in_i_and_j(bench, tmp_
         != getattr(shared, section).model_dump(exclude={"local_questions", "external_groups"})
     }
     assert not differing
+
+
+def test_curves_are_drawn_from_finished_and_cut_short_runs(bench, tmp_path):
+    pytest.importorskip("matplotlib")
+    args = _args(bench, tmp_path)
+    runs = []
+    for name, seed, accuracies in (("I=4,J=0", 0, [0.1, 0.2, 0.3]), ("I=2,J=2", 0, [0.1, 0.3, 0.4]),
+                                   ("I=4,J=0", 1, [0.1, 0.2]), ("I=2,J=2", 1, [0.1, 0.25])):
+        sapo = bench.Sapo.parse(name)
+        _write_run(bench, args, sapo, seed, [accuracies, accuracies], [0.2, 0.3])
+        runs.append(bench.summarize(args, tmp_path, sapo, seed, "complete" if seed == 0 else "out_of_time", 2.0))
+    result = bench.report(args, runs, 8.0)
+    assert [(r["seed"], r["config"]) for r in result["swarm_vs_solo"]] == [(0, "I=4,J=0"), (0, "I=2,J=2")]
+    [partial] = result["partial_comparisons"]
+    assert (partial["seed"], partial["rounds"]) == (1, 2)
+    assert partial["heldout_shared"] == pytest.approx(0.25) and partial["heldout_solo"] == pytest.approx(0.2)
+    paths = bench.draw(result, tmp_path)
+    assert [p.name for p in paths] == ["learning_heldout.png", "learning_signals.png"]
+    assert all(p.stat().st_size > 10_000 for p in paths)
