@@ -616,6 +616,17 @@ def main(argv: list[str] | None = None) -> int:
     results_path = args.out / "learning.json"
     runs, minutes = load_previous(results_path, args)
     if args.report_only:
+        # Runs not in the results file (still going, or their sweep was killed) are read from their run folders.
+        for seed in args.seeds:
+            for sapo in sapos:
+                folders = [args.work / "runs" / run_name(sapo, seed, i) for i in range(args.nodes)]
+                known = any(r["config"] == sapo.name and r["seed"] == seed for r in runs)
+                if known or not all((folder / "metrics.jsonl").exists() for folder in folders):
+                    continue
+                began = min((folder / "config.toml").stat().st_mtime for folder in folders)
+                last = max(path.stat().st_mtime for folder in folders for path in folder.glob("*.jsonl"))
+                took = (last - began) / 60
+                runs.append(summarize(args, args.work, sapo, seed, "partial: read from its run folders", took))
         result = report(args, runs, minutes)
         save(results_path, result)
         draw(result, args.out)
