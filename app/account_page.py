@@ -19,6 +19,14 @@ from node.wallet import WalletStore
 REFRESH_MS = 60_000
 
 
+def coordinator_text(version: str, round_: int | None, stage: int | None, stages: int | None) -> str:
+    """“SwarmCoordinator 0.5.1 · round 4, stage 2 of 3”: the detected interface version and the chain's position."""
+    where = "—" if round_ is None else f"round {round_}"
+    if round_ is not None and stages is not None and stages > 1 and stage is not None:
+        where += f", stage {stage + 1} of {stages}"
+    return f"SwarmCoordinator {version} · {where}" if version else where
+
+
 def _link(url: str | None, text: str) -> str:
     return f"<a href='{url}'>{text}</a>" if url else text
 
@@ -39,7 +47,7 @@ class AccountPage(QWidget):
         box = QGroupBox("Account")
         form = QFormLayout(box)
         for key, label in (("address", "Wallet"), ("balance", "Balance"), ("network", "Network"),
-                           ("registration", "Peer registration"), ("round", "Chain round"),
+                           ("registration", "Peer registration"), ("round", "Coordinator"),
                            ("rewards", "Total rewards"), ("wins", "Total wins"), ("votes", "Participation")):
             self.fields[key] = QLabel("—")
             self.fields[key].setOpenExternalLinks(True)
@@ -95,7 +103,8 @@ class AccountPage(QWidget):
             state = "connected" if event.connected else "not reachable"
             self.fields["network"].setText(f"{event.network} ({state}; block {event.block_number}) {event.message}")
             if event.chain_round is not None:
-                self.fields["round"].setText(str(event.chain_round))
+                self.fields["round"].setText(coordinator_text(
+                    event.coordinator_version, event.chain_round, event.chain_stage, event.stage_count))
         elif isinstance(event, ChainTransaction):
             self.refresh()
 
@@ -113,7 +122,9 @@ class AccountPage(QWidget):
             registration = {True: "registered to this wallet", False: "not registered yet (the node registers at "
                             "start)", None: "unknown"}[s.registered]
         self.fields["registration"].setText(registration)
-        for key, value in (("round", s.chain_round), ("rewards", s.total_rewards), ("wins", s.total_wins),
+        self.fields["round"].setText(coordinator_text(s.coordinator_version, s.chain_round, s.chain_stage,
+                                                      s.stage_count))
+        for key, value in (("rewards", s.total_rewards), ("wins", s.total_wins),
                            ("votes", s.votes_cast)):
             self.fields[key].setText("—" if value is None else str(value))
         self.transactions.setRowCount(len(s.transactions))

@@ -47,12 +47,16 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     status.set_defaults(handler=_chain_status)
     deploy = chain_commands.add_parser("deploy", help="deploy your own SwarmCoordinator; prints its address")
     deploy.add_argument("--bootnode", action="append", default=[], help="multiaddr to list as bootnode (repeatable)")
+    deploy.add_argument("--stages", type=int, default=1, metavar="N",
+                        help="stages per round (default 1, as SAPO and coordinator 0.6.0; 3 as 0.4.x/0.5.x)")
     deploy.set_defaults(handler=_chain_deploy)
     register = chain_commands.add_parser("register", help="register this node's peer id to the wallet")
     register.set_defaults(handler=_chain_register)
-    advance = chain_commands.add_parser("advance", help="advance the swarm's round (stage manager only)")
+    advance = chain_commands.add_parser(
+        "advance", help="advance the swarm's round: every stage of it on a multi-stage coordinator (stage manager only)")
     advance.add_argument("--every", type=float, metavar="SECONDS",
                          help="keep advancing at this interval until Ctrl-C (the clock of a self-hosted swarm)")
+    advance.add_argument("--stage", action="store_true", help="advance one stage only, not the whole round")
     advance.set_defaults(handler=_chain_advance)
     devnet = chain_commands.add_parser("devnet", help="run a local development chain (needs the devchain extra)")
     devnet.add_argument("--port", type=int, default=8545)
@@ -208,7 +212,8 @@ def _chain_status(args: argparse.Namespace) -> int:
           + (f"chain id {rpc.chain_id}, block {rpc.block_number}, {rpc.latency_ms:.0f} ms" if rpc.ok else f"DOWN ({rpc.message})"))
     print(f"wallet    {s.address}  balance {s.balance_eth or '?'}")
     print(f"peer      {identity.name} ({s.peer_id})")
-    print(f"contract  {s.coordinator or '(none set)'}  round {s.chain_round if s.chain_round is not None else '?'}")
+    print(f"contract  {s.coordinator or '(none set)'}  {_position(s.chain_round, s.chain_stage, s.stage_count)}"
+          + (f"  (SwarmCoordinator {s.coordinator_version} interface)" if s.coordinator_version else ""))
     if s.owned_by_other:
         print(f"WARNING: this peer id is registered to another wallet ({s.owner}); submissions would be refused")
     else:
@@ -226,12 +231,20 @@ def _q(value: int | None) -> str:
     return "?" if value is None else str(value)
 
 
+def _position(round_: int | None, stage: int | None, stages: int | None) -> str:
+    text = f"round {_q(round_)}"
+    if stages is not None and stages > 1:
+        text += f", stage {'?' if stage is None else stage + 1} of {stages}"  # counted from 1, as the app shows it
+    return text
+
+
 def _chain_deploy(args: argparse.Namespace) -> int:
     from node.chain.coordinator import CoordinatorClient, deploy_coordinator
 
     config, target, wallet, _ = _client(args, need_coordinator=False)
-    result = deploy_coordinator(target, wallet)
-    print(f"deployed SwarmCoordinator at {result.address} (tx {result.tx_hash}, gas {result.gas_used})")
+    result = deploy_coordinator(target, wallet, stages=args.stages)
+    print(f"deployed SwarmCoordinator at {result.address} ({args.stages} stage(s) per round; tx {result.tx_hash}, "
+          f"gas {result.gas_used})")
     if args.bootnode:
         from dataclasses import replace
 
@@ -270,10 +283,14 @@ def _chain_advance(args: argparse.Namespace) -> int:
         raise NodeError("--every must be at least 1 second", hint="e.g. --every 120", code="bad_interval")
     while True:
         try:
-            client.advance_round()
-            print(f"round {client.current_round()}, stage {client.current_stage()}", flush=True)
+            if args.stage:
+                client.advance_stage()
+            else:
+                client.advance_round()
+            round_, stage = client.position()
+            print(f"{_position(round_, stage, client.stage_count())} (coordinator {client.version.name})", flush=True)
         except NodeError as exc:
-            if args.every is None or exc.code == "chain_revert":
+            if args.every is None or exc.code in ("chain_revert", "chain_version", "no_contract"):
                 raise
             print(f"could not advance now ({exc.message}); trying again", file=sys.stderr, flush=True)
         if args.every is None:

@@ -190,6 +190,9 @@ class ChainStatus(Event):
     registered: bool | None  # None: not known yet
     pending_submissions: int
     message: str = ""
+    coordinator_version: str = ""  # the detected SwarmCoordinator interface (0.4.2, 0.4.3, 0.5.1, 0.6.0); "" = not yet
+    chain_stage: int | None = None  # the stage of chain_round
+    stage_count: int | None = None  # stages per round on this coordinator
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -199,10 +202,11 @@ class ChainTransaction(Event):
     kind: ClassVar[str] = "chain_transaction"
     action: Literal["register", "reward", "winners"]
     round: int | None
-    status: Literal["delivered", "already_on_chain", "failed", "retrying"]
+    status: Literal["delivered", "already_on_chain", "refused", "failed", "retrying"]
     tx_hash: str | None = None
     explorer_url: str | None = None
     message: str = ""
+    stage: int | None = None  # the chain stage a reward belongs to
 
 
 @dataclass(frozen=True, kw_only=True)

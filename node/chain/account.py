@@ -23,11 +23,12 @@ from node.errors import NodeError
 class RecentTransaction:
     action: str  # register | reward | winners
     round: int | None
-    status: str  # pending | delivered | already_on_chain | failed
+    status: str  # pending | delivered | already_on_chain | refused | failed
     tx_hash: str | None
     explorer_url: str | None
     message: str
     time: float
+    stage: int = 0  # the chain stage of a reward
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,9 @@ class AccountSummary:
     votes_cast: int | None  # participation: rounds this peer submitted winners for
     transactions: list[RecentTransaction] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    coordinator_version: str = ""  # the detected interface (0.4.2, 0.4.3, 0.5.1, 0.6.0); "" = unknown
+    chain_stage: int | None = None
+    stage_count: int | None = None
 
     @property
     def balance_eth(self) -> str | None:
@@ -62,7 +66,8 @@ def account_summary(config: NodeConfig, address: str, peer_id: str | None = None
     address = Web3.to_checksum_address(address)
     health = networks.rpc_health(target.rpc_url, target.chain_id, timeout_s=target.timeout_s)
     problems = [] if health.ok else [health.message]
-    balance = owner = chain_round = rewards = wins = votes = None
+    balance = owner = chain_round = chain_stage = stage_count = rewards = wins = votes = None
+    version = ""
     if health.ok:
         client_target = target if target.coordinator else None
         try:
@@ -70,7 +75,8 @@ def account_summary(config: NodeConfig, address: str, peer_id: str | None = None
             balance = int(w3.eth.get_balance(address))
             if client_target is not None:
                 client = CoordinatorClient(client_target, w3=w3)
-                chain_round = client.current_round()
+                version, stage_count = client.version.name, client.stage_count()
+                chain_round, chain_stage = client.position()
                 if peer_id:
                     owner = client.owner_of(peer_id)
                     rewards = client.total_rewards([peer_id])[0]
@@ -89,6 +95,7 @@ def account_summary(config: NodeConfig, address: str, peer_id: str | None = None
         registered=None if (owner is None and rewards is None) else owner == address,
         owned_by_other=owner is not None and owner != address, chain_round=chain_round, total_rewards=rewards,
         total_wins=wins, votes_cast=votes, transactions=recent_transactions(config, limit=limit), problems=problems,
+        coordinator_version=version, chain_stage=chain_stage, stage_count=stage_count,
     )
 
 
@@ -107,7 +114,7 @@ def recent_transactions(config: NodeConfig, *, limit: int = 20) -> list[RecentTr
         RecentTransaction(
             action=item.kind, round=None if item.round == NO_ROUND else item.round, status=item.status,
             tx_hash=item.tx_hash, explorer_url=target.tx_url(item.tx_hash) if target and item.tx_hash else None,
-            message=item.message, time=item.updated,
+            message=item.message, time=item.updated, stage=item.stage,
         )
         for item in items
     ]

@@ -1,17 +1,27 @@
 """A node's participation in an on-chain swarm: registration, round clock, bootnodes, reward and winner submissions.
 
-Training never waits for the chain. The round loop only reads a cached chain round and queues submissions; a
+Training never waits for the chain. The round loop only reads a cached chain position and queues submissions; a
 background thread polls the chain and delivers the queue (:mod:`node.chain.submissions`), retrying with back-off
-while the RPC is down and after restarts. A revert saying "already submitted" counts as delivered.
+while the RPC is down and after restarts.
 
-What is submitted, once per chain round (the contract takes one reward and one vote per wallet and round), from
-the first training round this node starts while the chain is at that round:
+Nothing is marked failed on a guess. Only a decoded, definitive answer of the contract ends a submission: it went
+through (delivered), the check finds it on chain for this peer id (already_on_chain), this wallet does not own
+the peer id or the vote is invalid (failed), or, on a 0.4.2 coordinator, which keeps one reward per wallet, round
+and stage, the reward events show another node of this wallet got it (refused, with a warning that says so). A
+revert without a decisive reason, a check that reverts, or "already submitted" that the check cannot confirm
+leave the row pending: it is retried with a growing delay (other rows go on meanwhile) and each retry is reported.
 
-- reward: the mean reward of this node's own completions in that round, times :data:`REWARD_SCALE`
-  (the contract stores integers), so 1000 per round is the maximum;
-- winners: SAPO has no vote, so this node names up to :data:`MAX_WINNERS` peers whose completions scored best by
-  its own verifier that round: itself and the peers whose groups it trained on, ranked by mean reward (ties by
-  peer id). Peers not registered on the coordinator are left out when the vote is sent (the contract refuses them).
+What is submitted, from the first training round this node starts while the chain is at that position:
+
+- reward: once per chain round and stage. A SAPO round is one stage of training, so on a coordinator with 3
+  stages per round (0.4.x, 0.5.x) every stage in which this node trained gets its own reward, as the contract
+  keys rewards by (round, stage); on 0.6.0 (one stage) that is once per round. The value is the mean reward of
+  this node's own completions in that training round, times :data:`REWARD_SCALE` (the contract stores
+  integers), so 1000 is the maximum;
+- winners: once per chain round (the contract takes one vote per peer and round, at any stage). SAPO has no vote,
+  so this node names up to :data:`MAX_WINNERS` peers whose completions scored best by its own verifier that round:
+  itself and the peers whose groups it trained on, ranked by mean reward (ties by peer id). Peers not registered
+  on the coordinator are left out: our contract refuses them, and a vote for a peer without a wallet says nothing.
 """
 
 from __future__ import annotations
@@ -36,8 +46,16 @@ log = logging.getLogger(__name__)
 
 REWARD_SCALE = 1000
 MAX_WINNERS = 3
-MAX_BACKOFF_S = 30.0
+MAX_BACKOFF_S = 30.0  # while the RPC is unreachable
+UNKNOWN_RETRY_S = 5.0  # first delay of a row whose outcome is unknown; doubles per attempt
+MAX_UNKNOWN_RETRY_S = 600.0
 ALREADY = {"RewardAlreadySubmitted", "WinnerAlreadyVoted"}
+# refusals that no retry can change: the identity is another wallet's, the vote or the stage is invalid
+FINAL = {"PeerIdAlreadyRegistered", "InvalidVoterPeerId", "InvalidVote", "StageOutOfBounds"}
+ONE_REWARD_PER_WALLET_HINT = (
+    "this coordinator (0.4.2) keeps one reward per wallet, round and stage: give each node its own wallet, or join "
+    "a swarm whose coordinator is 0.4.3 or newer (rewards per peer id)"
+)
 
 
 def pick_winners(scores: Mapping[str, Sequence[float]], k: int = MAX_WINNERS) -> list[str]:
@@ -84,38 +102,45 @@ class ChainParticipant:
         self.coordinator = target.coordinator
         self._enabled = config.chain.submit
         self._chain_round: int | None = None
+        self._chain_stage: int | None = None
+        self._slot: tuple[int, int] | None = None  # (round, stage) when the runner last asked: its training round's
         self._block: int | None = None
         self._chain_id: int | None = None
         self._connected = False
         self._registered: bool | None = None
         self._message = ""
         self._last_status: tuple | None = None
+        self._told_shared_wallet = False
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
 
     # ------------------------------------------------------------------------------------- used by the runner
     def start(self) -> list[str]:
-        """Check the chain, queue the registration, start the worker; returns the coordinator's bootnodes.
+        """Check the chain, detect the coordinator's version, queue the registration, start the worker; returns
+        the coordinator's bootnodes.
 
-        Only a wrong chain id stops the node: an unreachable RPC is retried in the background.
+        Only a wrong chain id or a contract that is no SwarmCoordinator stops the node: an unreachable RPC is
+        retried in the background.
         """
         bootnodes: list[str] = []
         try:
             self._chain_id = self.client.chain_id()
+            self.client.detect()
             owner = self.client.owner_of(self.peer_id)
-            self._chain_round = self.client.current_round()
+            self._chain_round, self._chain_stage = self.client.position()
             if self.settings.use_bootnodes:
                 bootnodes = self.client.bootnodes()
             self._connected = True
         except NodeError as exc:
-            if exc.code == "wrong_chain":
+            if exc.code in ("wrong_chain", "no_contract", "chain_version"):
                 raise
             self._warn(f"the chain is not reachable now, training goes on and submissions wait: {exc.message}")
         else:
             if owner is not None and owner != self.account.address:
                 self._foreign_identity(owner)
             self._registered = owner == self.account.address
+            self._check_shared_wallet()
         if self._enabled:
             self.queue.add(self.coordinator, self.peer_id, "register", NO_ROUND, {})
         self._emit_status()
@@ -124,15 +149,29 @@ class ChainParticipant:
         return bootnodes
 
     def chain_round(self) -> int | None:
-        """The chain's round as last seen (never blocks)."""
+        """The chain's round as last seen (never blocks). The runner calls it as a training round begins, so the
+        stage seen with it is the stage that training round's reward belongs to (see :meth:`round_finished`)."""
+        if self._chain_round is not None:
+            self._slot = (self._chain_round, self._chain_stage or 0)
         return self._chain_round
 
-    def round_finished(self, chain_round: int | None, own_rewards: Sequence[float], scores: Mapping[str, Sequence[float]]) -> None:
-        """Queue this round's reward and winners for ``chain_round`` (the chain round the training round began in)."""
+    def chain_position(self) -> tuple[int | None, int | None]:
+        """(round, stage) as last seen (never blocks)."""
+        return self._chain_round, self._chain_stage
+
+    def round_finished(
+        self, chain_round: int | None, own_rewards: Sequence[float], scores: Mapping[str, Sequence[float]],
+        *, stage: int | None = None,
+    ) -> None:
+        """Queue this training round's reward for (``chain_round``, ``stage``) and its winners for ``chain_round``:
+        the chain position the training round began at. ``stage`` defaults to the stage seen by the
+        :meth:`chain_round` call that returned ``chain_round``."""
         if not self._enabled or chain_round is None:
             return
+        if stage is None:
+            stage = self._slot[1] if self._slot is not None and self._slot[0] == chain_round else 0
         reward = round(sum(own_rewards) / len(own_rewards) * REWARD_SCALE) if own_rewards else 0
-        self.queue.add(self.coordinator, self.peer_id, "reward", chain_round, {"reward": reward})
+        self.queue.add(self.coordinator, self.peer_id, "reward", chain_round, {"reward": reward}, stage=stage)
         winners = pick_winners(scores)
         if winners:
             self.queue.add(self.coordinator, self.peer_id, "winners", chain_round, {"winners": winners})
@@ -143,7 +182,7 @@ class ChainParticipant:
         deadline = time.monotonic() + grace_s
         while (
             self._connected and self._enabled and time.monotonic() < deadline
-            and self.queue.pending_count(self.coordinator, self.peer_id) > 0
+            and self.queue.next_pending(self.coordinator, self.peer_id) is not None
         ):
             self._wake.set()
             time.sleep(0.2)
@@ -170,16 +209,21 @@ class ChainParticipant:
                 next_poll = time.monotonic() + backoff  # the next poll tells when the RPC is back
                 self._stop.wait(backoff)
                 continue
-            self._wake.wait(max(0.0, next_poll - time.monotonic()))
+            wait = next_poll - time.monotonic()
+            due = self.queue.next_due(self.coordinator, self.peer_id) if self._enabled else None
+            if due is not None:
+                wait = min(wait, due - time.time())
+            self._wake.wait(max(0.0, wait))
             self._wake.clear()
 
     def _poll(self) -> None:
         try:
             if self._chain_id is None:
                 self._chain_id = self.client.chain_id()
-            self._chain_round = self.client.current_round()
+            self._chain_round, self._chain_stage = self.client.position()
             self._block = int(self.client.w3.eth.block_number)
             self._connected, self._message = True, ""
+            self._check_shared_wallet()
         except NodeError as exc:
             self._connected, self._message = False, exc.message
         except Exception as exc:  # noqa: BLE001 - block_number goes to the RPC directly
@@ -187,20 +231,18 @@ class ChainParticipant:
         self._emit_status()
 
     def _deliver(self, item: Submission) -> bool:
-        """Try one submission; False when it must be retried later (RPC or fee trouble)."""
+        """Try one submission; False when the RPC failed (the worker backs off); True when the row was settled or
+        set aside for a later retry."""
         try:
-            if item.attempts > 0 and self._already_on_chain(item):
-                self._finish(item, "already_on_chain", None, "found on chain (an earlier attempt went through)")
-                return True
+            if item.attempts > 0:  # an earlier attempt may have gone through: look before sending again
+                found = self._on_chain(item)
+                if found is not None:
+                    self._settle_found(item, found, "found on chain (an earlier attempt went through)")
+                    return True
             item = self.queue.begin(item)
             result = self._send(item)
         except ChainRevert as exc:
-            if exc.error in ALREADY:
-                self._finish(item, "already_on_chain", None, exc.message)
-            else:
-                self._finish(item, "failed", None, str(exc))
-                if exc.error == "PeerIdAlreadyRegistered":
-                    self._foreign_identity(None)
+            self._refused(item, exc)
             return True
         except NodeError as exc:
             if exc.code == "wrong_chain":
@@ -208,7 +250,7 @@ class ChainParticipant:
                 self._warn(str(exc))
             self.queue.retry_later(item, exc.message)
             if item.attempts <= 1:  # tell once per submission, not on every retry
-                self.bus.emit(ChainTransaction(action=item.kind, round=_round(item), status="retrying", message=exc.message))
+                self._report(item, "retrying", exc.message)
             self._connected = False
             return False
         if item.kind == "register":
@@ -217,31 +259,96 @@ class ChainParticipant:
         self._finish(item, "delivered" if result else "already_on_chain", tx_hash, "")
         return True
 
+    def _refused(self, item: Submission, exc: ChainRevert) -> None:
+        """Settle a refused submission only on a definitive answer; anything else is unknown and retried."""
+        if exc.error in ALREADY:
+            try:
+                found = self._on_chain(item)
+            except ChainRevert as check:
+                self._unknown(item, f"{exc.message}, but checking it reverted ({check.message})")
+                return
+            if found is None:
+                self._unknown(item, f"{exc.message}, but the check does not find it for {self.peer_id}")
+            else:
+                self._settle_found(item, found, exc.message)
+        elif exc.error in FINAL:
+            self._finish(item, "failed", None, str(exc))
+            if exc.error == "PeerIdAlreadyRegistered":
+                self._foreign_identity(None)
+        else:
+            self._unknown(item, str(exc))
+
+    def _unknown(self, item: Submission, message: str) -> None:
+        delay = min(MAX_UNKNOWN_RETRY_S, UNKNOWN_RETRY_S * 2 ** min(item.attempts, 10))
+        message = f"outcome unknown, retried in {delay:.0f} s: {message}"
+        log.warning("%s %s: %s", item.kind, _where(item), message)
+        self.queue.retry_later(item, message, delay)
+        self._report(item, "retrying", message)
+
     def _send(self, item: Submission):
         if item.kind == "register":
             return self.client.register_peer(self.peer_id)
         if item.kind == "reward":
-            return self.client.submit_reward(item.round, int(item.payload["reward"]), self.peer_id)
+            return self.client.submit_reward(item.round, int(item.payload["reward"]), self.peer_id, stage=item.stage)
         candidates = [str(w) for w in item.payload["winners"]]
         registered = [w for w, owner in zip(candidates, self.client.owners(candidates), strict=True) if owner]
         if not registered:
             raise ChainRevert("InvalidVote", f"submit the winners of round {item.round} (none is registered)")
         return self.client.submit_winners(item.round, registered, self.peer_id)
 
-    def _already_on_chain(self, item: Submission) -> bool:
+    def _on_chain(self, item: Submission) -> str | None:
+        """Whose submission the chain holds for this row: this peer id's, another peer id's (only on a coordinator
+        that keys rewards per wallet), or None when there is none. Raises ChainRevert when a check reverts."""
         if item.kind == "register":
-            return self.client.owner_of(self.peer_id) == self.account.address
-        if item.kind == "reward":
-            return self.client.reward_submitted(item.round)
-        return self.client.winners_submitted(item.round, self.peer_id)
+            return self.peer_id if self.client.owner_of(self.peer_id) == self.account.address else None
+        if item.kind == "winners":
+            return self.peer_id if self.client.winners_submitted(item.round, self.peer_id) else None
+        if self.client.version.rewards_per_peer:
+            return self.peer_id if self.client.reward_submitted(item.round, item.stage, self.peer_id) else None
+        if not self.client.reward_submitted(item.round, item.stage):
+            return None
+        submitters = self.client.reward_submitters(item.round, item.stage)
+        if self.peer_id in submitters or not submitters:
+            return self.peer_id if submitters else None
+        return submitters[0]
+
+    def _settle_found(self, item: Submission, owner_peer: str, message: str) -> None:
+        if owner_peer == self.peer_id:
+            self._finish(item, "already_on_chain", None, message)
+            return
+        text = (f"not rewarded: the coordinator keeps one reward per wallet for round {item.round}, stage "
+                f"{item.stage}, and this wallet's other node {owner_peer} submitted it")
+        self._finish(item, "refused", None, text)
+        self._shared_wallet_warning([owner_peer])
+
+    def _check_shared_wallet(self) -> None:
+        """On a coordinator that keeps one reward per wallet, say so when this wallet runs other registered peers."""
+        if self._told_shared_wallet or self.client.detected is None or self.client.version.rewards_per_peer:
+            return
+        others = [p for p in self.client.peer_ids_of(self.account.address) if p != self.peer_id]
+        if others:
+            self._shared_wallet_warning(others)
+
+    def _shared_wallet_warning(self, others: list[str]) -> None:
+        if self._told_shared_wallet:
+            return
+        self._told_shared_wallet = True
+        message = (f"this wallet also runs peer {', '.join(others)} on this coordinator, which takes one reward per "
+                   "wallet, round and stage: only the first of your nodes to submit is rewarded each stage")
+        log.warning("%s", message)
+        self.bus.emit(NodeFailed(message=message, hint=ONE_REWARD_PER_WALLET_HINT, fatal=False))
 
     def _finish(self, item: Submission, status, tx_hash: str | None, message: str) -> None:
         self.queue.finish(item, status, tx_hash=tx_hash, message=message)
+        self._report(item, status, message, tx_hash)
+        self._emit_status()
+
+    def _report(self, item: Submission, status, message: str, tx_hash: str | None = None) -> None:
         self.bus.emit(ChainTransaction(
             action=item.kind, round=_round(item), status=status, tx_hash=tx_hash,
             explorer_url=self.target.tx_url(tx_hash) if tx_hash else None, message=message,
+            stage=item.stage if item.kind == "reward" else None,
         ))
-        self._emit_status()
 
     def _foreign_identity(self, owner: str | None) -> None:
         self._enabled = False
@@ -258,7 +365,10 @@ class ChainParticipant:
 
     def _emit_status(self) -> None:
         pending = self.queue.pending_count(self.coordinator, self.peer_id)
-        state = (self._connected, self._chain_id, self._chain_round, self._registered, pending, self._message)
+        version = self.client.detected
+        stages = self.client.stage_count() if version is not None else None
+        state = (self._connected, self._chain_id, self._chain_round, self._chain_stage, self._registered, pending,
+                 self._message, version)
         if state == self._last_status:
             return
         self._last_status = state
@@ -267,8 +377,15 @@ class ChainParticipant:
             address=self.account.address, connected=self._connected, chain_id=self._chain_id,
             block_number=self._block, chain_round=self._chain_round, registered=self._registered,
             pending_submissions=pending, message=self._message,
+            coordinator_version=version.name if version else "", chain_stage=self._chain_stage, stage_count=stages,
         ))
 
 
 def _round(item: Submission) -> int | None:
     return None if item.round == NO_ROUND else item.round
+
+
+def _where(item: Submission) -> str:
+    if item.kind == "register":
+        return ""
+    return f"round {item.round}" + (f", stage {item.stage}" if item.kind == "reward" else "")

@@ -1,8 +1,9 @@
 """The persistent queue of chain submissions (registration, reward and winners per round).
 
-One SQLite row per (coordinator, peer id, kind, round), inserted with INSERT OR IGNORE: a round's reward can be
-queued any number of times (after a restart, by a second training round in the same chain round) and still
-exists once. Rows survive restarts (synchronous=FULL, committed before the node goes on) and keep what happened to
+One SQLite row per (coordinator, peer id, kind, round, stage), inserted with INSERT OR IGNORE: a stage's reward
+can be queued any number of times (after a restart, by a second training round in the same chain stage) and still
+exists once. A row whose outcome is not known yet (a check reverted, the contract's answer was not decisive)
+waits until its ``retry_at`` without holding up the rows behind it. Rows survive restarts (synchronous=FULL, committed before the node goes on) and keep what happened to
 them, which is also the node's local record of its transactions (shown by the app with explorer links).
 """
 
@@ -17,7 +18,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 Kind = Literal["register", "reward", "winners"]
-Status = Literal["pending", "delivered", "already_on_chain", "failed"]
+# refused: the contract keeps one reward per wallet (0.4.2) and another node of this wallet got it
+Status = Literal["pending", "delivered", "already_on_chain", "refused", "failed"]
 NO_ROUND = -1  # the registration belongs to no round
 
 _SCHEMA = """
@@ -26,6 +28,7 @@ CREATE TABLE IF NOT EXISTS submissions (
     peer_id TEXT NOT NULL,
     kind TEXT NOT NULL,
     round INTEGER NOT NULL,
+    stage INTEGER NOT NULL DEFAULT 0,
     payload TEXT NOT NULL,
     status TEXT NOT NULL DEFAULT 'pending',
     attempts INTEGER NOT NULL DEFAULT 0,
@@ -33,10 +36,13 @@ CREATE TABLE IF NOT EXISTS submissions (
     message TEXT NOT NULL DEFAULT '',
     created REAL NOT NULL,
     updated REAL NOT NULL,
-    PRIMARY KEY (coordinator, peer_id, kind, round)
+    retry_at REAL NOT NULL DEFAULT 0,
+    PRIMARY KEY (coordinator, peer_id, kind, round, stage)
 )
 """
-_ORDER = "CASE kind WHEN 'register' THEN 0 ELSE 1 END, round, created"  # register first: the rest needs it
+_COLUMNS = ("coordinator, peer_id, kind, round, stage, payload, status, attempts, tx_hash, message, created, updated, "
+            "retry_at")
+_ORDER = "CASE kind WHEN 'register' THEN 0 ELSE 1 END, round, stage, created"  # register first: the rest needs it
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,7 @@ class Submission:
     peer_id: str
     kind: Kind
     round: int
+    stage: int
     payload: dict[str, Any]
     status: Status
     attempts: int
@@ -52,6 +59,7 @@ class Submission:
     message: str
     created: float
     updated: float
+    retry_at: float = 0.0
 
 
 class SubmissionQueue:
@@ -62,31 +70,60 @@ class SubmissionQueue:
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
-        self._db.execute(_SCHEMA)
+        self._migrate()
+
+    def _migrate(self) -> None:
+        """Queues written before stages were keyed get a stage column (0) and a retry time; rows are kept."""
+        columns = [row[1] for row in self._db.execute("PRAGMA table_info(submissions)")]
+        if columns and "stage" not in columns:
+            self._db.execute("BEGIN IMMEDIATE")
+            self._db.execute("ALTER TABLE submissions RENAME TO submissions_v1")
+            self._db.execute(_SCHEMA)
+            self._db.execute(
+                "INSERT INTO submissions (coordinator, peer_id, kind, round, stage, payload, status, attempts, "
+                "tx_hash, message, created, updated) SELECT coordinator, peer_id, kind, round, 0, payload, status, "
+                "attempts, tx_hash, message, created, updated FROM submissions_v1"
+            )
+            self._db.execute("DROP TABLE submissions_v1")
+            self._db.execute("COMMIT")
+        else:
+            self._db.execute(_SCHEMA)
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
 
-    def add(self, coordinator: str, peer_id: str, kind: Kind, round_: int, payload: dict[str, Any]) -> bool:
-        """Queue a submission; False when this (kind, round) was queued before (it is never queued twice)."""
+    def add(
+        self, coordinator: str, peer_id: str, kind: Kind, round_: int, payload: dict[str, Any], stage: int = 0,
+    ) -> bool:
+        """Queue a submission; False when this (kind, round, stage) was queued before (it is never queued twice)."""
         now = time.time()
         with self._lock:
             cursor = self._db.execute(
-                "INSERT OR IGNORE INTO submissions (coordinator, peer_id, kind, round, payload, created, updated) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (coordinator, peer_id, kind, round_, json.dumps(payload), now, now),
+                "INSERT OR IGNORE INTO submissions (coordinator, peer_id, kind, round, stage, payload, created, "
+                "updated) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (coordinator, peer_id, kind, round_, stage, json.dumps(payload), now, now),
             )
             return cursor.rowcount == 1
 
-    def next_pending(self, coordinator: str, peer_id: str) -> Submission | None:
+    def next_pending(self, coordinator: str, peer_id: str, now: float | None = None) -> Submission | None:
+        """The first pending row that is due (its retry time has come)."""
         with self._lock:
             row = self._db.execute(
-                f"SELECT * FROM submissions WHERE coordinator = ? AND peer_id = ? AND status = 'pending' "
-                f"ORDER BY {_ORDER} LIMIT 1",
-                (coordinator, peer_id),
+                f"SELECT {_COLUMNS} FROM submissions WHERE coordinator = ? AND peer_id = ? AND status = 'pending' "
+                f"AND retry_at <= ? ORDER BY {_ORDER} LIMIT 1",
+                (coordinator, peer_id, time.time() if now is None else now),
             ).fetchone()
         return _row(row) if row else None
+
+    def next_due(self, coordinator: str, peer_id: str) -> float | None:
+        """When the earliest pending row is due (a wall-clock time), or None when nothing is pending."""
+        with self._lock:
+            (due,) = self._db.execute(
+                "SELECT MIN(retry_at) FROM submissions WHERE coordinator = ? AND peer_id = ? AND status = 'pending'",
+                (coordinator, peer_id),
+            ).fetchone()
+        return due
 
     def begin(self, item: Submission) -> Submission:
         """Count an attempt before anything is sent: after a crash mid-send, attempts > 0 says "check the chain
@@ -94,8 +131,9 @@ class SubmissionQueue:
         self._update(item, "pending", message="sending", attempts=item.attempts + 1)
         return Submission(**{**item.__dict__, "attempts": item.attempts + 1})
 
-    def retry_later(self, item: Submission, message: str) -> None:
-        self._update(item, "pending", message=message, attempts=item.attempts)
+    def retry_later(self, item: Submission, message: str, delay_s: float = 0.0) -> None:
+        """Keep it pending; with ``delay_s`` it is not due again before then (other rows go on meanwhile)."""
+        self._update(item, "pending", message=message, attempts=item.attempts, retry_at=time.time() + delay_s)
 
     def finish(self, item: Submission, status: Status, *, tx_hash: str | None = None, message: str = "") -> None:
         self._update(item, status, message=message, attempts=item.attempts, tx_hash=tx_hash)
@@ -113,23 +151,28 @@ class SubmissionQueue:
         where, args = ("WHERE coordinator = ?", (coordinator,)) if coordinator else ("", ())
         with self._lock:
             rows = self._db.execute(
-                f"SELECT * FROM submissions {where} ORDER BY updated DESC LIMIT ?", (*args, limit)
+                f"SELECT {_COLUMNS} FROM submissions {where} ORDER BY updated DESC LIMIT ?", (*args, limit)
             ).fetchall()
         return [_row(r) for r in rows]
 
-    def _update(self, item: Submission, status: Status, *, message: str, attempts: int, tx_hash: str | None = None) -> None:
+    def _update(
+        self, item: Submission, status: Status, *, message: str, attempts: int, tx_hash: str | None = None,
+        retry_at: float = 0.0,
+    ) -> None:
         with self._lock:
             self._db.execute(
                 "UPDATE submissions SET status = ?, message = ?, attempts = ?, tx_hash = COALESCE(?, tx_hash), "
-                "updated = ? WHERE coordinator = ? AND peer_id = ? AND kind = ? AND round = ?",
-                (status, message[:500], attempts, tx_hash, time.time(), item.coordinator, item.peer_id, item.kind,
-                 item.round),
+                "updated = ?, retry_at = ? WHERE coordinator = ? AND peer_id = ? AND kind = ? AND round = ? "
+                "AND stage = ?",
+                (status, message[:500], attempts, tx_hash, time.time(), retry_at, item.coordinator, item.peer_id,
+                 item.kind, item.round, item.stage),
             )
 
 
 def _row(row: tuple) -> Submission:
-    coordinator, peer_id, kind, round_, payload, status, attempts, tx_hash, message, created, updated = row
+    coordinator, peer_id, kind, round_, stage, payload, status, attempts, tx_hash, message, created, updated, retry_at = row
     return Submission(
-        coordinator=coordinator, peer_id=peer_id, kind=kind, round=round_, payload=json.loads(payload), status=status,
-        attempts=attempts, tx_hash=tx_hash, message=message, created=created, updated=updated,
+        coordinator=coordinator, peer_id=peer_id, kind=kind, round=round_, stage=stage, payload=json.loads(payload),
+        status=status, attempts=attempts, tx_hash=tx_hash, message=message, created=created, updated=updated,
+        retry_at=retry_at,
     )
