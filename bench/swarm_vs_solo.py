@@ -54,7 +54,6 @@ from node.runstore import RunStore  # noqa: E402
 RESULTS_DIR = REPO / "bench" / "results"
 START_TIMEOUT_S = 900  # the first node of a sweep converts the bundled model
 STOP_TIMEOUT_S = 180
-MEMORY_RESERVE_GB = 1.5  # a run is stopped (and reported as aborted) when less than this is left available
 SCHEMA = 1
 
 
@@ -228,7 +227,7 @@ class _Run:
                 self.outcome = "out_of_time"
                 return False
             available = psutil.virtual_memory().available / 2**30
-            if available < MEMORY_RESERVE_GB:
+            if available < self.args.memory_reserve_gb:
                 self.outcome = f"aborted: only {available:.1f} GB of memory left"
                 _say("  " + self.outcome)
                 return False
@@ -601,6 +600,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deadline", help="UTC HH:MM: start no run that cannot finish by then, stop at it")
     parser.add_argument("--budget-min", type=float, help="wall-clock budget of this invocation in minutes")
     parser.add_argument("--node-gb", type=float, default=3.5, help="expected peak memory of one node")
+    parser.add_argument("--memory-reserve-gb", type=float, default=1.5,
+                        help="stop a run (reported as aborted) when less memory than this is left: never risk OOM")
     parser.add_argument("--parallel", action="store_true",
                         help="run the configurations of a seed at the same time (same machine load for each)")
     parser.add_argument("--fresh", action="store_true", help="ignore runs saved in the results file")
@@ -654,7 +655,7 @@ def main(argv: list[str] | None = None) -> int:
         if time.time() + expected > stop_at:
             _say(f"stopping: the next run takes ~{expected / 60:.0f} min, the wall budget ends sooner")
             break
-        needed = len(batch) * args.nodes * args.node_gb + MEMORY_RESERVE_GB
+        needed = len(batch) * args.nodes * args.node_gb + args.memory_reserve_gb
         available = psutil.virtual_memory().available / 2**30
         if available < needed:
             _say(f"waiting: {available:.1f} GB available, {needed:.1f} GB needed for {len(batch) * args.nodes} nodes")
