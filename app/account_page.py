@@ -10,6 +10,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout, QWidget,
 )
 
+from app.errors import Problem
 from app.worker import Worker
 from node.chain.account import AccountSummary, account_summary
 from node.config import NodeConfig
@@ -39,7 +40,7 @@ class AccountPage(QWidget):
         self.summary: AccountSummary | None = None
         self.worker = Worker()
         self.worker.done.connect(self._show)
-        self.worker.failed.connect(lambda exc: self.status.setText(f"{exc.message} {exc.hint}"))
+        self.worker.failed.connect(lambda exc: self.status.setText(Problem.of(exc).text()))
         self.status = QLabel("")
         self.status.setObjectName("accountStatus")
         self.status.setWordWrap(True)

@@ -61,7 +61,7 @@ class Chart(QFrame):
         self.plot.setMinimumSize(200, 90)
         item = self.plot.getPlotItem()
         item.showGrid(x=True, y=True, alpha=0.25)
-        item.setLabel("bottom", "round")
+        # No "round" label under the axis: every title says "per round", and small charts need the height.
         if y_label:
             item.setLabel("left", y_label)
         item.hideButtons()  # the "A" auto-range button sits on the data; the dashboard has a Reset zoom button
@@ -118,7 +118,8 @@ class Chart(QFrame):
         parts = []
         for color, label, dashed in self.entries:
             mark = "- -" if dashed else "&#9632;"
-            parts.append(f"<span style='color:{color}; font-weight:bold'>{mark}</span>&nbsp;{html.escape(label)}")
+            text = html.escape(label).replace(" ", "&nbsp;")  # wrap between entries, never inside one
+            parts.append(f"<span style='color:{color}; font-weight:bold'>{mark}</span>&nbsp;{text}")
         self.legend.setText("&nbsp;&nbsp; ".join(parts))
 
     def apply_palette(self, palette: QPalette) -> None:

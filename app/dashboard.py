@@ -14,14 +14,24 @@ from PySide6.QtWidgets import QGridLayout, QHBoxLayout, QLabel, QPushButton, QVB
 from app.charts import Chart
 from app.history import FATES, MOVING_AVERAGE_ROUNDS, PHASES, RunHistory
 from node.events import EvalFinished, RoundMetrics
+from node.game import STAGES
 
 # Okabe-Ito: distinguishable for colour-blind users and on dark and light backgrounds.
 COLORS = {"local": "#0072B2", "external": "#E69F00", "average": "#009E73", "accuracy": "#009E73",
           "exact_mean": "#56B4E9", "baseline": "#999999", "wellformed": "#CC79A7", "correct": "#009E73",
           "spread": "#0072B2", "advantage": "#D55E00", "grad_norm": "#E69F00", "entropy": "#56B4E9",
           "generate": "#0072B2", "share": "#F0E442", "gather": "#E69F00", "train": "#009E73",
-          "used": "#009E73", "dropped": "#999999", "not_needed": "#56B4E9", "rejected": "#D55E00", "peers": "#CC79A7"}
-FATE_LABELS = {"used": "trained on", "dropped": "dropped: all rewards equal", "not_needed": "not needed",
+          "used": "#009E73", "dropped": "#999999", "not_needed": "#56B4E9", "rejected": "#D55E00", "peers": "#CC79A7",
+          "stage_answer": "#56B4E9", "stage_critique": "#CC79A7", "stage_revise": "#D55E00",
+          "accuracy_answer": "#0072B2", "accuracy_swarm_final": "#009E73"}
+# The multi-stage game's curves, added to the reward chart once a round of that game arrives (SAPO runs never
+# show them): key -> legend label, dotted.
+GAME_CURVES = {
+    **{f"stage_{stage}": (f"{stage} stage, share of its maximum", False) for stage in STAGES},
+    "accuracy_answer": ("right: own first answers", True),
+    "accuracy_swarm_final": ("right: swarm's final answers", True),
+}
+FATE_LABELS = {"used": "trained on", "dropped": "dropped (equal rewards)", "not_needed": "not needed",
                "rejected": "rejected"}
 PHASE_LABELS = {"generate": "generating", "share": "sharing", "gather": "waiting for peers", "train": "training"}
 
@@ -29,7 +39,9 @@ EXPLAIN = {
     "accuracy": "Share of unseen questions (never trained on) the model answers exactly right, greedy decoding. "
                 "This is how RL Swarm reports learning; the dashed line is the round-0 baseline.",
     "reward": f"Mean reward of this node's own completions each round (dots) and its {MOVING_AVERAGE_ROUNDS}-round "
-              "average (line); peers' questions as scored by this node, in orange.",
+              "average (line); peers' questions as scored by this node, in orange. In the answer-critique-revise "
+              "game also each stage's mean reward as a share of its maximum, and the share of questions the "
+              "node's first answers and the swarm's final answers got exactly right.",
     "wellformed": "Share of this node's completions with one complete <answer> block, and share exactly right. "
                   "A small model first has to learn the format before it can earn reward.",
     "spread": "Share of trained question groups whose completions got different rewards. Only those teach the "
@@ -55,14 +67,14 @@ class Dashboard(QWidget):
 
         accuracy = self._chart("accuracy", "Accuracy on unseen tasks", fraction=True,
                                empty="No held-out evaluation yet: the node runs one at round 0 and every few rounds.")
-        self._curve(accuracy, "accuracy", "exact, greedy", COLORS["accuracy"], width=3, symbol="o")
-        self._curve(accuracy, "exact_mean", "exact, mean of samples", COLORS["exact_mean"], symbol="t")
+        self._curve(accuracy, "accuracy", "greedy", COLORS["accuracy"], width=3, symbol="o")
+        self._curve(accuracy, "exact_mean", "mean of samples", COLORS["exact_mean"], symbol="t")
         self.baseline = pg.InfiniteLine(angle=0, movable=False, label="", labelOpts={
             "position": 0.97, "color": COLORS["baseline"], "anchors": [(1, 1), (1, 1)]},
             pen=pg.mkPen(COLORS["baseline"], width=1.5, style=Qt.PenStyle.DashLine))
         self.baseline.setVisible(False)
         accuracy.item.addItem(self.baseline, ignoreBounds=True)
-        accuracy.add_entry(COLORS["baseline"], "round-0 baseline", dashed=True)
+        accuracy.add_entry(COLORS["baseline"], "baseline", dashed=True)
         reward = self._chart("reward", "Reward per round", fraction=True)
         self._curve(reward, "local", "own questions", COLORS["local"], symbol="o", width=0)
         self._curve(reward, "local_avg", f"{MOVING_AVERAGE_ROUNDS}-round average", COLORS["average"], width=3)
@@ -71,7 +83,7 @@ class Dashboard(QWidget):
         self._curve(wellformed, "wellformed", "well-formed", COLORS["wellformed"], symbol="o")
         self._curve(wellformed, "correct", "exactly right", COLORS["correct"], symbol="s")
         spread = self._chart("spread", "Groups with reward spread", fraction=True)
-        self._curve(spread, "spread", "share of trained groups", COLORS["spread"], symbol="o")
+        self._curve(spread, "spread", "share of groups", COLORS["spread"], symbol="o")
         update = self._chart("update", "Update size")
         self._curve(update, "advantage", "mean |advantage|", COLORS["advantage"], symbol="o")
         self._curve(update, "grad_norm", "gradient norm", COLORS["grad_norm"], symbol="t")
@@ -79,7 +91,7 @@ class Dashboard(QWidget):
                              empty="No peer groups yet: they appear once another peer shares a round.")
         for fate in FATES:
             self._bars(groups, fate, FATE_LABELS[fate])
-        self._curve(groups, "peers", "peers seen", COLORS["peers"], symbol="s")
+        self._curve(groups, "peers", "peers", COLORS["peers"], symbol="s")
         seconds = self._chart("seconds", "Seconds per round")
         for phase in PHASES:
             self._bars(seconds, phase, PHASE_LABELS[phase])
@@ -145,6 +157,8 @@ class Dashboard(QWidget):
 
     def point_count(self, curve: str) -> int:
         """Finite points shown by a curve (for tests and the screenshot script)."""
+        if curve not in self.curves:
+            return 0
         _, y = self.curves[curve].getData()
         return 0 if y is None else int(np.isfinite(y).sum())
 
@@ -156,7 +170,15 @@ class Dashboard(QWidget):
             "wellformed": h.wellformed, "correct": h.accuracy_local, "spread": h.groups_with_spread,
             "advantage": h.mean_abs_advantage, "grad_norm": h.grad_norm, "peers": h.peers,
         }
+        series.update({f"stage_{stage}": values for stage, values in h.stage_rewards.items()})
+        series.update({f"accuracy_{key}": values for key, values in h.stage_accuracy.items()})
         for key, values in series.items():
+            if key not in self.curves:  # a game curve, shown from the first round of that game on
+                if not np.isfinite(np.asarray(values, dtype=float)).any():
+                    continue
+                label, dotted = GAME_CURVES[key]
+                self._curve(self.charts["reward"], key, label, COLORS[key], symbol=None if dotted else "d",
+                            style=Qt.PenStyle.DotLine if dotted else Qt.PenStyle.SolidLine)
             self._set(key, x, values)
         evals = h.evaluations
         eval_x = [e.round for e in evals]
@@ -185,6 +207,8 @@ class Dashboard(QWidget):
         if h.evaluations:
             last, first = h.evaluations[-1], h.evaluations[0]
             held_out = f"Unseen tasks {last.accuracy_greedy:.0%} (baseline {first.accuracy_greedy:.0%}). "
+        if m.stage_rewards:
+            external = "stages " + ", ".join(f"{stage} {reward:.2f}" for stage, reward in m.stage_rewards.items())
         return (f"{held_out}Last round ({m.round}): reward {m.reward_local:.2f}, {external}; "
                 f"well-formed {m.wellformed_rate:.0%}; {update}; {m.seconds_total:.0f} s.")
 

@@ -1,4 +1,5 @@
-"""Will a model train on this computer? Read from the node's ``hardware --json`` answer (the GUI never imports torch).
+"""Will a model train on this computer? Read from the node's ``hardware --json`` answer, decoded into
+:class:`node.api.HardwareReport` (the GUI never imports torch).
 
 The label follows the computer's total memory (GPU memory with CUDA), so it does not flip between runs with what
 happens to be free; when free RAM is short right now, a separate note says to close other programs.
@@ -6,6 +7,7 @@ happens to be free; when free RAM is short right now, a separate note says to cl
 
 from __future__ import annotations
 
+from node.api import ModelFit
 from node.units import format_bytes
 
 TIGHT = 0.7  # past 70 % of the memory it is "tight": fragmentation and other programs eat the rest (node.models)
@@ -26,12 +28,11 @@ def label(required: int, available: int) -> str:
     return "tight" if required > TIGHT * available else "fits"
 
 
-def required(model: dict, *, sequences_per_pass: int, max_new_tokens: int) -> int:
+def required(model: ModelFit, *, sequences_per_pass: int, max_new_tokens: int) -> int:
     """Peak bytes of one training step for this round shape (the node's estimate, linear in tokens per pass)."""
-    if not model.get("bytes_per_token"):
-        return int(model["required_bytes"])  # an older node: only the figure for the recommended shape
-    tokens = sequences_per_pass * (int(model["prompt_tokens"]) + max_new_tokens)
-    return int(model["base_bytes"]) + int(model["bytes_per_token"]) * tokens
+    if not model.bytes_per_token:
+        return model.required_bytes  # an older node: only the figure for the recommended shape
+    return model.base_bytes + model.bytes_per_token * sequences_per_pass * (model.prompt_tokens + max_new_tokens)
 
 
 def free_ram_note(hardware: dict, need: int) -> str:
@@ -45,7 +46,7 @@ def free_ram_note(hardware: dict, need: int) -> str:
     return ""
 
 
-def describe(model: dict, hardware: dict, *, sequences_per_pass: int, max_new_tokens: int) -> tuple[str, str]:
+def describe(model: ModelFit, hardware: dict, *, sequences_per_pass: int, max_new_tokens: int) -> tuple[str, str]:
     """(label, one line for the user) for ``model`` with this round shape."""
     need = required(model, sequences_per_pass=sequences_per_pass, max_new_tokens=max_new_tokens)
     total = budget(hardware)

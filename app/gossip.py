@@ -23,6 +23,7 @@ from node.events import RolloutSample
 MAX_ROWS = 1000
 COLUMNS = ("Round", "Peer", "Task", "Question", "Answer", "Expected", "Reward", "Scored", "Fate")
 QUESTION, ANSWER, EXPECTED = 3, 4, 5
+COLUMN_WIDTHS = {1: 125, 2: 150, EXPECTED: 70, 7: 105, 8: 160}
 FATE_FILTERS = ("All groups", "Trained on", "Dropped: all rewards equal", "Not needed", "Rejected")
 _FATE_KEYS = (None, "trained", "dropped_equal_rewards", "not_needed", "rejected")
 
@@ -55,7 +56,7 @@ class SampleModel(QAbstractTableModel):
             return (
                 s.round,
                 "this node" if s.local else s.source_name,
-                task_name(s.family),
+                f"{task_name(s.family)} · {s.stage}" if s.stage else task_name(s.family),  # game: which stage
                 _one_line(s.question),
                 _one_line(s.completion),
                 _one_line(s.expected) if s.expected is not None else "—",
@@ -168,10 +169,16 @@ class GossipView(QWidget):
         self.arrow_style = SortArrowStyle(header.style().name())
         self.arrow_style.setParent(header)
         header.setStyle(self.arrow_style)
+        # Question and answer share what is left; the short columns get widths that fit their usual text (and
+        # can be dragged), so a long fate or task name never squeezes the answers out at 1024 pixels.
         for column in range(len(COLUMNS)):
-            stretch = column in (QUESTION, ANSWER)
-            header.setSectionResizeMode(column, QHeaderView.ResizeMode.Stretch if stretch
-                                        else QHeaderView.ResizeMode.ResizeToContents)
+            if column in (QUESTION, ANSWER):
+                header.setSectionResizeMode(column, QHeaderView.ResizeMode.Stretch)
+            elif column in COLUMN_WIDTHS:
+                header.setSectionResizeMode(column, QHeaderView.ResizeMode.Interactive)
+                header.resizeSection(column, COLUMN_WIDTHS[column])
+            else:
+                header.setSectionResizeMode(column, QHeaderView.ResizeMode.ResizeToContents)
         self.empty = QLabel("")
         self.empty.setObjectName("gossipEmpty")
         self.empty.setTextFormat(Qt.TextFormat.PlainText)

@@ -14,13 +14,16 @@ import psutil
 
 from PySide6.QtCore import QCoreApplication, QTimer
 from PySide6.QtGui import QIcon
-from PySide6.QtWidgets import QApplication, QInputDialog, QLineEdit, QMessageBox
+from PySide6.QtWidgets import QApplication, QInputDialog, QLineEdit
 
+from app.crash_dialog import ExceptionDialogs
 from app.demo_peers import DemoPeers
+from app.errors import Problem, error_dialog
 from app.main_window import MainWindow
 from app.paths import default_config_path, resource_path
 from app.supervisor import NodeSupervisor
 from app.wizard import SetupWizard
+from node.api import BUNDLED
 from node.config import NodeConfig, default_data_dir
 from node.demo import DEMO_MAX_NEW_TOKENS, demo_config
 from node.errors import NodeError
@@ -30,7 +33,6 @@ from node.wallet import WalletStore
 
 log = logging.getLogger("app")
 APP_LOG = "app.log"
-BUNDLED = "bundled"  # node.models.BUNDLED; importing node.models would pull torch into the GUI process
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -144,7 +146,7 @@ def demo_setup(peers: int) -> tuple[Path, DemoPeers]:
     data_dir = default_data_dir() / "demo"
     threads = max(1, (psutil.cpu_count(logical=False) or 1) // (peers + 1))
     config = demo_config(data_dir, 0, model=BUNDLED, threads=threads, max_new_tokens=DEMO_MAX_NEW_TOKENS)
-    config = config.with_overrides({"desktop": {"start_training_on_launch": True}})
+    config = config.update({"desktop": {"start_training_on_launch": True}})
     path = default_config_path().with_name("demo.toml")
     config.save(path)
     return path, DemoPeers(data_dir, count=peers, model=BUNDLED, threads=threads, max_new_tokens=DEMO_MAX_NEW_TOKENS)
@@ -166,17 +168,18 @@ def run_app(argv: list[str]) -> int:
     qt_app = QApplication.instance() or QApplication([sys.argv[0]])
     qt_app.setQuitOnLastWindowClosed(False)  # the tray keeps the app alive
     desktop = DesktopApp(qt_app, args.config or default_config_path())
+    ExceptionDialogs(lambda: desktop.window.diagnostics() if desktop.window else "").install()
     try:
         config = desktop.load_config()
     except NodeError as exc:
-        QMessageBox.critical(None, "RL Swarm", f"{exc.message}\n\n{exc.hint}")
+        error_dialog(None, "RL Swarm cannot read its settings", Problem.of(exc)).exec()
         return 2
     if config is None or args.setup:
         config = desktop.run_wizard(config or NodeConfig.build())
         if config is None:
             return 0
     if demo_peers is not None:
-        desktop.supervisor.event.connect(demo_peers.on_event)
+        demo_peers.attach(desktop.supervisor)  # peers start and stop with the app's node
     window = desktop.open(config, minimized=args.minimized)
     # Ctrl-C in a terminal quits cleanly: Python only sees signals when the event loop lets it run.
     signal.signal(signal.SIGINT, lambda *_: window.quit())

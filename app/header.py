@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import html
 
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QGuiApplication
@@ -15,6 +14,7 @@ from node.events import NodeStarted
 from node.invite import format_invite
 
 COPIED_MS = 2000
+DEVICES = {"cpu": "CPU", "cuda": "NVIDIA GPU", "mps": "Apple GPU"}
 
 
 class StatusHeader(QFrame):
@@ -38,6 +38,7 @@ class StatusHeader(QFrame):
         self.copy_id.clicked.connect(lambda: self._copy(self.copy_id, self.peer_id))
         self.swarm = QLabel("")
         self.swarm.setTextFormat(Qt.TextFormat.PlainText)
+        self.swarm.setWordWrap(True)
         self.progress = RoundProgressView()
         self.state = QLabel(status.label("stopped"))
         self.state.setObjectName("stateBadge")
@@ -58,12 +59,12 @@ class StatusHeader(QFrame):
         who.addWidget(self.name)
         who.addWidget(self.peer, 1)
         who.addWidget(self.copy_id)
+        who.addWidget(self.state)  # in this row, not the grid: a long badge must not widen the row below
         grid = QGridLayout(self)
-        grid.addLayout(who, 0, 0, 1, 2)
-        grid.addWidget(self.state, 0, 2, Qt.AlignmentFlag.AlignRight)
+        grid.addLayout(who, 0, 0, 1, 3)
         grid.addWidget(self.swarm, 1, 0)
         grid.addWidget(self.progress, 1, 1)
-        grid.addWidget(self.copy_invite, 1, 2)
+        grid.addWidget(self.copy_invite, 1, 2, Qt.AlignmentFlag.AlignRight)
         grid.addWidget(self.counters, 2, 0, 1, 3)
         grid.setColumnStretch(1, 1)
         self.set_state("stopped")
@@ -75,7 +76,9 @@ class StatusHeader(QFrame):
         self.peer.setText(f"{started.peer_id[:10]}…{started.peer_id[-6:]}")
         self.peer.setToolTip(started.peer_id)
         self.copy_id.setEnabled(bool(self.peer_id))
-        self.swarm.setText(f"Swarm {started.swarm_name} · {started.model} on {started.device}")
+        model = "SmolLM2-135M (bundled)" if started.model == "bundled" else started.model
+        device = DEVICES.get(started.device, started.device)
+        self.swarm.setText(f"Swarm {started.swarm_name} · {model} on {device}")
         # The wizard's form: with the swarm name, or a joiner would gather under its own swarm and see nobody.
         self.invite = format_invite(started.swarm_name, list(started.invite)) if started.invite else ""
         self.copy_invite.setEnabled(bool(self.invite))

@@ -7,6 +7,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from node.events import EvalFinished, RoundMetrics
+from node.game import STAGE_MAX_REWARD, STAGES
 
 MOVING_AVERAGE_ROUNDS = 10
 PHASES = ("generate", "share", "gather", "train")
@@ -46,6 +47,10 @@ class RunHistory:
     seconds: dict[str, list[float]] = field(default_factory=lambda: {phase: [] for phase in PHASES})
     peers: list[int] = field(default_factory=list)
     groups: dict[str, list[int]] = field(default_factory=lambda: {fate: [] for fate in ("received", *FATES)})
+    # multistage game: each stage's mean reward as a share of its maximum, and the share of questions answered
+    # exactly right by this node's first answers and by the swarm's final answers; NaN in rounds without them (SAPO)
+    stage_rewards: dict[str, list[float]] = field(default_factory=lambda: {stage: [] for stage in STAGES})
+    stage_accuracy: dict[str, list[float]] = field(default_factory=lambda: {"answer": [], "swarm_final": []})
     totals: Counter = field(default_factory=Counter)
     evaluations: list[EvalFinished] = field(default_factory=list)
     last: RoundMetrics | None = None
@@ -77,6 +82,10 @@ class RunHistory:
         self.groups["received"].append(m.groups_received)
         for fate in FATES:
             self.groups[fate].append(fates[fate])
+        for stage, values in self.stage_rewards.items():
+            values.append(m.stage_rewards[stage] / STAGE_MAX_REWARD[stage] if stage in m.stage_rewards else math.nan)
+        for key, values in self.stage_accuracy.items():
+            values.append(m.stage_accuracy.get(key, math.nan))
         self.totals.update(shared=m.groups_shared, received=m.groups_received, rounds=1, **fates)
         self.last = m
 

@@ -6,21 +6,23 @@ The token check runs in a worker thread (a network call); the upload itself runs
 
 from __future__ import annotations
 
+import html
 from pathlib import Path
 
-from PySide6.QtCore import QProcess, QProcessEnvironment, Signal
+from PySide6.QtCore import Signal, Slot
 from PySide6.QtWidgets import (
     QCheckBox, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QLineEdit, QProgressBar, QPushButton, QSpinBox,
     QVBoxLayout, QWidget,
 )
 
+from app.errors import ErrorLabel, Problem
 from app.worker import Worker
 from node.config import NodeConfig
 from node.errors import NodeError
-from node.events import UploadFailed, UploadFinished, UploadProgress, event_from_json
+from node.events import Event, UploadFailed, UploadFinished, UploadProgress
 from node.hub_auth import PASSPHRASE_ENV, TOKEN_SECRET, HubAccount, login, logout, token_store, validate_token
 from node.hub_upload import default_repo_id
-from node.launch import node_command
+from node.process_client import NodeProcess
 from node.units import format_bytes
 
 
@@ -29,6 +31,8 @@ class HubPanel(QWidget):
     uploadFailed = Signal(object)  # UploadFailed
     unlocked = Signal(str)  # the secret-store passphrase that opened the token, for the node's automatic uploads
     settingsChanged = Signal(object)  # a new NodeConfig (auto-upload interval, privacy, repo)
+    _uploadEvent = Signal(object)  # from the upload process's reader thread to the GUI thread
+    _uploadExited = Signal(int, object)  # exit code, the NodeProcess
 
     def __init__(self, config: NodeConfig, config_path: Path, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -36,7 +40,9 @@ class HubPanel(QWidget):
         self.config_path = config_path
         self.account: HubAccount | None = None
         self.peer_name = ""
-        self.process: QProcess | None = None
+        self.process: NodeProcess | None = None
+        self._uploadEvent.connect(self._on_upload_event)
+        self._uploadExited.connect(self._finished)
         self.worker = Worker()
         self.worker.done.connect(self._account_ready)
         self.worker.failed.connect(self._account_failed)
@@ -57,6 +63,9 @@ class HubPanel(QWidget):
         account_box = QGroupBox("Hugging Face account")
         account_form = QFormLayout(account_box)
         account_form.addRow(self.account_label)
+        self.account_error = ErrorLabel()
+        self.account_error.setObjectName("hubAccountError")
+        account_form.addRow(self.account_error)
         account_form.addRow("Token", self.token)
         account_form.addRow("Passphrase", self.passphrase)
         buttons = QHBoxLayout()
@@ -151,6 +160,7 @@ class HubPanel(QWidget):
         data_dir, endpoint = self.config.run.data_dir, self.config.upload.endpoint
         passphrase = self.passphrase.text() or None
         self.account_label.setText("Checking the token with the Hub…")
+        self.account_error.clear()
         self.login_button.setEnabled(False)
         self.worker.run(lambda: login(data_dir, token, endpoint=endpoint, passphrase=passphrase))
 
@@ -170,8 +180,9 @@ class HubPanel(QWidget):
         self._suggest_repo()
         self._update_buttons()
 
-    def _account_failed(self, exc: NodeError) -> None:
-        self.account_label.setText(f"<span style='color:#D55E00'>{exc.message}</span> {exc.hint}")
+    def _account_failed(self, exc: Exception) -> None:
+        self.account_error.show_problem(Problem.of(exc))
+        self.account_label.setText("Not logged in.")
         self._update_buttons()
 
     def set_peer_name(self, name: str) -> None:
@@ -191,11 +202,11 @@ class HubPanel(QWidget):
 
     def _save_settings(self) -> None:
         try:
-            config = self.config.with_values({"upload": {"private": self.private.isChecked(),
+            config = self.config.update({"upload": {"private": self.private.isChecked(),
                                                          "every_rounds": self.every.value(),
                                                          "repo_id": self.repo.text().strip() or None}})
         except NodeError as exc:
-            self.result.setText(f"{exc.message} {exc.hint}")
+            self.result.setText(Problem.of(exc).text())
             return
         self.settingsChanged.emit(config)
 
@@ -206,63 +217,59 @@ class HubPanel(QWidget):
     # -- upload --------------------------------------------------------------------------------------------
 
     def upload(self) -> None:
-        args = ["upload", "--events-jsonl", "--config", str(self.config_path),
-                "--private" if self.private.isChecked() else "--public"]
+        args = ["upload", "--config", str(self.config_path), "--private" if self.private.isChecked() else "--public"]
         if self.repo.text().strip():
             args += ["--repo", self.repo.text().strip()]
-        command = node_command(*args)
-        process = QProcess(self)
-        environment = QProcessEnvironment.systemEnvironment()
+        environment = {}
         if self.file_store and self.passphrase.text():
-            environment.insert(PASSPHRASE_ENV, self.passphrase.text())  # environment only, never a file
-        process.setProcessEnvironment(environment)
-        process.readyReadStandardOutput.connect(self._read)
-        process.finished.connect(self._finished)
-        self.process = process
+            environment[PASSPHRASE_ENV] = self.passphrase.text()  # environment only, never a file
+        process = NodeProcess(args, env=environment, on_event=self._uploadEvent.emit, name="upload")
+        process.on_exit = lambda code: self._uploadExited.emit(code, process)
         self.progress.setRange(0, 0)
         self.progress.setFormat("preparing (hashing files, comparing with the repo)…")
         self.result.setText("")
+        try:
+            process.start()
+        except OSError as exc:
+            self.result.setText(f"The upload could not start: {exc}")
+            return
+        self.process = process
         self._update_buttons()
-        process.start(command[0], command[1:])
 
     def cancel(self) -> None:
         if self.process is not None:
-            self.process.write(b"cancel\n")
+            self.process.send("cancel")
 
-    def _read(self) -> None:
-        assert self.process is not None
-        while self.process.canReadLine():
-            line = bytes(self.process.readLine()).decode(errors="replace").strip()
-            try:
-                event = event_from_json(line)
-            except ValueError:
-                continue
-            if isinstance(event, UploadProgress) and event.bytes_total:
-                scale = max(1, event.bytes_total // 2**30 + 1)  # QProgressBar counts in int32
-                self.progress.setRange(0, event.bytes_total // scale)
-                self.progress.setValue(event.bytes_done // scale)
-                self.progress.setFormat(f"{format_bytes(event.bytes_done)} of {format_bytes(event.bytes_total)}")
-            elif isinstance(event, UploadFinished):
-                self.progress.setRange(0, 1)
-                self.progress.setValue(1)
-                self.progress.setFormat("done")
-                what = "already up to date" if event.commit is None else \
-                    f"{event.files_uploaded} files, {format_bytes(event.bytes_sent)} sent"
-                self.result.setText(f"Published the checkpoint of round {event.round} to "
-                                    f"<a href='{event.url}'>{event.repo_id}</a> ({what}).")
-                self.uploadFinished.emit(event)
-            elif isinstance(event, UploadFailed):
-                self.progress.setRange(0, 1)
-                self.progress.setValue(0)
-                self.progress.setFormat("not uploaded")
-                self.result.setText(f"<span style='color:#D55E00'>{event.message}</span> {event.hint}")
-                self.uploadFailed.emit(event)
+    @Slot(object)
+    def _on_upload_event(self, event: Event) -> None:
+        if isinstance(event, UploadProgress) and event.bytes_total:
+            scale = max(1, event.bytes_total // 2**30 + 1)  # QProgressBar counts in int32
+            self.progress.setRange(0, event.bytes_total // scale)
+            self.progress.setValue(event.bytes_done // scale)
+            self.progress.setFormat(f"{format_bytes(event.bytes_done)} of {format_bytes(event.bytes_total)}")
+        elif isinstance(event, UploadFinished):
+            self.progress.setRange(0, 1)
+            self.progress.setValue(1)
+            self.progress.setFormat("done")
+            what = "already up to date" if event.commit is None else \
+                f"{event.files_uploaded} files, {format_bytes(event.bytes_sent)} sent"
+            self.result.setText(f"Published the checkpoint of round {event.round} to "
+                                f"<a href='{event.url}'>{event.repo_id}</a> ({what}).")
+            self.uploadFinished.emit(event)
+        elif isinstance(event, UploadFailed):
+            self.progress.setRange(0, 1)
+            self.progress.setValue(0)
+            self.progress.setFormat("not uploaded")
+            self.result.setText(html.escape(Problem(event.message, event.hint).text()))
+            self.uploadFailed.emit(event)
 
-    def _finished(self, code: int, _status) -> None:
-        self._read()
-        process, self.process = self.process, None
+    @Slot(int, object)
+    def _finished(self, code: int, process: NodeProcess) -> None:
+        if process is not self.process:
+            return
+        self.process = None
         if code != 0 and not self.result.text():
-            error = bytes(process.readAllStandardError()).decode(errors="replace").strip().splitlines()
-            self.result.setText(f"The upload stopped: {error[-1] if error else f'exit status {code}'}")
+            error = process.output_tail(1) or process.exit_reason().description
+            self.result.setText(f"The upload stopped: {error}")
         self._update_buttons()
 

@@ -73,7 +73,7 @@ class LogsPanel(QWidget):
         self.view = QPlainTextEdit(readOnly=True)
         self.view.setMaximumBlockCount(MAX_LINES)
         self.view.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
-        self.view.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
+        self.view.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)  # one line per round is long
         self.where = QLabel("")
         self.where.setWordWrap(True)
 

@@ -21,6 +21,16 @@ def main(argv: list[str] | None = None) -> int:
         from node.selftest import run_self_test
 
         return run_self_test()
-    from app.gui import run_app
+    from app.qt_libraries import warn_if_missing
 
+    warn_if_missing()
+    try:
+        from app.gui import run_app
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.split(".")[0] in ("PySide6", "pyqtgraph", "shiboken6"):
+            print(f"The desktop app needs the 'gui' extra ({exc.name} is not installed): "
+                  "pip install 'rl-swarm-desktop[gui]', or `bash installers/setup.sh`. "
+                  "A headless server runs the node alone: rl-swarm-node run.", file=sys.stderr)
+            return 2
+        raise
     return run_app(argv)

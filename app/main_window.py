@@ -24,9 +24,10 @@ from app.logs_panel import LogsPanel, environment_report
 from app.policies import PausePolicies
 from app.quit_dialog import QuitDialog
 from app.settings_dialog import SettingsDialog
-from app.supervisor import USER_ERROR_EXIT, NodeSupervisor
+from app.supervisor import NodeSupervisor
 from app.tray import Tray
 from app.worker import Worker
+from node.api import HardwareReport
 from node.config import NodeConfig
 from node.events import (
     CheckpointSaved, EvalFinished, Event, NodeFailed, NodeStarted, PeerJoined, PeerLeft, RolloutSample, RoundMetrics,
@@ -118,7 +119,7 @@ class MainWindow(QMainWindow):
         menu.addSeparator()
         menu.addAction(self.quit_action)
         self.quit_dialog: QuitDialog | None = None
-        self.hardware_data: dict | None = None  # the node's `hardware --json` answer, once Settings asked for it
+        self.hardware_data: HardwareReport | None = None  # the node's `hardware --json` answer, once Settings asked for it
         self.start_action.triggered.connect(self.start_node)
         self.pause_action.triggered.connect(supervisor.pause)
         self.resume_action.triggered.connect(supervisor.resume)
@@ -175,9 +176,7 @@ class MainWindow(QMainWindow):
         """Plots and gossip start from what is on disk, so a restarted app shows the whole run."""
         store = RunStore(self.config.run_dir)
         metrics = store.metrics()
-        # Held-out evaluations are stored from the learning branch on; older run folders have none.
-        evaluations = store.evaluations() if hasattr(store, "evaluations") else []
-        self.dashboard.load_history(metrics, evaluations)
+        self.dashboard.load_history(metrics, store.evaluations())
         self.header.set_totals(self.dashboard.history)
         self.header.progress.load(metrics)
         self.gossip.clear()

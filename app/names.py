@@ -16,7 +16,7 @@ REASONS = {
     "no_answer_block": "no <answer> block", "cut_at_token_limit": "cut at the token limit",
 }
 FATES = {
-    "trained": "trained on", "dropped_equal_rewards": "dropped: all rewards equal", "not_needed": "not needed",
+    "trained": "trained on", "dropped_equal_rewards": "dropped: equal rewards", "not_needed": "not needed",
 }
 FATE_HINTS = {
     "trained": "This node trained on this group.",

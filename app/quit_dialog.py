@@ -19,12 +19,13 @@ class QuitDialog(QDialog):
         self.text = QLabel("")
         self.text.setWordWrap(True)
         self.text.setTextFormat(Qt.TextFormat.PlainText)
-        self.text.setMinimumWidth(380)
+        self.text.setMinimumWidth(460)
         busy = QProgressBar()
         busy.setRange(0, 0)
         busy.setTextVisible(False)
         self.hint = QLabel("Stopping now loses the round in progress; the last checkpoint stays.")
         self.hint.setWordWrap(True)
+        self.hint.setMinimumWidth(460)
         self.hint.hide()
         self.stop_now = QPushButton("Stop now")
         self.stop_now.setObjectName("stopNow")
@@ -44,14 +45,23 @@ class QuitDialog(QDialog):
         doing = f" It is at: {step}." if step else ""
         self.text.setText("Waiting for the node to finish its current step and save a checkpoint, then the app "
                           f"closes.{doing}")
+        self._fit()
 
     def _offer_stop_now(self) -> None:
         self.stop_now.show()
         self.hint.show()
+        self._fit()
+
+    def _fit(self) -> None:
+        """Word-wrapped labels get the height their text needs (Qt sizes a dialog before it knows the text)."""
+        for label in (self.text, self.hint):
+            label.setMinimumHeight(label.heightForWidth(label.minimumWidth()))
+        self.adjustSize()
 
     def _stop_now(self) -> None:
         self.stop_now.setEnabled(False)
         self.text.setText("Stopping the node now…")
+        self._fit()
         self.stopNow.emit()
 
     def reject(self) -> None:  # Escape or the close button: quitting goes on, only the window is hidden

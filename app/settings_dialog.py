@@ -15,6 +15,7 @@ from PySide6.QtWidgets import (
 from app import fit
 from app.errors import ErrorLabel, Problem
 from app.node_query import NodeQuery
+from node.api import HardwareReport
 from node.config import NodeConfig
 from node.errors import NodeError
 
@@ -24,7 +25,7 @@ FIT_COLORS = {"fits": "#009E73", "tight": "#E69F00", "won't fit": "#D55E00", "un
 class SettingsDialog(QDialog):
     """Edits a copy of the config; ``result_config`` is the validated new one after OK."""
 
-    def __init__(self, config: NodeConfig, *, idle_supported: bool, hardware: dict | None = None,
+    def __init__(self, config: NodeConfig, *, idle_supported: bool, hardware: HardwareReport | dict | None = None,
                  parent: QWidget | None = None) -> None:
         """``hardware`` is the node's ``hardware --json`` answer; without it the dialog asks the node itself."""
         super().__init__(parent)
@@ -32,7 +33,7 @@ class SettingsDialog(QDialog):
         self.config = config
         self.result_config: NodeConfig | None = None
         self.wizard_requested = False
-        self.hardware: dict | None = None
+        self.hardware: HardwareReport | None = None
         cores = psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
         t = config.training
 
@@ -128,18 +129,24 @@ class SettingsDialog(QDialog):
         else:
             self.query = NodeQuery(["hardware"], self.set_hardware, self._hardware_failed, self)
 
-    def set_hardware(self, data: dict) -> None:
+    def set_hardware(self, data: HardwareReport | dict) -> None:
+        if isinstance(data, dict):
+            try:
+                data = HardwareReport.from_json(data)
+            except NodeError as exc:
+                self._hardware_failed(Problem.of(exc).text())
+                return
         self.hardware = data
         current = self.model.currentData()
         self.model.blockSignals(True)
         self.model.clear()
-        for model in data.get("models", []):
-            self.model.addItem(model["name"], model["id"])
+        for model in data.models:
+            self.model.addItem(model.name, model.id)
         if self.model.findData(current) < 0:
             self.model.addItem(current, current)  # a Hub id or local folder of the user's own
         self.model.setCurrentIndex(self.model.findData(current))
         self.model.blockSignals(False)
-        self._show_gpu_cap(data.get("hardware", {}).get("kind") == "cuda")
+        self._show_gpu_cap(data.kind == "cuda")
         self.update_fit()
 
     def _hardware_failed(self, message: str) -> None:
@@ -158,16 +165,17 @@ class SettingsDialog(QDialog):
 
     def update_fit(self) -> str:
         """Show whether the chosen model and round size fit this computer; returns the label."""
-        data = self.hardware or {}
-        model = next((m for m in data.get("models", []) if m["id"] == self.model.currentData()), None)
+        model = self.hardware.model(self.model.currentData()) if self.hardware else None
         if model is None:
             if self.hardware is not None:
                 self.fit.setText("Not in the catalog: the node checks the memory when it loads the model.")
             return "unknown"
-        verdict, text = fit.describe(model, data.get("hardware", {}), sequences_per_pass=self.sequences_per_pass(),
+        verdict, text = fit.describe(model, self.hardware.hardware, sequences_per_pass=self.sequences_per_pass(),
                                      max_new_tokens=self.max_tokens.value())
         self.fit.setText(text)
-        self.fit.setStyleSheet(f"QLabel#settingsFit {{ color: {FIT_COLORS[verdict]}; }}")
+        # Amber while free RAM is short right now, even where the computer's total memory is enough.
+        color = FIT_COLORS["tight"] if verdict == "fits" and "close other programs" in text else FIT_COLORS[verdict]
+        self.fit.setStyleSheet(f"QLabel#settingsFit {{ color: {color}; }}")
         return verdict
 
     def _browse(self) -> None:
@@ -191,7 +199,7 @@ class SettingsDialog(QDialog):
                         "start_training_on_launch": self.on_launch.isChecked()},
         }
         try:
-            self.result_config = self.config.with_values(overrides)
+            self.result_config = self.config.update(overrides)
         except NodeError as exc:
             self.error.show_problem(Problem.of(exc))
             return

@@ -1,20 +1,16 @@
 """Runs the node in a supervised child process and turns its event stream into Qt signals.
 
 The node is a separate process (hivemind forks, and a crash or OOM kill of the trainer must not take the GUI
-down). A reader thread parses its ``--events-jsonl`` stdout and hands each event to the GUI thread through a
-queued signal; another keeps the tail of its stderr so a crash can be explained. Commands go the other way as
-lines on its stdin (``--control-stdin``). When the process dies unexpectedly it is restarted with backoff, until
-it has crashed ``crash_limit`` times within ``crash_window_s``: then the app stops retrying and says why.
+down). Spawning, the event channel, commands, the graceful stop and the tree kill are
+:class:`node.process_client.NodeProcess`'s; this QObject only hands its callbacks to the GUI thread through queued
+signals and adds the app's policy: pause reasons, the states it shows, restart with backoff until the node has
+crashed ``crash_limit`` times within ``crash_window_s``, then stop retrying and say why.
 """
 
 from __future__ import annotations
 
-import collections
 import logging
-import signal
-import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -22,8 +18,8 @@ from pathlib import Path
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
 from node.config import NodeConfig
-from node.events import Event, NodeFailed, StateChanged, event_from_json
-from node.launch import kill_tree, node_command, node_environment, popen_options
+from node.events import Event, NodeFailed, StateChanged
+from node.process_client import EventStreamParser, NodeProcess, describe_exit
 from node.platform_support import wsl_config
 
 log = logging.getLogger(__name__)
@@ -31,23 +27,11 @@ log = logging.getLogger(__name__)
 # Exit status of the node CLI for a NodeError: a problem the user has to fix (bad config, model won't fit).
 # Restarting cannot help, so it is reported and not retried.
 USER_ERROR_EXIT = 2
-STDERR_LINES = 40
 
 # States of the supervised process as the app shows them; the node's own states come through as they are.
 SupervisorState = str  # "stopped" | "starting" | node states | "restarting" | "crashed" | "failed" | "finished"
 
-
-def describe_exit(code: int) -> str:
-    if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        if -code == signal.SIGKILL:
-            return (f"the node was killed ({name}); this is most often the system running out of memory: "
-                    "pick a smaller model or fewer completions per round in Settings")
-        return f"the node was terminated by {name}"
-    return f"the node exited with status {code}"
+__all__ = ["NodeSupervisor", "USER_ERROR_EXIT", "describe_exit"]
 
 
 class NodeSupervisor(QObject):
@@ -57,13 +41,14 @@ class NodeSupervisor(QObject):
     gaveUp = Signal(str)  # crash loop: not retrying
 
     _eventArrived = Signal(object)
-    _exited = Signal(int, object)  # exit code, the Popen it belongs to
+    _exited = Signal(int, object)  # exit code, the NodeProcess it belongs to
 
     def __init__(
         self,
         config_path: Path,
         *,
-        command: Callable[[Path], Sequence[str]] | None = None,
+        node_args: Callable[[Path], Sequence[str]] | None = None,
+        argv: Sequence[str] | None = None,
         backoff_s: Sequence[float] = (2.0, 5.0, 15.0, 30.0),
         crash_limit: int = 4,
         crash_window_s: float = 600.0,
@@ -71,26 +56,26 @@ class NodeSupervisor(QObject):
     ) -> None:
         super().__init__()
         self.config_path = config_path
-        self._command = command or (lambda path: node_command(
-            "run", "--config", str(path), "--events-jsonl", "--control-stdin"))
+        self._node_args = node_args or (lambda path: ["run", "--config", str(path)])
+        self._argv = argv  # a whole command line instead of the node CLI (tests run a fake child)
         self.backoff_s = tuple(backoff_s)
         self.crash_limit = crash_limit
         self.crash_window_s = crash_window_s
         self.stop_timeout_s = stop_timeout_s
         self.state: SupervisorState = "stopped"
         self.detail = ""
-        self.stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_LINES)
         self.last_error: NodeFailed | None = None
+        self.last_exit_code: int | None = None
         self.environment: dict[str, str] = {}  # extra variables for the node (e.g. the secret-store passphrase)
-        self._process: subprocess.Popen | None = None
+        self._process: NodeProcess | None = None
+        self._last_process: NodeProcess | None = None
         self._holds: set[str] = set()
         self._stop_requested = False
         self._crash_times: list[float] = []
         self._restart_timer = QTimer(self, singleShot=True)
         self._restart_timer.timeout.connect(self._launch)
-        self._kill_timer = QTimer(self, singleShot=True)
-        self._kill_timer.timeout.connect(self._force_kill)
         self._eventArrived.connect(self._on_event)
+        self._replay = EventStreamParser("replay")
         self._exited.connect(self._on_exit)
 
     # -- controls ------------------------------------------------------------------------------------------
@@ -107,6 +92,12 @@ class NodeSupervisor(QObject):
     def holds(self) -> frozenset[str]:
         return frozenset(self._holds)
 
+    @property
+    def stderr_tail(self) -> list[str]:
+        """The last lines the node wrote (stdout and stderr), for crash reports and diagnostics."""
+        process = self._process or self._last_process
+        return process.output_tail(40).splitlines() if process else []
+
     def start(self) -> None:
         if self._process is not None:
             return
@@ -120,16 +111,15 @@ class NodeSupervisor(QObject):
         if self._process is None:
             self._set_state("stopped")
             return
-        self._send("stop")
         self._set_state("stopping", "finishing the current step and saving a checkpoint")
-        self._kill_timer.start(int(self.stop_timeout_s * 1000))
+        self._process.request_stop(self.stop_timeout_s)
 
     def hold(self, reason: str, on: bool = True) -> None:
         """Pause for a reason ("user", "battery", "user_active"); training resumes when no reason is left."""
         before = bool(self._holds)
         (self._holds.add if on else self._holds.discard)(reason)
         if bool(self._holds) != before and self._process is not None:
-            self._send("pause" if self._holds else "resume")
+            self._process.send("pause" if self._holds else "resume")
             if self._holds and self.state in ("training", "waiting_for_peers", "starting"):
                 self._set_state(self.state, "pausing after this round")
 
@@ -142,41 +132,39 @@ class NodeSupervisor(QObject):
     def wait_stopped(self, timeout_s: float) -> bool:
         """Blocking wait for the process to end (used when the app quits, after the window has closed)."""
         process = self._process
-        if process is None:
-            return True
-        try:
-            process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            return False
-        return True
+        return process is None or process.wait(timeout_s) is not None
+
+    def feed(self, line: str | Event) -> None:
+        """Handle one line of a node's event stream as if the running node had written it (replays of recorded
+        runs, tests, screenshots): it goes through the same parser, then the same reactions, on this thread."""
+        event = self._replay.parse(line if isinstance(line, str) else line.to_json())
+        if event is not None:
+            self._on_event(event)
 
     def kill(self) -> None:
-        self._force_kill()
+        if self._process is not None:
+            self._process.kill()
 
     # -- process -------------------------------------------------------------------------------------------
 
     def _launch(self) -> None:
         self._stop_requested = False
         self.last_error = None
-        self.stderr_tail.clear()
-        command = list(self._command(self._node_config_path()))
-        log.info("starting node: %s", " ".join(command))
         self._set_state("starting")
+        process = NodeProcess(
+            self._node_args(self._node_config_path()), argv=self._argv, env=dict(self.environment),
+            on_event=self._eventArrived.emit, name="node",
+        )
+        process.on_exit = lambda code: self._exited.emit(code, process)
         try:
-            process = subprocess.Popen(
-                command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                text=True, encoding="utf-8", errors="replace", bufsize=1,
-                env={**node_environment(), **self.environment}, **popen_options(),
-            )
+            process.start()
         except OSError as exc:
             self._set_state("failed", f"could not start the node: {exc}")
             self.crashed.emit(f"could not start the node ({exc})")
             return
         self._process = process
         if self._holds:
-            self._send("pause")
-        threading.Thread(target=self._read_events, args=(process,), name="node-events", daemon=True).start()
-        threading.Thread(target=self._read_stderr, args=(process,), name="node-stderr", daemon=True).start()
+            process.send("pause")
 
     def _node_config_path(self) -> Path:
         """On Windows the node runs in WSL2 and reads Linux paths: it gets a translated copy of the config."""
@@ -185,42 +173,6 @@ class NodeSupervisor(QObject):
         path = self.config_path.with_suffix(".wsl.toml")
         wsl_config(NodeConfig.load(self.config_path)).save(path)
         return path
-
-    def _read_events(self, process: subprocess.Popen) -> None:
-        assert process.stdout is not None
-        for line in process.stdout:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                event = event_from_json(line)
-            except ValueError:
-                log.debug("node stdout: %s", line)  # libraries sometimes print; only events matter
-                continue
-            self._eventArrived.emit(event)
-        self._exited.emit(process.wait(), process)
-
-    def _read_stderr(self, process: subprocess.Popen) -> None:
-        assert process.stderr is not None
-        for line in process.stderr:
-            self.stderr_tail.append(line.rstrip())
-
-    def _send(self, command: str) -> None:
-        process = self._process
-        if process is None or process.stdin is None:
-            return
-        try:
-            process.stdin.write(command + "\n")
-            process.stdin.flush()
-        except (BrokenPipeError, OSError, ValueError):
-            log.debug("node stdin closed; %r not delivered", command)
-
-    def _force_kill(self) -> None:
-        process = self._process
-        if process is None:
-            return
-        log.warning("node did not stop in time; killing process %d and its children", process.pid)
-        kill_tree(process.pid)
 
     # -- reactions (GUI thread) ----------------------------------------------------------------------------
 
@@ -239,21 +191,22 @@ class NodeSupervisor(QObject):
         self.event.emit(event)
 
     @Slot(int, object)
-    def _on_exit(self, code: int, process: subprocess.Popen) -> None:
+    def _on_exit(self, code: int, process: NodeProcess) -> None:
         if process is not self._process:
             return
-        self._kill_timer.stop()
-        self._process = None
+        self._process, self._last_process = None, process
+        self.last_exit_code = code
         if self._stop_requested:
             self._set_state("stopped")
             return
         if code == 0:
             self._set_state("finished", "the configured number of rounds is done")
             return
-        why = describe_exit(code)
+        reason = process.exit_reason()
+        why = reason.description if reason else describe_exit(code)
         if self.last_error is not None:
             why += f": {self.last_error.message}" + (f" ({self.last_error.hint})" if self.last_error.hint else "")
-        tail = "\n".join(list(self.stderr_tail)[-12:])
+        tail = process.output_tail(12)
         report = why + (f"\n\nLast lines from the node:\n{tail}" if tail else "")
         if code == USER_ERROR_EXIT:
             self._set_state("failed", why)

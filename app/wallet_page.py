@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtWidgets import (
-    QButtonGroup, QComboBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit,
-    QPushButton, QRadioButton, QStackedWidget, QVBoxLayout, QWidget, QWizardPage,
+    QButtonGroup, QComboBox, QFileDialog, QFormLayout, QFrame, QGroupBox, QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit,
+    QPushButton, QRadioButton, QScrollArea, QStackedWidget, QVBoxLayout, QWidget, QWizardPage,
 )
 
+from app.errors import ErrorLabel, Problem
 from app.worker import Worker
 from node.chain.networks import PRESETS, rpc_health
 from node.config import NodeConfig
@@ -17,6 +18,14 @@ from node.secret_store import keyring_available
 from node.wallet import PendingWallet, WalletStore, new_wallet
 
 CREATE, PHRASE, KEY, KEYSTORE = range(4)
+
+
+COORDINATOR_NOTES = {
+    "gensyn-testnet": "Gensyn's official swarm is paused: paste the coordinator address your swarm's organiser gives "
+                      "you, or go back and choose Local only.",
+    "local": "Deploy one with `rl-swarm-node chain devnet` and paste the address it prints.",
+    "custom": "Paste the SwarmCoordinator address of the swarm you join (0x followed by 40 hex digits).",
+}
 
 
 class WalletPage(QWizardPage):
@@ -30,7 +39,7 @@ class WalletPage(QWizardPage):
                          "signs your reward submissions. Its key never leaves this computer.")
         self.worker = Worker()
         self.worker.done.connect(self._health)
-        self.worker.failed.connect(lambda exc: self.network_status.setText(f"{exc.message} {exc.hint}"))
+        self.worker.failed.connect(lambda exc: self.network_status.show_problem(Problem.of(exc)))
 
         self.network = QComboBox()
         for preset in PRESETS.values():
@@ -39,12 +48,14 @@ class WalletPage(QWizardPage):
         self.chain_id = QLineEdit()
         self.chain_id.setPlaceholderText("any (development chain)")
         self.coordinator = QLineEdit(config.chain.coordinator or "")
-        self.coordinator.setPlaceholderText("0x… address of the swarm's SwarmCoordinator")
+        self.coordinator.setPlaceholderText("0x… (40 hex digits) the SwarmCoordinator contract of your swarm")
         check = QPushButton("Check network")
         check.clicked.connect(self.check_network)
-        self.network_status = QLabel("")
+        self.network_status = ErrorLabel()
         self.network_status.setObjectName("networkStatus")
-        self.network_status.setWordWrap(True)
+        self.coordinator_note = QLabel("")
+        self.coordinator_note.setObjectName("coordinatorNote")
+        self.coordinator_note.setWordWrap(True)
         self.network.currentIndexChanged.connect(self._preset_changed)
         current = config.chain.network if config.chain.network != "none" else "gensyn-testnet"
         self.network.setCurrentIndex(max(0, self.network.findData(current)))
@@ -57,6 +68,7 @@ class WalletPage(QWizardPage):
         network_form.addRow("RPC URL", self.rpc)
         network_form.addRow("Chain id", self.chain_id)
         network_form.addRow("Coordinator", self.coordinator)
+        network_form.addRow("", self.coordinator_note)
         row = QHBoxLayout()
         row.addWidget(check)
         row.addWidget(self.network_status, 1)
@@ -84,7 +96,7 @@ class WalletPage(QWizardPage):
         self.words = QLabel("")
         self.words.setObjectName("recoveryPhrase")
         self.words.setWordWrap(True)
-        self.words.setMinimumHeight(110)
+        self.words.setMinimumHeight(125)
         self.quiz_form = QFormLayout()
         self.quiz: dict[int, QLineEdit] = {}
         create_layout.addWidget(generate)
@@ -136,10 +148,21 @@ class WalletPage(QWizardPage):
         self.error.setObjectName("walletError")
         self.error.setWordWrap(True)
         self.error.setStyleSheet("color: #D55E00")
-        layout = QVBoxLayout(self)
+        content = QWidget()
+        layout = QVBoxLayout(content)
+        layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(network_box)
         layout.addWidget(wallet_box)
         layout.addWidget(self.error)
+        layout.addStretch(1)
+        # The phrase, its quiz and the passphrase need more height than a 700-pixel screen leaves: scroll.
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QFrame.Shape.NoFrame)
+        scroll.setWidget(content)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.addWidget(scroll)
 
     # -- network -------------------------------------------------------------------------------------------
 
@@ -148,18 +171,25 @@ class WalletPage(QWizardPage):
         self.rpc.setText(preset.rpc_url or "")
         self.chain_id.setText(str(preset.chain_id) if preset.chain_id else "")
         self.chain_id.setReadOnly(preset.key == "gensyn-testnet")
+        self.coordinator_note.setText(COORDINATOR_NOTES.get(preset.key, ""))
 
     def check_network(self) -> None:
         url, expected = self.rpc.text().strip(), self._chain_id()
-        self.network_status.setText("Asking the RPC for its chain id and latest block…")
+        self.network_status.show_info("Asking the RPC for its chain id and latest block…")
         self.worker.run(lambda: rpc_health(url, expected, timeout_s=self.config.chain.rpc_timeout_s), "rpc-health")
 
     def _health(self, health) -> None:
         if health.ok:
-            self.network_status.setText(f"Connected: chain {health.chain_id}, block {health.block_number}, "
-                                        f"{health.latency_ms:.0f} ms.")
+            self.network_status.show_info(f"Connected: chain {health.chain_id}, block {health.block_number}, "
+                                          f"{health.latency_ms:.0f} ms.")
+        elif health.chain_id is not None:
+            self.network_status.show_problem(Problem(
+                f"This RPC serves chain {health.chain_id}, not the chosen network.",
+                "Pick the network that matches, or correct the RPC URL.", health.message))
         else:
-            self.network_status.setText(f"<span style='color:#D55E00'>{health.message}</span>")
+            self.network_status.show_problem(Problem(
+                "The network's RPC does not answer.",
+                "Check the internet connection and the RPC URL, then press Check network again.", health.message))
 
     def _chain_id(self) -> int | None:
         text = self.chain_id.text().strip()
@@ -188,7 +218,7 @@ class WalletPage(QWizardPage):
         try:
             self._save()
         except NodeError as exc:
-            self.error.setText(f"{exc.message}. {exc.hint}")
+            self.error.setText(Problem.of(exc).text())
             return False
         self.error.setText("")
         return True

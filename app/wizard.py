@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 from pathlib import Path
 
@@ -13,18 +14,50 @@ from PySide6.QtWidgets import (
     QTableWidgetItem, QVBoxLayout, QWidget, QWizard, QWizardPage,
 )
 
+from app import fit
 from app.networks import Network, load_networks, save_network
 from app.node_query import NodeQuery
 from app.wallet_page import WalletPage
+from node.api import HardwareReport, ModelFit
 from node.config import NodeConfig
 from node.errors import NodeError
 from node.invite import format_invite, local_addresses, parse_invite
 from node.units import format_bytes
 
 GIB = 2**30
-IDENTITY_PAGE, WALLET_PAGE, HARDWARE_PAGE, MODEL_PAGE, SWARM_PAGE = range(5)
-FIT_COLORS = {"fits": "#009E73", "tight": "#E69F00", "won't fit": "#D55E00"}
+IDENTITY_PAGE, WALLET_PAGE, HARDWARE_PAGE, MODEL_PAGE, SWARM_PAGE, WELCOME_PAGE = range(6)
+FIT_COLORS = {"fits": "#009E73", "tight": "#E69F00", "won't fit": "#D55E00", "unknown": "#7f7f7f"}
+STEPS = {IDENTITY_PAGE: 1, WALLET_PAGE: 1, HARDWARE_PAGE: 2, MODEL_PAGE: 3, SWARM_PAGE: 4}
 
+
+class WelcomePage(QWizardPage):
+    def __init__(self) -> None:
+        super().__init__()
+        self.setTitle("Welcome to RL Swarm")
+        text = QLabel(
+            "RL Swarm trains a small language model on this computer together with other people's computers: "
+            "every round your model answers a few reasoning questions, shares its answers with the swarm, and "
+            "learns from the answers that scored best, yours and your peers'.<br><br>"
+            "Setup takes four short steps: <b>1.</b> your identity in the swarm, <b>2.</b> what this computer "
+            "has, <b>3.</b> the model to train, <b>4.</b> the swarm to join. Nothing is saved until you press "
+            "Finish, and you can change everything later in Settings.")
+        text.setWordWrap(True)
+        layout = QVBoxLayout(self)
+        layout.addWidget(text)
+        layout.addStretch(1)
+
+    def nextId(self) -> int:  # noqa: N802
+        return IDENTITY_PAGE
+
+
+# The games a swarm can play (node.config.GAMES): a title and one line on each, for the swarm page.
+GAMES = {
+    "sapo": ("SAPO rollout sharing",
+             "Each node answers its own questions and also trains on the answers its peers share; one update per round."),
+    "multistage": ("Answer, critique, revise",
+                   "Everyone answers the same questions, judges the peers' answers, then revises its own; "
+                   "three updates per round, and it needs peers."),
+}
 
 def _size(num_bytes: int) -> str:
     return "none (offline)" if num_bytes == 0 else format_bytes(num_bytes)
@@ -107,7 +140,7 @@ class IdentityPage(QWizardPage):
 class HardwarePage(QWizardPage):
     def __init__(self) -> None:
         super().__init__()
-        self.data: dict | None = None
+        self.data: HardwareReport | None = None  # None until the node answered (an empty report if it failed)
         self.setTitle("Your hardware")
         self.setSubTitle("What the node found on this computer, and the settings it recommends.")
         self.found = QLabel("Detecting GPUs and memory…")
@@ -125,24 +158,29 @@ class HardwarePage(QWizardPage):
         self.query = NodeQuery(["hardware"], self._loaded, self._failed, self)
 
     def _loaded(self, data: dict) -> None:
-        self.data = data
-        hw, rec = data["hardware"], data["recommendation"]
-        kind = {"cuda": "NVIDIA GPU (CUDA)", "mps": "Apple GPU (Metal)", "cpu": "CPU only"}[hw["kind"]]
-        self.found.setText(f"<b>{kind}</b><br>{hw['description']}")
-        names = {m["id"]: m["name"] for m in data.get("models", [])}
-        threads = f"{rec['threads']} CPU thread" + ("s" if rec["threads"] != 1 else "")
+        try:
+            report = HardwareReport.from_json(data)
+        except NodeError as exc:
+            self._failed(f"{exc.message}; {exc.hint}")
+            return
+        self.data = report
+        rec = report.recommendation
+        kind = {"cuda": "NVIDIA GPU (CUDA)", "mps": "Apple GPU (Metal)", "cpu": "CPU only"}[report.kind]
+        self.found.setText(f"<b>{kind}</b><br>{report.hardware.get('description', '')}")
+        recommended = report.model(rec.model)
+        threads = f"{rec.threads} CPU thread" + ("s" if rec.threads != 1 else "")
         self.advice.setText(
-            f"<b>Recommended:</b> {names.get(rec['model'], rec['model'])} on {rec['device']}, "
-            f"training in {rec['train_dtype']}, "
-            f"{rec['num_generations']} completions for each of {rec['local_questions']} questions plus "
-            f"{rec['external_groups']} groups from peers per round, up to {rec['max_new_tokens']} new tokens, "
-            f"{threads}.<br><br>{rec['reason']}"
+            f"<b>Recommended:</b> {recommended.name if recommended else rec.model} on {rec.device}, "
+            f"training in {rec.train_dtype}, "
+            f"{rec.num_generations} completions for each of {rec.local_questions} questions plus "
+            f"{rec.external_groups} groups from peers per round, up to {rec.max_new_tokens} new tokens, "
+            f"{threads}.<br><br>{rec.reason}"
         )
         self.completeChanged.emit()
 
     def _failed(self, message: str) -> None:
         self.found.setText(f"Hardware detection failed: {message}. The node will fall back to the CPU.")
-        self.data = {"hardware": {}, "recommendation": {}, "models": []}
+        self.data = HardwareReport({}, None, [])  # no advice: the node decides at start
         self.completeChanged.emit()
 
     def isComplete(self) -> bool:  # noqa: N802
@@ -171,29 +209,33 @@ class ModelPage(QWizardPage):
         layout = QVBoxLayout(self)
         layout.addWidget(self.table)
         layout.addWidget(self.note)
-        self.models: list[dict] = []
+        self.models: list[ModelFit] = []
 
     def initializePage(self) -> None:  # noqa: N802
-        data = self.hardware.data or {}
-        self.models = data.get("models", [])
-        recommended = data.get("recommendation", {}).get("model")
-        wanted = self.config.training.model if self.config.training.model in {m["id"] for m in self.models} else recommended
+        report = self.hardware.data
+        self.hardware_info = report.hardware if report else {}
+        # Labels follow total memory, so they do not change between runs with what happens to be free.
+        total = fit.budget(self.hardware_info)
+        self.models = [dataclasses.replace(m, label=fit.label(m.required_bytes, total)) if total else m
+                       for m in (report.models if report else [])]
+        recommended = report.recommendation.model if report and report.recommendation else None
+        wanted = self.config.training.model if self.config.training.model in {m.id for m in self.models} else recommended
         self.table.setRowCount(len(self.models))
         for row, model in enumerate(self.models):
-            name = model["name"] + ("  ★ recommended" if model["id"] == recommended else "")
-            cells = [name, _size(model["download_bytes"]), f"{model['required_bytes'] / GIB:.1f} GiB", model["label"]]
+            name = model.name + ("  ★ recommended" if model.id == recommended else "")
+            cells = [name, _size(model.download_bytes), f"{model.required_bytes / GIB:.1f} GiB", model.label]
             for column, text in enumerate(cells):
                 item = QTableWidgetItem(text)
-                item.setToolTip(model["description"])
+                item.setToolTip(model.description)
                 if column == 3:
-                    item.setForeground(QBrush(QColor(FIT_COLORS[model["label"]])))
+                    item.setForeground(QBrush(QColor(FIT_COLORS[model.label])))
                 self.table.setItem(row, column, item)
-            if model["id"] == wanted:
+            if model.id == wanted:
                 self.table.selectRow(row)
         self.table.resizeColumnsToContents()
         self.table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
 
-    def selected(self) -> dict | None:
+    def selected(self) -> ModelFit | None:
         rows = self.table.selectionModel().selectedRows()
         return self.models[rows[0].row()] if rows else None
 
@@ -201,17 +243,18 @@ class ModelPage(QWizardPage):
         model = self.selected()
         if model is None:
             self.note.setText("")
-        elif model["label"] == "won't fit":
-            self.note.setText(f"<b>{model['name']} won't fit</b> in this computer's memory; pick a smaller model.")
+        elif model.label == "won't fit":
+            self.note.setText(f"<b>{model.name} won't fit</b> in this computer's memory; pick a smaller model.")
         else:
-            download = "nothing to download" if not model["download_bytes"] else \
-                f"downloads {_size(model['download_bytes'])} from Hugging Face the first time"
-            self.note.setText(f"{model['description']}; {download}.")
+            download = "nothing to download" if not model.download_bytes else \
+                f"downloads {_size(model.download_bytes)} from Hugging Face the first time"
+            short = fit.free_ram_note(self.hardware_info, model.required_bytes)
+            self.note.setText(f"{model.description}; {download}." + (f"<br><b>{short}</b>" if short else ""))
         self.completeChanged.emit()
 
     def isComplete(self) -> bool:  # noqa: N802
         model = self.selected()
-        return model is not None and model["label"] != "won't fit"
+        return model is not None and model.label != "won't fit"
 
 
 class SwarmPage(QWizardPage):
@@ -239,9 +282,19 @@ class SwarmPage(QWizardPage):
         self.invite_preview.setObjectName("invitePreview")
         copy = QPushButton("Copy invite")
         copy.clicked.connect(lambda: QGuiApplication.clipboard().setText(self.invite_preview.text()))
+        self.game = QComboBox()
+        self.game.setObjectName("gameChoice")
+        for game, (title, _) in GAMES.items():
+            self.game.addItem(title, game)
+        self.game.setCurrentIndex(max(0, self.game.findData(config.swarm.game)))
+        self.game_info = QLabel("")
+        self.game_info.setWordWrap(True)
+        self.game.currentIndexChanged.connect(self._game_changed)
         self.new_box = QWidget()
         new_form = QFormLayout(self.new_box)
         new_form.addRow("Swarm name", self.swarm_name)
+        new_form.addRow("Game", self.game)
+        new_form.addRow("", self.game_info)
         new_form.addRow("Port", self.port)
         invite_row = QHBoxLayout()
         invite_row.addWidget(self.invite_preview, 1)
@@ -286,7 +339,9 @@ class SwarmPage(QWizardPage):
         layout.addStretch(1)
         (self.join if config.swarm.initial_peers else self.new).setChecked(True)
         if config.swarm.initial_peers:
-            self.invite_text.setPlainText(format_invite(config.swarm.swarm_name, config.swarm.initial_peers))
+            self.invite_text.setPlainText(
+                format_invite(config.swarm.swarm_name, config.swarm.initial_peers, config.swarm.game))
+        self._game_changed()
         self._preset_changed(0)
         self._mode_changed()
 
@@ -305,7 +360,8 @@ class SwarmPage(QWizardPage):
             self.invite_preview.setText("")
             return
         self.invite_preview.setText(format_invite(self.swarm_name.text().strip(),
-                                                  local_addresses(peer["peer_id"], self.port.value())))
+                                                  local_addresses(peer["peer_id"], self.port.value()),
+                                                  self.game.currentData()))
         self.invite_preview.setCursorPosition(0)
         self.completeChanged.emit()
 
@@ -317,8 +373,14 @@ class SwarmPage(QWizardPage):
             self.invite_status.setText(f"<span style='color:#D55E00'>{exc.message}</span> {exc.hint}" if text.strip() else "")
         else:
             swarm = invite.swarm_name or self.config.swarm.swarm_name
-            self.invite_status.setText(f"Joining swarm <b>{swarm}</b> through {len(invite.peers)} address(es).")
+            game = GAMES[invite.game or self.config.swarm.game][0]
+            self.invite_status.setText(
+                f"Joining swarm <b>{swarm}</b> through {len(invite.peers)} address(es); it plays {game}.")
         self.completeChanged.emit()
+
+    def _game_changed(self, *_: object) -> None:
+        self.game_info.setText(GAMES[self.game.currentData()][1])
+        self._update_invite()
 
     def _preset_changed(self, index: int) -> None:
         if 0 <= index < len(self.networks):
@@ -341,7 +403,8 @@ class SwarmPage(QWizardPage):
         if self.join.isChecked():
             invite = parse_invite(self.invite_text.toPlainText())
             settings = {"swarm_name": invite.swarm_name or self.config.swarm.swarm_name,
-                        "initial_peers": list(invite.peers), "host": "0.0.0.0", "port": 0}
+                        "initial_peers": list(invite.peers), "host": "0.0.0.0", "port": 0,
+                        "game": invite.game or self.config.swarm.game}
             if self.save_as.isChecked():
                 save_network(self.networks_file, Network(name=self.save_name.text().strip(), **{
                     k: settings[k] for k in ("swarm_name", "initial_peers", "host")}))
@@ -351,7 +414,7 @@ class SwarmPage(QWizardPage):
             return {"swarm_name": network.swarm_name, "initial_peers": network.initial_peers, "host": network.host,
                     "port": 0}
         return {"swarm_name": self.swarm_name.text().strip(), "initial_peers": [], "host": "0.0.0.0",
-                "port": self.port.value()}
+                "port": self.port.value(), "game": self.game.currentData()}
 
 
 class SetupWizard(QWizard):
@@ -365,13 +428,17 @@ class SetupWizard(QWizard):
         self.config = config
         self.identity_page = IdentityPage(config)
         self.wallet_page = WalletPage(config)
+        self.welcome_page = WelcomePage()
         self.hardware_page = HardwarePage()
         self.model_page = ModelPage(config, self.hardware_page)
         self.swarm_page = SwarmPage(config, self.identity_page, networks_file)
         for page_id, page in ((IDENTITY_PAGE, self.identity_page), (WALLET_PAGE, self.wallet_page),
                               (HARDWARE_PAGE, self.hardware_page), (MODEL_PAGE, self.model_page),
-                              (SWARM_PAGE, self.swarm_page)):
+                              (SWARM_PAGE, self.swarm_page), (WELCOME_PAGE, self.welcome_page)):
             self.setPage(page_id, page)
+            if page_id in STEPS:
+                page.setTitle(f"Step {STEPS[page_id]} of 4: {page.title()}")
+        self.setStartId(WELCOME_PAGE)
         self.resize(860, 720)
         self.result_config: NodeConfig | None = None
 
@@ -381,17 +448,18 @@ class SetupWizard(QWizard):
         return self.wallet_page.passphrase_used if self.identity_page.wallet.isChecked() else None
 
     def accept(self) -> None:
-        rec = (self.hardware_page.data or {}).get("recommendation", {})
-        model = self.model_page.selected() or {"id": self.config.training.model}
-        training = {"model": model["id"]}
+        report = self.hardware_page.data
+        rec = report.recommendation if report else None
+        model = self.model_page.selected()
+        training = {"model": model.id if model else self.config.training.model}
         if rec:
-            training.update(device="auto", local_questions=rec["local_questions"], external_groups=rec["external_groups"],
-                            num_generations=rec["num_generations"], max_new_tokens=rec["max_new_tokens"],
-                            micro_batch_groups=rec["micro_batch_groups"])
+            training.update(device="auto", local_questions=rec.local_questions, external_groups=rec.external_groups,
+                            num_generations=rec.num_generations, max_new_tokens=rec.max_new_tokens,
+                            micro_batch_groups=rec.micro_batch_groups)
         try:
             chain = self.wallet_page.chain_settings() if self.identity_page.wallet.isChecked() else \
                 {"network": "none", "rpc_url": None, "chain_id": None, "coordinator": None}
-            self.result_config = self.config.with_values(
+            self.result_config = self.config.update(
                 {"training": training, "swarm": self.swarm_page.swarm_settings(), "chain": chain})
         except NodeError as exc:
             self.swarm_page.invite_status.setText(f"{exc.message} {exc.hint}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 
@@ -9,10 +10,12 @@ from PySide6.QtCore import QObject, Signal
 
 from node.errors import NodeError
 
+log = logging.getLogger(__name__)
+
 
 class Worker(QObject):
     done = Signal(object)
-    failed = Signal(object)  # a NodeError
+    failed = Signal(object)  # the exception: a NodeError, or an unexpected one
 
     def run(self, call: Callable[[], object], name: str = "app-worker") -> None:
         def work() -> None:
@@ -21,6 +24,7 @@ class Worker(QObject):
             except NodeError as exc:
                 self.failed.emit(exc)
             except Exception as exc:  # noqa: BLE001 - shown to the user instead of dying in a thread
-                self.failed.emit(NodeError(f"{type(exc).__name__}: {exc}", hint="see the Logs tab"))
+                log.exception("%s failed", name)
+                self.failed.emit(exc)  # app.errors.Problem.of says it in one sentence, the exception in the details
 
         threading.Thread(target=work, name=name, daemon=True).start()

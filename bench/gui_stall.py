@@ -56,7 +56,9 @@ def main() -> int:
     if model == "tiny":
         from node import models
 
-        model = str(models.tiny_random(models.resolve(models.BUNDLED), data / "tiny"))
+        from tests.tiny_model import tiny_random
+
+        model = str(tiny_random(models.resolve(models.BUNDLED), data / "tiny"))
     else:
         # Convert a GGUF model before measuring (a one-time cost of the first start, with its own memory peak),
         # in a child process so the GUI process stays as it would be.

@@ -111,7 +111,10 @@ def child(model_ref: str, mode: str, rounds: int, args: argparse.Namespace) -> N
          generation_dtype=str(generation_dtype).removeprefix("torch."))
 
     tasks = TaskSource({family: 1.0 for family in DEFAULT_FAMILIES}, seed=1234)
+    deadline = time.monotonic() + args.max_minutes * 60 if args.max_minutes else None
     for number in range(rounds):
+        if deadline is not None and number >= 2 and time.monotonic() > deadline:
+            break  # out of time on a busy machine: report the rounds done
         rng = random.Random(number)
         started = time.perf_counter()
         local = tasks.sample(args.I, rng)
@@ -158,7 +161,7 @@ def run_child(model: str, mode: str, args: argparse.Namespace) -> list[dict]:
                "--threads", str(args.threads), "-I", str(args.I), "-J", str(args.J), "-G", str(args.G),
                "--max-new-tokens", str(args.max_new_tokens), "--micro-batch-groups", str(args.micro_batch_groups),
                "--lora-rank", str(args.lora_rank), "--cache-dir", args.cache_dir,
-               "--generation-dtype", args.generation_dtype]
+               "--generation-dtype", args.generation_dtype, "--max-minutes", str(args.max_minutes)]
     rows = []
     with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True) as process:
         for line in process.stdout:
@@ -179,7 +182,8 @@ def summarize(model: str, mode: str, rows: list[dict]) -> dict:
         "mode": mode,
         "peak_rss_gb": round(max(peaks + [ready["peak_gb"]]), 3),
         "kept_rss_gb_round1": round(rounds[0]["kept_gb"], 3),
-        f"kept_rss_gb_round{len(rounds)}": round(rounds[-1]["kept_gb"], 3),
+        "kept_rss_gb_round20": round(rounds[19]["kept_gb"], 3) if len(rounds) >= 20 else None,
+        "kept_rss_gb_last_round": round(rounds[-1]["kept_gb"], 3),
         "rss_after_load_gb": round(ready["rss_gb"], 3),
         "generate_peak_gb_max": round(max(r["generate_peak_gb"] for r in rounds), 3),
         "train_peak_gb_max": round(max(r["train_peak_gb"] for r in rounds), 3),
@@ -208,6 +212,8 @@ def main() -> None:
     parser.add_argument("--lora-rank", type=int, default=16)
     parser.add_argument("--generation-dtype", default="auto", choices=["auto", "float32", "bfloat16"])
     parser.add_argument("--cache-dir", default=str(Path.home() / ".cache" / "rl-swarm-bench"))
+    parser.add_argument("--max-minutes", type=float, default=0,
+                        help="stop a model's rounds after this long (0 = never); the rounds done are reported")
     parser.add_argument("--env", nargs="*", help="extra KEY=VALUE for the children (e.g. to compare allocators)")
     parser.add_argument("--no-save", action="store_true")
     args = parser.parse_args()
@@ -219,21 +225,19 @@ def main() -> None:
         child(*args.child, args.rounds, args)
         return
     rows = []
+    settings = {k: getattr(args, k) for k in ("rounds", "threads", "I", "J", "G", "max_new_tokens",
+                                              "micro_batch_groups", "lora_rank", "generation_dtype", "max_minutes")}
     for model in args.models:
         for mode in args.modes:
             rows.append(summarize(model, mode, run_child(model, mode, args)))
-    if not args.no_save:
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        settings = {k: getattr(args, k) for k in ("rounds", "threads", "I", "J", "G", "max_new_tokens",
-                                                  "micro_batch_groups", "lora_rank", "generation_dtype")}
-        RESULTS.write_text(json.dumps({"settings": settings, "rows": rows}, indent=1) + "\n", encoding="utf-8")
-    last = f"kept_rss_gb_round{args.rounds}"
-    print("| model | mode | peak RSS GB | kept RSS GB round 1 | kept RSS GB round "
-          f"{args.rounds} | train s/round |")
-    print("|---|---|---|---|---|---|")
+            if not args.no_save:
+                RESULTS.parent.mkdir(parents=True, exist_ok=True)
+                RESULTS.write_text(json.dumps({"settings": settings, "rows": rows}, indent=1) + "\n", encoding="utf-8")
+    print("| model | mode | rounds | peak RSS GB | kept RSS GB round 1 | kept RSS GB last round | train s/round |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['model']} | {r['mode']} | {r['peak_rss_gb']:.2f} | {r['kept_rss_gb_round1']:.2f} | "
-              f"{r[last]:.2f} | {r['train_s_median']:.1f} |")
+        print(f"| {r['model']} | {r['mode']} | {r['rounds']} | {r['peak_rss_gb']:.2f} | {r['kept_rss_gb_round1']:.2f} | "
+              f"{r['kept_rss_gb_last_round']:.2f} | {r['train_s_median']:.1f} |")
 
 
 if __name__ == "__main__":

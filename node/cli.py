@@ -5,21 +5,26 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
+import socket
 import sys
 import threading
-from dataclasses import asdict
+import types
+import typing
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psutil
 
 from node import cli_hub
-from node.config import NodeConfig, default_data_dir
+from node.config import UNSET, NodeConfig, default_data_dir
 from node.errors import NodeError
 from node.invite import format_invite, parse_invite
 
 INVITE_FILE = "invite.json"
+PORT_FILE = "listen_port"  # in the run folder: the port the node got last time it was given "any free port"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,20 +48,22 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from node.logs import setup_logging
     from node.runner import SwarmNode
 
-    config = config_from_args(args)
+    config = keep_last_port(config_from_args(args))
     log_path = setup_logging(config.run_dir, verbose=args.verbose)
     bus = EventBus()
-    if args.events_jsonl:
-        bus.subscribe(JsonLinesWriter(sys.stdout))
+    events = event_stream(args)
+    if events is not None:
+        bus.subscribe(JsonLinesWriter(events))
     else:
         bus.subscribe(_HumanProgress(log_path))
     invite_path = config.run.data_dir / INVITE_FILE
 
     def remember_invite(event) -> None:
         if isinstance(event, NodeStarted):
+            remember_port(config, event.invite)
             invite_path.write_text(
                 json.dumps({"pid": os.getpid(), "peer_id": event.peer_id, "swarm_name": event.swarm_name,
-                            "invite": event.invite}),
+                            "game": event.game, "invite": event.invite}),
                 encoding="utf-8",
             )
 
@@ -72,6 +79,58 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def keep_last_port(config: NodeConfig) -> NodeConfig:
+    """A node told to take any free port (0) takes the port of its last run again when that port is free: its
+    address stays the same across a stop and start, so peers that know it (invites, demo peers, routing tables)
+    find it again."""
+    if config.swarm.port:
+        return config
+    try:
+        port = int((config.run_dir / PORT_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return config
+    if not 0 < port <= 65535 or not _port_free(config.swarm.host, port):
+        return config
+    return config.update({"swarm": {"port": port}})
+
+
+def remember_port(config: NodeConfig, invite: list[str]) -> None:
+    ports = {int(match.group(1)) for address in invite if (match := re.search(r"/tcp/(\d+)", address))}
+    if len(ports) == 1:
+        config.run_dir.mkdir(parents=True, exist_ok=True)
+        (config.run_dir / PORT_FILE).write_text(str(ports.pop()), encoding="utf-8")
+
+
+def _port_free(host: str, port: int) -> bool:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a just-stopped node leaves TIME_WAIT behind
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def add_event_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--events-jsonl", action="store_true",
+                        help="print typed events as JSON lines on stdout (where --events-fd is not possible)")
+    parser.add_argument("--events-fd", type=int, metavar="FD",
+                        help="write typed events as JSON lines to this inherited file descriptor (the app's channel)")
+
+
+def event_stream(args: argparse.Namespace):
+    """Where JSON-lines events go: the inherited fd the supervising process reads, else stdout, else nowhere."""
+    if args.events_fd is not None:
+        try:
+            os.set_inheritable(args.events_fd, False)  # ours alone: the p2p daemon must not hold the pipe open
+            return os.fdopen(args.events_fd, "w", encoding="utf-8", buffering=1)
+        except OSError as exc:
+            raise NodeError(f"--events-fd {args.events_fd} is not an open file descriptor ({exc})",
+                            hint="pass a descriptor the parent process left open, or use --events-jsonl") from None
+    return sys.stdout if args.events_jsonl else None
+
+
 class _HumanProgress:
     def __init__(self, log_path: Path) -> None:
         self.log_path = log_path
@@ -83,7 +142,7 @@ class _HumanProgress:
             print(f"run folder {event.run_dir}; log {self.log_path}")
             if event.resumed_from_round is not None:
                 print(f"resumed after round {event.resumed_from_round}")
-            invite = format_invite(event.swarm_name, event.invite)
+            invite = format_invite(event.swarm_name, event.invite, event.game)
             print(f"others join this swarm by pasting this invite into the app, or with\n"
                   f"  rl-swarm-node run --join '{invite}'")
         elif kind == "round_finished":
@@ -124,7 +183,7 @@ def _stop_on_signals(node) -> None:
 
 def _read_controls(node) -> None:
     """Commands for a supervising process (the desktop app): one word per line on stdin."""
-    actions = {"pause": node.pause, "resume": node.resume, "stop": node.stop}
+    actions = {"pause": node.pause, "resume": node.resume, "stop": node.stop, "cancel": node.stop}
     for line in sys.stdin:
         action = actions.get(line.strip().lower())
         if action:
@@ -132,38 +191,107 @@ def _read_controls(node) -> None:
     node.stop()  # the supervisor went away
 
 
+# The `run` flags are generated from the config fields of these sections: --<field-name>, typed, with the field's
+# description, bounds and default as help. A few fields also keep the short or older names users know.
+FLAG_SECTIONS = ("training", "swarm", "evaluation", "run", "chain")
+FLAG_PREFIXES = {"evaluation": "eval-"}  # --eval-seed is not --seed ([run] seed)
+FLAG_NAMES: dict[tuple[str, str], tuple[str, ...]] = {
+    ("training", "local_questions"): ("-I",),
+    ("training", "external_groups"): ("-J",),
+    ("training", "num_generations"): ("-G",),
+    ("training", "format_reward_weight"): ("--format-reward",),
+    ("swarm", "gather_timeout_s"): ("--gather-timeout",),
+}
+NOT_FLAGS = {("swarm", "initial_peers")}  # --join takes invites, not bare addresses
+
+
+@dataclass(frozen=True)
+class ConfigFlag:
+    section: str
+    field: str
+    names: tuple[str, ...]
+    kwargs: dict[str, Any]
+
+    @property
+    def dest(self) -> str:
+        return f"{self.section}__{self.field}"
+
+
+def config_flags() -> list[ConfigFlag]:
+    """One flag per scalar field of :data:`FLAG_SECTIONS` (lists and tables live in the config file)."""
+    flags = []
+    for section in FLAG_SECTIONS:
+        model = NodeConfig.model_fields[section].annotation
+        for name, info in model.model_fields.items():
+            if (section, name) in NOT_FLAGS:
+                continue
+            kwargs = _flag_kwargs(info)
+            if kwargs is None:
+                continue
+            names = (*FLAG_NAMES.get((section, name), ()), flag_name(section, name))
+            flags.append(ConfigFlag(section, name, names, kwargs))
+    return flags
+
+
+def flag_name(section: str, field: str) -> str:
+    return "--" + FLAG_PREFIXES.get(section, "") + field.replace("_", "-")
+
+
+def _flag_kwargs(info) -> dict[str, Any] | None:
+    annotation = info.annotation
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        annotation = next(arg for arg in typing.get_args(annotation) if arg is not type(None))
+    kwargs: dict[str, Any] = {}
+    if typing.get_origin(annotation) is typing.Literal:
+        kwargs["choices"] = list(typing.get_args(annotation))
+    elif annotation is bool:
+        kwargs["action"] = argparse.BooleanOptionalAction
+    elif annotation in (int, float, str, Path):
+        kwargs["type"] = annotation
+    else:
+        return None
+    bounds = [f"{symbol} {getattr(rule, attr)}" for rule in info.metadata
+              for attr, symbol in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")) if hasattr(rule, attr)]
+    default = info.get_default(call_default_factory=True)
+    parts = [info.description or "", ", ".join(bounds), f"default: {'automatic' if default is None else default}"]
+    kwargs["help"] = "; ".join(part for part in parts if part).replace("%", "%%")
+    return kwargs
+
+
+def add_config_flags(parser: argparse.ArgumentParser) -> None:
+    for flag in config_flags():
+        metavar = {} if "choices" in flag.kwargs or "action" in flag.kwargs else {"metavar": flag.field.upper()}
+        parser.add_argument(*flag.names, dest=flag.dest, default=UNSET, **metavar, **flag.kwargs)
+
+
 def config_from_args(args: argparse.Namespace) -> NodeConfig:
+    changes: dict[str, dict[str, Any]] = {section: {} for section in (*FLAG_SECTIONS, "tasks")}
+    for flag in config_flags():
+        changes[flag.section][flag.field] = getattr(args, flag.dest, UNSET)
     peers: list[str] = []
-    invited_swarm = None
+    invited_swarm = invited_game = None
     for text in args.join or []:
         invite = parse_invite(text)
         peers += invite.peers
         invited_swarm = invited_swarm or invite.swarm_name
-    overrides: dict[str, dict[str, Any]] = {
-        "training": {
-            "model": args.model, "device": args.device, "local_questions": args.local_questions,
-            "external_groups": args.external_groups, "num_generations": args.num_generations,
-            "max_new_tokens": args.max_new_tokens, "learning_rate": args.learning_rate,
-            "micro_batch_groups": args.micro_batch_groups, "format_reward_weight": args.format_reward,
-            "temperature": args.temperature,
-        },
-        "swarm": {
-            "swarm_name": args.swarm_name or invited_swarm, "initial_peers": peers or None, "host": args.host,
-            "port": args.port,
-            "gather_timeout_s": args.gather_timeout,
-        },
-        "tasks": {"weights": {f: 1.0 for f in args.families.split(",")} if args.families else None},
-        "run": {
-            "data_dir": args.data_dir, "run_name": args.run_name, "rounds": args.rounds,
-            "checkpoint_every": args.checkpoint_every, "threads": args.threads,
-            "gpu_memory_fraction": args.gpu_memory_fraction, "identity_file": args.identity_file,
-        },
-        "chain": {"network": args.network, "rpc_url": args.rpc_url, "coordinator": args.coordinator, "wallet": args.wallet},
-    }
-    overrides = {section: {k: v for k, v in fields.items() if v is not None} for section, fields in overrides.items()}
+        invited_game = invited_game or invite.game
+    if peers:
+        changes["swarm"]["initial_peers"] = peers
+    if invited_swarm and changes["swarm"]["swarm_name"] is UNSET:
+        changes["swarm"]["swarm_name"] = invited_swarm
+    if invited_game:  # the invite says which game its swarm plays
+        given = changes["swarm"].get("game", UNSET)
+        if given is not UNSET and given != invited_game:
+            raise NodeError(
+                f"--game {given} contradicts the invite, whose swarm plays {invited_game}",
+                hint="leave out --game when joining with an invite: the invite says which game its swarm plays",
+            )
+        changes["swarm"]["game"] = invited_game
+    if args.families:
+        changes["tasks"]["weights"] = {family: 1.0 for family in args.families.split(",")}
     if args.config:
-        return NodeConfig.load(args.config, overrides)
-    return NodeConfig.build(overrides, source="command line")
+        return NodeConfig.load(args.config, changes)
+    return NodeConfig.build().update(changes, source="command line")
 
 
 # ---------------------------------------------------------------------------------------------- other commands
@@ -178,12 +306,13 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def _cmd_hardware(args: argparse.Namespace) -> int:
     from node import hardware
+    from node.api import HardwareReport
 
     info = hardware.detect()
     advice = hardware.recommend(info)
     if args.json:
-        models = [asdict(fit) for fit in hardware.catalog_fits(info, advice)]
-        print(json.dumps({"hardware": info.to_dict(), "recommendation": asdict(advice), "models": models}, indent=2))
+        report = HardwareReport(info.to_dict(), advice, hardware.catalog_fits(info, advice))
+        print(json.dumps(report.to_json(), indent=2))
         return 0
     print(info.describe())
     print(f"recommended: model {advice.model} on {advice.device}, train {advice.train_dtype}, "
@@ -223,7 +352,7 @@ def _cmd_invite(args: argparse.Namespace) -> int:
             "no node is running with this data folder, so there is no invite yet",
             hint="start one with `rl-swarm-node run` (a fixed --port keeps the invite stable across restarts)",
         )
-    print(format_invite(info["swarm_name"], info["invite"]))
+    print(format_invite(info["swarm_name"], info["invite"], info.get("game", "sapo")))
     return 0
 
 
@@ -236,34 +365,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--config", type=Path, help="TOML config file ([training], [swarm], [tasks], [run])")
     run.add_argument("--join", action="append", metavar="INVITE",
                      help="an invite (rl-swarm:join?...) or multiaddr of a swarm member (repeatable)")
-    run.add_argument("--swarm-name", help="swarm namespace on the DHT (default: local)")
-    run.add_argument("--model", help="catalog id, Hub id, model folder, .gguf file, or 'bundled' (default)")
-    run.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"])
-    run.add_argument("-I", "--local-questions", type=int, help="questions sampled locally per round")
-    run.add_argument("-J", "--external-groups", type=int, help="peer groups trained on per round (0 = solo)")
-    run.add_argument("-G", "--num-generations", type=int, help="completions per question")
-    run.add_argument("--max-new-tokens", type=int)
-    run.add_argument("--learning-rate", type=float)
-    run.add_argument("--micro-batch-groups", type=int, help="groups per forward/backward pass (0 = all; less memory)")
-    run.add_argument("--temperature", type=float, help="sampling temperature (default 1.0)")
-    run.add_argument("--format-reward", type=float, help="bonus for a well-formed <answer> block (0..1)")
     run.add_argument("--families", help="comma-separated reasoning-gym families (default: the 9 SAPO families)")
-    run.add_argument("--rounds", type=int, help="stop after this many rounds (default: until stopped)")
-    run.add_argument("--checkpoint-every", type=int, help="rounds between checkpoints")
-    run.add_argument("--gather-timeout", type=float, help="seconds to wait for peer groups per round")
-    run.add_argument("--host", help="listen address (default 0.0.0.0)")
-    run.add_argument("--port", type=int, help="listen port (default: any free port)")
-    run.add_argument("--threads", type=int, help="CPU threads for torch (default: cores - 1)")
-    run.add_argument("--gpu-memory-fraction", type=float)
-    run.add_argument("--data-dir", type=Path, help=f"default {default_data_dir()}")
-    run.add_argument("--run-name", help="run folder name under <data-dir>/runs (default: default)")
-    run.add_argument("--identity-file", type=Path, help="peer key file (default <data-dir>/identity/swarm.key)")
-    run.add_argument("--network", choices=["none", "gensyn-testnet", "local", "custom"], help="on-chain swarm (default none)")
-    run.add_argument("--rpc-url", help="JSON-RPC URL of the chain (default: the network's)")
-    run.add_argument("--coordinator", help="SwarmCoordinator contract address")
-    run.add_argument("--wallet", help="wallet name (default: default)")
-    run.add_argument("--events-jsonl", action="store_true", help="print typed events as JSON lines on stdout")
-    run.add_argument("--control-stdin", action="store_true", help="accept pause/resume/stop lines on stdin")
+    add_config_flags(run)  # every scalar setting of [training], [swarm], [evaluation], [run] and [chain]
+    add_event_options(run)
+    run.add_argument("--control-stdin", action="store_true", help="accept pause/resume/stop/cancel lines on stdin")
     run.add_argument("-v", "--verbose", action="store_true")
     run.set_defaults(handler=_cmd_run)
 

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from node.config import NodeConfig
+from node.config import NodeConfig, given
 from node.errors import NodeError
 
 
@@ -80,12 +80,10 @@ def _common(parser: argparse.ArgumentParser, *, chain: bool) -> None:
 def _config(args: argparse.Namespace) -> NodeConfig:
     chain = {key: getattr(args, key, None) for key in ("network", "rpc_url", "chain_id", "coordinator")}
     chain["wallet"] = args.wallet
-    overrides: dict[str, Any] = {
-        "run": {"data_dir": args.data_dir}, "chain": {k: v for k, v in chain.items() if v is not None},
-    }
+    changes: dict[str, Any] = {"run": given({"data_dir": args.data_dir}), "chain": given(chain)}
     if args.config:
-        return NodeConfig.load(args.config, overrides)
-    return NodeConfig.build(overrides, source="command line")
+        return NodeConfig.load(args.config, changes)
+    return NodeConfig.build().update(changes, source="command line")
 
 
 # ------------------------------------------------------------------------------------------------------ wallet

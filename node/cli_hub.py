@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from node.config import NodeConfig, default_data_dir, merge
+from node.config import NodeConfig, default_data_dir, given
 from node.errors import NodeError
 from node.units import format_bytes
 
@@ -30,8 +30,10 @@ def add_commands(commands) -> None:
     visibility.add_argument("--public", dest="private", action="store_false", help="create the repo public")
     upload.add_argument("--token-stdin", action="store_true", help="read a token from stdin for this upload only")
     upload.add_argument("--endpoint", help="Hub URL (default: HF_ENDPOINT or https://huggingface.co)")
-    upload.add_argument("--events-jsonl", action="store_true",
-                        help="report as JSON-lines upload events, and cancel on a 'cancel' line on stdin (for the app)")
+    # The app's way: JSON-lines upload events, and a 'cancel' (or 'stop') line on stdin cancels.
+    from node.cli import add_event_options
+
+    add_event_options(upload)
     upload.set_defaults(handler=_cmd_upload)
 
     hf = commands.add_parser("hf", help="the Hugging Face token used for uploads")
@@ -117,7 +119,7 @@ def _stored_token(data_dir: Path | None) -> str:
 # ----------------------------------------------------------------------------------------------------- upload
 def _cmd_upload(args: argparse.Namespace) -> int:
     config = _run_config(args)
-    if args.events_jsonl:
+    if args.events_jsonl or args.events_fd is not None:
         return _upload_events(config, args)
     token = _read_token(True, "") if args.token_stdin else _stored_token(config.run.data_dir)
     cancel = threading.Event()
@@ -163,13 +165,15 @@ def _upload_events(config: NodeConfig, args: argparse.Namespace) -> int:
     """The app's way to upload: the app stays free of torch, and reads progress like any other node event."""
     from node.events import JsonLinesWriter, UploadFailed, UploadFinished, UploadProgress
 
-    emit = JsonLinesWriter(sys.stdout)
+    from node.cli import event_stream
+
+    emit = JsonLinesWriter(event_stream(args))
     repo = config.upload.repo_id or ""
     cancel = threading.Event()
 
     def read_commands() -> None:
         for line in sys.stdin:
-            if line.strip() == "cancel":
+            if line.strip() in ("cancel", "stop"):
                 cancel.set()
         cancel.set()  # the app went away
 
@@ -197,17 +201,17 @@ def _upload_events(config: NodeConfig, args: argparse.Namespace) -> int:
 
 def _run_config(args: argparse.Namespace) -> NodeConfig:
     """The run's own saved config (it knows the model and settings trained with), with the upload flags on top."""
-    overrides: dict[str, dict[str, Any]] = {
-        "run": {"data_dir": args.data_dir, "run_name": args.run_name},
-        "upload": {"repo_id": args.repo, "private": args.private, "endpoint": args.endpoint},
+    changes: dict[str, dict[str, Any]] = {
+        "run": given({"data_dir": args.data_dir, "run_name": args.run_name}),
+        "upload": given({"repo_id": args.repo, "private": args.private, "endpoint": args.endpoint}),
     }
     if args.config:
-        config = NodeConfig.load(args.config, overrides)
+        config = NodeConfig.load(args.config, changes)
     else:
-        config = NodeConfig.build(merge({}, overrides), source="command line")
+        config = NodeConfig.build().update(changes, source="command line")
         saved = config.run_dir / "config.toml"
         if saved.is_file():
-            config = NodeConfig.load(saved, overrides)
+            config = NodeConfig.load(saved, changes)
     return config
 
 

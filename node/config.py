@@ -2,7 +2,9 @@
 
 A config file is TOML with the sections ``[training]``, ``[swarm]``, ``[tasks]``, ``[evaluation]``, ``[run]``,
 ``[upload]``, ``[chain]`` and ``[desktop]`` (the app's own settings); every field below is a key of its section.
-The CLI's flags override single fields. Validation happens once, in :func:`NodeConfig.build`, and every problem is reported as a
+The CLI's flags override single fields; those flags are generated from the fields below (name, type, description,
+bounds; see :mod:`node.cli`). The CLI and the app's dialogs change a config through the one
+:meth:`NodeConfig.update`. Validation happens once, in :func:`NodeConfig.build`, and every problem is reported as a
 :class:`~node.errors.NodeError` that names the field, the section it lives in and what values are accepted.
 """
 
@@ -10,15 +12,37 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import platformdirs
 import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from node.errors import NodeError
+from node.records import MAX_ROUND
 
 APP_NAME = "rl-swarm"
+
+
+class _Unset:
+    """The value of a setting that was not given (a command-line flag left out): the current value stays."""
+
+    _instance: _Unset | None = None
+
+    def __new__(cls) -> _Unset:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+UNSET: Any = _Unset()
+Changes = dict[str, dict[str, Any]]
 
 
 def default_data_dir() -> Path:
@@ -80,16 +104,48 @@ class TrainingSettings(_Section):
         return self
 
 
+Game = Literal["sapo", "multistage"]
+GAMES: tuple[str, ...] = get_args(Game)
+
+
 class SwarmSettings(_Section):
-    """How this node finds and talks to its peers."""
+    """How this node finds and talks to its peers, and which game the swarm plays."""
 
     swarm_name: str = Field("local", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+    game: Game = Field(
+        "sapo",
+        description="sapo = share rollouts, one GRPO update per round; multistage = answer, critique peers' answers, "
+        "revise (one update per stage); every member of a swarm must play the same game (invites carry it)",
+    )
+    critique_answers: int = Field(5, ge=1, le=8, description="multistage: K, the peers' answers a critic judges")
     initial_peers: list[str] = Field(default_factory=list, description="invite multiaddrs; empty = start a swarm")
     host: str = "0.0.0.0"
     port: int = Field(0, ge=0, le=65535, description="0 = any free port")
     gather_timeout_s: float = Field(20.0, ge=0.0, le=3600.0, description="longest wait for peer groups per round")
     record_ttl_s: float = Field(600.0, ge=10.0, le=86400.0)
     call_timeout_s: float = Field(10.0, gt=0.0, le=300.0, description="timeout of each DHT call")
+    directory_shards: int = Field(
+        8, ge=1, le=4096, description="swarm-wide: shards of the round directory (~ peers / 128 for large swarms)"
+    )
+    round_quorum: int = Field(
+        2, ge=1, le=1000, description="distinct recently active peers that must announce a round before we follow it"
+    )
+    round_quorum_fraction: float = Field(
+        0.0, ge=0.0, le=1.0, description="share of the recently active peers that must announce it, on top"
+    )
+    max_round_jump: int = Field(1000, ge=1, le=MAX_ROUND, description="most rounds the clock moves ahead per step")
+    max_fetches_per_round: int | None = Field(
+        None, ge=1, le=1024, description="peer groups fetched per round at most; empty = 3 x external_groups"
+    )
+    admission_secret: str | None = Field(
+        None, min_length=16, max_length=256,
+        description="private swarm: only records tagged with this shared secret (from the invite) are accepted",
+    )
+    client_mode: bool = Field(False, description="behind NAT: publish and gather without serving the DHT")
+    peer_text_ratio: float = Field(
+        2.0, ge=1.0, le=100.0,
+        description="peer completions may carry at most this many times our own longest text outside <answer>",
+    )
 
 
 class TaskSettings(_Section):
@@ -195,25 +251,23 @@ class NodeConfig(_Section):
             raise _as_node_error(exc, source) from None
 
     @classmethod
-    def load(cls, path: Path, overrides: dict[str, Any] | None = None) -> NodeConfig:
+    def load(cls, path: Path, changes: Changes | None = None) -> NodeConfig:
+        """A config file, with ``changes`` applied as :meth:`update` applies them, validated once."""
         try:
             data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise NodeError(f"config file {path} does not exist", hint="check the path or omit --config") from None
         except tomllib.TOMLDecodeError as exc:
             raise NodeError(f"config file {path} is not valid TOML: {exc}", hint="fix the line it names") from None
-        return cls.build(merge(data, overrides or {}), source=str(path))
+        return cls.build(_apply(data, changes or {}), source=str(path))
 
-    def with_overrides(self, overrides: dict[str, Any]) -> NodeConfig:
-        """Command-line style: a None value means "not given", so the current value stays."""
-        return NodeConfig.build(merge(self.to_dict(), overrides))
+    def update(self, changes: Changes, *, source: str = "configuration") -> NodeConfig:
+        """The one way to change settings (section -> field -> value), validated like :meth:`build`.
 
-    def with_values(self, values: dict[str, dict[str, Any]]) -> NodeConfig:
-        """Form style (the app's dialogs): every field given is set, None included (None = automatic / empty)."""
-        data = self.model_dump(mode="json")
-        for section, fields in values.items():
-            data[section].update(fields)
-        return NodeConfig.build(data)
+        Every value given is set, ``None`` included (None = automatic / empty, for the fields that allow it); a
+        value of :data:`UNSET` means "not given" and keeps the current value (a command-line flag left out).
+        """
+        return NodeConfig.build(_apply(self.model_dump(mode="json"), changes), source=source)
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude_none=True)
@@ -237,16 +291,21 @@ class NodeConfig(_Section):
         return self.run.data_dir / "models"
 
 
-def merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    """Deep-merge ``overrides`` (section -> field -> value) into ``base``; None values are ignored."""
-    merged = {key: dict(value) if isinstance(value, dict) else value for key, value in base.items()}
-    for section, fields in overrides.items():
-        if isinstance(fields, dict):
-            target = merged.setdefault(section, {})
-            target.update({k: v for k, v in fields.items() if v is not None})
-        elif fields is not None:
-            merged[section] = fields
+def _apply(data: dict[str, Any], changes: Changes) -> dict[str, Any]:
+    merged = {key: dict(value) if isinstance(value, dict) else value for key, value in data.items()}
+    for section, fields in changes.items():
+        if fields is UNSET:
+            continue
+        if not isinstance(fields, dict):
+            raise NodeError(f"[{section}] must be a table of settings, got {fields!r}", code="invalid_config")
+        target = merged.setdefault(section, {})
+        target.update({key: value for key, value in fields.items() if value is not UNSET})
     return merged
+
+
+def given(fields: dict[str, Any]) -> dict[str, Any]:
+    """For argparse namespaces, where a flag left out reads None: None becomes :data:`UNSET` (keep the value)."""
+    return {key: UNSET if value is None else value for key, value in fields.items()}
 
 
 def _as_node_error(exc: ValidationError, source: str) -> NodeError:

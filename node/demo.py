@@ -7,7 +7,6 @@ process reporting through its JSON-lines event stream, exactly as the desktop ap
 from __future__ import annotations
 
 import signal
-import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
@@ -20,8 +19,8 @@ from rich.table import Table
 
 from node.config import NodeConfig
 from node.errors import NodeError
-from node.events import event_from_json
-from node.launch import node_command, node_environment, popen_options, stop_processes
+from node.events import Event
+from node.process_client import NodeProcess, stop_all
 
 START_TIMEOUT_S = 600  # first start converts the bundled model
 STOP_TIMEOUT_S = 120
@@ -34,8 +33,8 @@ DEMO_EVAL_EVERY = 5  # held-out accuracy over time is the demo's headline
 @dataclass
 class _NodeView:
     index: int
-    process: subprocess.Popen
     log_path: Path
+    process: NodeProcess | None = None
     name: str = "starting..."
     state: str = "starting"
     round: int | None = None
@@ -78,7 +77,7 @@ def run_demo(*, nodes: int, rounds: int | None, data_dir: Path, model: str, max_
         for index in range(1, nodes):
             views.append(_spawn(index, data_dir, model, rounds, threads, max_new_tokens, join=views[0].invite))
         with Live(_table(views), console=console, refresh_per_second=2) as live:
-            while not stopping.is_set() and any(v.process.poll() is None for v in views):
+            while not stopping.is_set() and any(v.process.running for v in views):
                 live.update(_table(views))
                 stopping.wait(0.5)
             live.update(_table(views))
@@ -116,47 +115,41 @@ def _spawn(index: int, data_dir: Path, model: str, rounds: int | None, threads: 
                          rounds=rounds, join=join)
     config_path = data_dir / f"node-{index + 1}.toml"
     config.save(config_path)
-    command = node_command("run", "--config", str(config_path), "--events-jsonl", "--control-stdin")
-    log_path = data_dir / f"node-{index + 1}.stderr.log"
-    process = subprocess.Popen(
-        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(log_path, "wb"), text=True, bufsize=1,
-        # The demo's own Ctrl-C handler stops the nodes in order; they must not get the terminal's SIGINT too.
-        env=node_environment(), **popen_options(),
-    )
-    view = _NodeView(index=index, process=process, log_path=log_path)
-    threading.Thread(target=_follow, args=(view,), name=f"demo-node-{index + 1}", daemon=True).start()
+    view = _NodeView(index=index, log_path=data_dir / f"node-{index + 1}.stderr.log")
+    # The children run in their own session: the demo's Ctrl-C handler stops them in order, they must not get
+    # the terminal's SIGINT too.
+    view.process = NodeProcess(["run", "--config", str(config_path)], on_event=lambda event: _follow(view, event),
+                               on_exit=lambda code: _exited(view, code), log_path=view.log_path,
+                               name=f"demo-node-{index + 1}").start()
     return view
 
 
-def _follow(view: _NodeView) -> None:
-    assert view.process.stdout is not None
-    for line in view.process.stdout:
-        try:
-            event = event_from_json(line)
-        except ValueError:
-            continue
-        kind = event.kind
-        if kind == "node_started":
-            view.name, view.invite = event.peer_name, event.invite
-            view.started.set()
-        elif kind == "state_changed":
-            view.state, view.phase = event.state, ""
-        elif kind == "round_progress":
-            view.phase = event.phase + (f" {event.done}/{event.total}" if event.total else "")
-        elif kind == "eval_finished":
-            view.heldout.append((event.rounds_trained, event.accuracy_greedy))
-        elif kind == "round_finished":
-            view.round, view.phase = event.round, ""
-            view.rewards.append(event.reward_local)
-            view.accuracy.append(event.accuracy_local)
-            view.reward_external, view.wellformed = event.reward_external, event.wellformed_rate
-            view.peers, view.seconds = event.peers_seen, event.seconds_total
-            view.shared += event.groups_shared
-            view.used += event.groups_used
-            view.rejected += event.groups_rejected
-        elif kind == "error":
-            view.error = event.message
-    view.state = f"exited ({view.process.wait()})"
+def _follow(view: _NodeView, event: Event) -> None:
+    kind = event.kind
+    if kind == "node_started":
+        view.name, view.invite = event.peer_name, event.invite
+        view.started.set()
+    elif kind == "state_changed":
+        view.state, view.phase = event.state, ""
+    elif kind == "round_progress":
+        view.phase = event.phase + (f" {event.done}/{event.total}" if event.total else "")
+    elif kind == "eval_finished":
+        view.heldout.append((event.rounds_trained, event.accuracy_greedy))
+    elif kind == "round_finished":
+        view.round, view.phase = event.round, ""
+        view.rewards.append(event.reward_local)
+        view.accuracy.append(event.accuracy_local)
+        view.reward_external, view.wellformed = event.reward_external, event.wellformed_rate
+        view.peers, view.seconds = event.peers_seen, event.seconds_total
+        view.shared += event.groups_shared
+        view.used += event.groups_used
+        view.rejected += event.groups_rejected
+    elif kind == "error":
+        view.error = event.message
+
+
+def _exited(view: _NodeView, code: int) -> None:
+    view.state = f"exited ({code})"
     view.started.set()
 
 
@@ -205,17 +198,16 @@ def _fmt(value, spec: str = ".3f") -> str:
 
 
 def _stop_all(views: list[_NodeView]) -> None:
-    stop_processes([view.process for view in views], STOP_TIMEOUT_S)
+    stop_all([view.process for view in views if view.process is not None], STOP_TIMEOUT_S)
 
 
 def _finish(views: list[_NodeView], console: Console, *, stopped_early: bool) -> int:
     _stop_all(views)
-    failed = [v for v in views if v.process.returncode not in (0, None)]
+    failed = [v for v in views if v.process is not None and v.process.returncode not in (0, None)]
     for view in failed:
-        tail = view.log_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-10:]
-        console.print(f"[red]node {view.index + 1} ({view.name}) exited with {view.process.returncode}[/]; "
+        console.print(f"[red]node {view.index + 1} ({view.name}): {view.process.exit_reason().description}[/]; "
                       f"last log lines from {view.log_path}:")
-        console.print("\n".join(tail), markup=False)
+        console.print(view.process.output_tail(10), markup=False)
     if not failed:
         console.print("all nodes stopped cleanly" + (" (interrupted)" if stopped_early else ""))
     return 1 if failed else 0

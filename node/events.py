@@ -42,6 +42,7 @@ class NodeStarted(Event):
     hardware: dict[str, Any]
     run_dir: str
     resumed_from_round: int | None
+    game: str = "sapo"  # the game the swarm plays (node.config.GAMES); invites carry it
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,6 +91,13 @@ class RoundMetrics(Event):
     entropy: float | None = None
     update_skipped: bool = False  # no trained group had reward spread: no forward/backward was run
     difficulty: dict[str, int] = field(default_factory=dict)  # curriculum level per task family
+    # The game played: "sapo", or "multistage" (answer, critique, revise; see node.game), whose rounds also report
+    # the mean reward of each stage played ("answer", "critique", "revise"; a stage not played is absent) and the
+    # share of exactly right answers: "answer" (this node's first answers), "revise" (its revised answers),
+    # "swarm_final" (questions where the plurality of all final answers seen, peers' and ours, is right).
+    game: str = "sapo"
+    stage_rewards: dict[str, float] = field(default_factory=dict)
+    stage_accuracy: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,6 +117,7 @@ class RolloutSample(Event):
     reason: str = ""  # why it scored what it did: correct, wrong_value, partial_credit, no_answer_block, cut_at_token_limit
     fate: str = "trained"  # trained, dropped_equal_rewards, not_needed, rejected:<reason>
     group_rewards: list[float] = field(default_factory=list)
+    stage: str = ""  # multistage game: "answer", "critique" or "revise" (empty for SAPO)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -251,14 +260,40 @@ EVENT_TYPES: dict[str, type[Event]] = {
 }
 
 
-def event_from_json(line: str) -> Event:
-    """Parse one line of the event stream; raises ValueError on anything that is not a known event."""
-    data = json.loads(line)
+class EventDecodeError(ValueError):
+    """A line of the event stream that is not a usable event; ``reason`` says which way it is not."""
+
+    def __init__(self, reason: Literal["not_json", "unknown_kind", "missing_fields"], message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def decode_event(line: str) -> tuple[Event, list[str]]:
+    """Parse one line of the event stream into its event and the names of fields this version does not know.
+
+    Unknown fields are dropped (a newer node may add some); a line that is not JSON, an unknown kind or a known
+    kind missing a required field raises :class:`EventDecodeError` (never ``TypeError``), so a reader that counts
+    and skips bad lines survives a version skew between app and node.
+    """
+    try:
+        data = json.loads(line)
+    except ValueError:
+        raise EventDecodeError("not_json", f"not JSON: {line[:80]!r}") from None
     if not isinstance(data, dict) or data.get("kind") not in EVENT_TYPES:
-        raise ValueError(f"not a node event: {line[:80]!r}")
+        raise EventDecodeError("unknown_kind", f"not a known node event: {line[:80]!r}")
     cls = EVENT_TYPES[data.pop("kind")]
     names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{key: value for key, value in data.items() if key in names})
+    extra = sorted(key for key in data if key not in names)
+    try:
+        return cls(**{key: value for key, value in data.items() if key in names}), extra
+    except TypeError as exc:  # a required field is missing
+        raise EventDecodeError("missing_fields", f"{cls.kind}: {exc}") from None
+
+
+def event_from_json(line: str) -> Event:
+    """Parse one line of the event stream; raises :class:`EventDecodeError` (a ValueError) on anything that is
+    not a complete known event."""
+    return decode_event(line)[0]
 
 
 Subscriber = Callable[[Event], None]

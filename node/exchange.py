@@ -32,13 +32,15 @@ class Exchange(Protocol):
 
     def invite(self) -> list[str]: ...
 
-    def publish(self, record: RoundRecord) -> bool: ...
+    def publish(self, record: RoundRecord, *, spread: Sequence[int] | None = None) -> bool: ...
 
     def gather(self, round: int) -> Gathered: ...
 
     def announce_round(self, round: int) -> None: ...
 
-    def swarm_round(self) -> int | None: ...
+    def swarm_round(self, current: int | None = None) -> int | None: ...
+
+    def penalize(self, peer_id: str) -> None: ...
 
     def peers_seen(self) -> int: ...
 
@@ -79,7 +81,7 @@ class InMemoryExchange:
     def invite(self) -> list[str]:
         return [f"/memory/p2p/{self.peer_id}"]
 
-    def publish(self, record: RoundRecord) -> bool:
+    def publish(self, record: RoundRecord, *, spread: Sequence[int] | None = None) -> bool:
         raw = encode_record(record)
         with self.board.lock:
             self.board.records.setdefault(record.round, {})[record.peer_id] = raw
@@ -95,7 +97,10 @@ class InMemoryExchange:
         with self.board.lock:
             self.board.clock[self.peer_id] = round
 
-    def swarm_round(self) -> int | None:
+    def penalize(self, peer_id: str) -> None:
+        """Peers of one process are trusted: nothing to back off from."""
+
+    def swarm_round(self, current: int | None = None) -> int | None:
         with self.board.lock:
             return max(self.board.clock.values(), default=None)
 

@@ -1,6 +1,6 @@
 """What this machine can train, and the settings we recommend for it.
 
-Recommendation policy (memory is the GPU's for CUDA and the free RAM otherwise; see
+Recommendation policy (memory is the GPU's for CUDA and the total RAM otherwise; see
 :func:`node.models.estimate_training_bytes`):
 
 * CUDA, >= 20 GiB: Qwen2.5-1.5B-Instruct in bfloat16, G=8 completions per question, I=4 local questions and
@@ -32,6 +32,7 @@ from typing import Literal
 import psutil
 import torch
 
+from node.api import ModelFit, Recommendation
 from node.models import BUNDLED, CATALOG, GIB, estimate_training_bytes, fit_label
 
 PROMPT_TOKENS = 256  # a reasoning-gym question in the chat template; completions come on top
@@ -136,33 +137,23 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine() or "unknown CPU"
 
 
-@dataclass(frozen=True)
-class Recommendation:
-    model: str  # a node.models.CATALOG id
-    device: str  # "cuda" | "mps" | "cpu"
-    train_dtype: str  # "float32" | "bfloat16"
-    generation_dtype: str
-    num_generations: int  # G: completions per question
-    local_questions: int  # I: questions this node samples per round
-    external_groups: int  # J: groups taken from peers per round
-    max_new_tokens: int
-    micro_batch_groups: int  # groups per forward/backward pass, 0 = the whole round
-    threads: int  # torch CPU threads
-    reason: str  # shown to the user
-
-
 def auto_bf16(hw: HardwareInfo, device: str, *, sampling: bool) -> bool:
     """Mixed-precision training on CUDA only; bf16 sampling wherever bf16 runs natively except MPS.
 
-    Sampling from a bf16 copy is the main CPU speed lever (bench/round_throughput.py: ~1.9x the fp32 batched
-    generation); the update itself keeps fp32 master weights.
+    Sampling from a bf16 copy is the main CPU speed lever (bench/round_throughput.py measures it against fp32
+    batched generation); the update itself keeps fp32 master weights.
     """
     if not hw.bf16_supported or device == "mps":
         return False
     return sampling or device == "cuda"
 
 
-def _required_bytes(model: str, train_dtype: str, sequences_per_pass: int, max_new_tokens: int) -> int:
+LORA_RANK = 16  # the adapter rank the fit figures assume (training.lora_rank)
+
+
+def _required_bytes(
+    model: str, train_dtype: str, sequences_per_pass: int, max_new_tokens: int, lora_rank: int = 0
+) -> int:
     spec = CATALOG[model]
     return estimate_training_bytes(
         spec.params,
@@ -170,41 +161,37 @@ def _required_bytes(model: str, train_dtype: str, sequences_per_pass: int, max_n
         num_sequences=sequences_per_pass,
         seq_len=PROMPT_TOKENS + max_new_tokens,
         vocab_size=spec.vocab_size,
+        lora_rank=lora_rank,
     )
 
 
 def training_budget(hw: HardwareInfo) -> int:
-    """Memory a training run may use: the first GPU's for CUDA, free RAM otherwise (MPS shares RAM)."""
-    return hw.gpus[0].total_memory_bytes if hw.kind == "cuda" else hw.available_ram_bytes
+    """Memory a training run may use: the first GPU's for CUDA, the computer's total RAM otherwise (MPS shares
+    RAM).
+
+    Total, not what happens to be free this second: other programs come and go, and a model that fits the machine
+    should not be refused because a browser is open. fit_label calls anything past 70 % of it "tight".
+    """
+    return hw.gpus[0].total_memory_bytes if hw.kind == "cuda" else hw.total_ram_bytes
 
 
-@dataclass(frozen=True)
-class ModelFit:
-    """How a catalog model would fit this machine with the recommended round shape (for the model picker)."""
-
-    id: str
-    name: str
-    description: str
-    download_bytes: int
-    required_bytes: int
-    label: Literal["fits", "tight", "won't fit"]
-    # The estimate is linear in the tokens of one pass, so a torch-free caller (the app's Settings) can redo it for
-    # any round shape: base_bytes + bytes_per_token * sequences_per_pass * (prompt_tokens + max_new_tokens).
-    base_bytes: int = 0
-    bytes_per_token: int = 0
-    prompt_tokens: int = PROMPT_TOKENS
+def sequences_per_pass(advice: Recommendation) -> int:
+    """Completions in one forward/backward pass, as the node's fit check counts them: (micro batch or I+J) x G."""
+    groups = advice.local_questions + advice.external_groups
+    return min(advice.micro_batch_groups or groups, groups) * advice.num_generations
 
 
 def catalog_fits(hw: HardwareInfo, advice: Recommendation) -> list[ModelFit]:
     budget = training_budget(hw)
-    per_pass = (advice.micro_batch_groups or advice.local_questions + advice.external_groups) * advice.num_generations
+    per_pass = sequences_per_pass(advice)
     fits = []
     for spec in CATALOG.values():
         need = _required_bytes(spec.id, advice.train_dtype, per_pass, advice.max_new_tokens)
+        lora = _required_bytes(spec.id, advice.train_dtype, per_pass, advice.max_new_tokens, LORA_RANK)
         base = _required_bytes(spec.id, advice.train_dtype, 0, 0)
         per_token = _required_bytes(spec.id, advice.train_dtype, 1, 1 - PROMPT_TOKENS) - base
         fits.append(ModelFit(spec.id, spec.name, spec.description, spec.download_bytes, need, fit_label(need, budget),
-                             base, per_token))
+                             lora, fit_label(lora, budget), base, per_token, PROMPT_TOKENS))
     return fits
 
 
@@ -225,13 +212,13 @@ def recommend(hw: HardwareInfo) -> Recommendation:
         micro = 1  # one group per pass: the logits of a 150k vocabulary dominate GPU memory
     elif hw.kind == "mps":
         dtype = "float32"
-        where = f"Apple GPU (MPS) with {budget / GIB:.1f} GiB of {hw.total_ram_bytes / GIB:.1f} GiB RAM free"
+        where = f"Apple GPU (MPS) sharing {budget / GIB:.1f} GiB RAM"
         why = "; it trains in float32 because bfloat16 training on MPS is unreliable"
         model, g, i, j, max_new_tokens = QWEN_0_5B, 4, 2, 2, 256
         micro = 1
     else:
         dtype = "float32"
-        where = f"CPU only ({hw.cpu_name}, {hw.physical_cores} cores, {budget / GIB:.1f} GiB RAM free)"
+        where = f"CPU only ({hw.cpu_name}, {hw.physical_cores} cores, {budget / GIB:.1f} GiB RAM)"
         why = "; it works offline and keeps a round to about a minute, larger models would take many minutes"
         # The bundled model's answers after a worked example end by themselves in well under 48 tokens.
         model, g, i, j, max_new_tokens = BUNDLED, 4, 2, 2, 48

@@ -26,8 +26,9 @@ def as_node_error(exc: BaseException, *, endpoint: str | None, action: str) -> N
     if isinstance(root, (httpx2.TransportError, ConnectionError, TimeoutError)):
         return NodeError(
             f"Could not {action}: the Hugging Face Hub at {where} cannot be reached ({type(root).__name__}).",
-            hint="check the internet connection and try again; training goes on meanwhile, and files already "
-            "sent are not sent twice", code="hub_unreachable",
+            hint="check the internet connection and try again" + (
+                "; training goes on meanwhile, and files already sent are not sent twice" if "upload" in action
+                else ""), code="hub_unreachable",
         )
     if isinstance(root, HfHubHTTPError) and root.response is not None:
         status = root.response.status_code

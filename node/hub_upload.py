@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from node.api import BUNDLED
 from node.config import NodeConfig
 from node.errors import NodeError
 from node.hub_auth import require_write, validate_token
@@ -67,7 +68,7 @@ class UploadCancelled(NodeError):
 # ------------------------------------------------------------------------------------------------------ naming
 def model_short_name(model_ref: str) -> str:
     """``Qwen/Qwen2.5-0.5B-Instruct`` -> ``Qwen2.5-0.5B-Instruct``; the bundled model is SmolLM2-135M-Instruct."""
-    if model_ref == "bundled":
+    if model_ref == BUNDLED:
         return "SmolLM2-135M-Instruct"
     path = Path(model_ref)
     name = path.stem if path.suffix == ".gguf" else path.name

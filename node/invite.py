@@ -1,8 +1,9 @@
 """Invites: how a swarm member tells others where to join, as one line that survives copy and paste.
 
-``rl-swarm:join?swarm=<name>&peer=<multiaddr>&peer=...`` carries the swarm name with the addresses, because a
-node that joins under another swarm name would share and gather under different keys and never see anyone.
-Bare multiaddrs (one per line or separated by spaces) are accepted as well.
+``rl-swarm:join?swarm=<name>&game=<game>&peer=<multiaddr>&peer=...`` carries the swarm name and the game with the
+addresses, because a node that joins under another swarm name would share and gather under different keys and
+never see anyone, and one that plays another game would publish what nobody reads. An invite without a game comes
+from a version that only played SAPO. Bare multiaddrs (one per line or separated by spaces) are accepted as well.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 import psutil
 
+from node.config import GAMES
 from node.errors import NodeError
 
 PREFIX = "rl-swarm:join?"
@@ -27,24 +29,30 @@ _SWARM = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 class Invite:
     swarm_name: str | None  # None for bare addresses: the joiner's own swarm name is used
     peers: tuple[str, ...]
+    game: str | None = None  # None for bare addresses: the joiner's own game setting is used
 
 
-def format_invite(swarm_name: str, addresses: list[str]) -> str:
-    return PREFIX + urlencode([("swarm", swarm_name), *(("peer", a) for a in addresses)], safe="/")
+def format_invite(swarm_name: str, addresses: list[str], game: str = "sapo") -> str:
+    return PREFIX + urlencode([("swarm", swarm_name), ("game", game), *(("peer", a) for a in addresses)], safe="/")
 
 
 def parse_invite(text: str) -> Invite:
     text = text.strip()
     if not text:
         raise NodeError("The invite is empty.", hint="paste the invite a swarm member copied for you", code="bad_invite")
-    swarm_name = None
+    swarm_name = game = None
     if text.startswith(PREFIX):
         query = parse_qs(urlsplit(text).query)
         swarm_name = (query.get("swarm") or [None])[0]
+        game = (query.get("game") or ["sapo"])[0]
         peers = query.get("peer", [])
         if swarm_name is not None and not _SWARM.match(swarm_name):
             raise NodeError(f"The invite names an invalid swarm {swarm_name!r}.",
                             hint="ask for a fresh invite", code="bad_invite")
+        if game not in GAMES:
+            raise NodeError(f"The invite is for a game this version does not play ({game[:40]!r}).",
+                            hint="update RL Swarm, or ask for an invite to a swarm playing " + " or ".join(GAMES),
+                            code="bad_invite")
     else:
         peers = text.split()
     bad = [p for p in peers if not _MULTIADDR.match(p)]
@@ -54,7 +62,7 @@ def parse_invite(text: str) -> Invite:
             hint="an invite starts with 'rl-swarm:join?' or is an address like /ip4/1.2.3.4/tcp/31337/p2p/Qm...",
             code="bad_invite",
         )
-    return Invite(swarm_name, tuple(dict.fromkeys(peers)))
+    return Invite(swarm_name, tuple(dict.fromkeys(peers)), game)
 
 
 def local_addresses(peer_id: str, port: int) -> list[str]:

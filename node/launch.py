@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 
 import psutil
 
@@ -65,20 +64,3 @@ def kill_tree(pid: int) -> None:
             process.kill()
         except psutil.NoSuchProcess:
             pass
-
-
-def stop_processes(processes: list[subprocess.Popen], timeout_s: float) -> None:
-    """Ask node children (started with ``--control-stdin``, text pipes) to stop; kill what is still up at the end."""
-    for process in processes:
-        if process.poll() is None and process.stdin:
-            try:
-                process.stdin.write("stop\n")
-                process.stdin.flush()
-            except (BrokenPipeError, OSError, ValueError):
-                pass
-    deadline = time.monotonic() + timeout_s
-    for process in processes:
-        try:
-            process.wait(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            kill_tree(process.pid)

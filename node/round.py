@@ -27,6 +27,7 @@ from node.events import RolloutSample, RoundMetrics, RoundProgress
 from node.exchange import Exchange
 from node.grpo import Completion, GrpoLearner, Policy, StepStats, TrainGroup
 from node.identity import peer_name
+from node.peer_text import outside_text_limit, within_limit
 from node.prompts import PROMPT_FORMAT
 from node.records import RoundRecord, SharedGroup
 from node.sapo import (
@@ -57,6 +58,7 @@ class RoundSettings:
     format_reward_weight: float
     drop_zero_advantage: bool
     gather_timeout_s: float
+    peer_text_ratio: float = 2.0  # cap on peer text outside <answer>, relative to our own (node.peer_text)
 
 
 @dataclass
@@ -140,7 +142,7 @@ def play_round(
 
     # 4-5. peers' groups, verified and graded by us; J picked among those with reward spread
     t0 = time.perf_counter()
-    gathering = _gather(parts, number, should_stop, report, on_wait)
+    gathering = _gather(parts, number, local, should_stop, report, on_wait)
     selection = select_external(
         gathering.candidates, s.external_groups, rng, current_round=number, drop_zero_advantage=s.drop_zero_advantage
     )
@@ -247,34 +249,43 @@ def _publish(parts: RoundParts, number: int, local: list[ScoredGroup]) -> int:
         groups=tuple(SharedGroup(task=g.task.ref, question=g.task.question, completions=g.texts, finished=g.finished)
                      for g in local),
     )
-    return len(record.groups) if parts.exchange.publish(record) else 0
+    # groups whose completions our verifier graded differently: receivers fetch those first
+    spread = [i for i, g in enumerate(local) if not g.zero_advantage]
+    return len(record.groups) if parts.exchange.publish(record, spread=spread) else 0
 
 
-def _gather(parts: RoundParts, number: int, should_stop: Callable[[], bool], report: Report,
-            on_wait: OnWait) -> Gathering:
+def _gather(parts: RoundParts, number: int, local: list[ScoredGroup], should_stop: Callable[[], bool],
+            report: Report, on_wait: OnWait) -> Gathering:
     """Peers' groups of this round and the previous one, until waiting longer cannot help."""
     s = parts.settings
     deadline = time.monotonic() + s.gather_timeout_s
     verified: dict[tuple[str, int], tuple[list[ScoredGroup], list[RejectedGroup]]] = {}
     undecodable: dict[int, Counter[str]] = {}
     peers: set[str] = set()
+    text_limit = outside_text_limit([t for g in local for t in g.texts], s.peer_text_ratio)
     while True:
         published_now: frozenset[str] = frozenset()
+        exhausted = True
         for round_ in (number, number - 1) if number > 0 else (number,):
             result = parts.exchange.gather(round_)
             peers |= result.peers
             undecodable[round_] = result.rejected
+            exhausted = exhausted and getattr(result, "exhausted", False)
             if round_ == number:
                 published_now = result.peers
             for record in result.records:
                 if (record.peer_id, record.round) not in verified:  # each record is verified once
                     v = verify_records([record], parts.tasks, num_generations=s.num_generations, grader=parts.grade,
                                        prompt_format=PROMPT_FORMAT)
-                    verified[(record.peer_id, record.round)] = (v.accepted, v.rejected)
+                    accepted, rejected = _cap_peer_text(v.accepted, v.rejected, text_limit)
+                    verified[(record.peer_id, record.round)] = (accepted, rejected)
+                    if rejected:  # forged, foreign or payload-carrying: counts toward the peer's backoff
+                        parts.exchange.penalize(record.peer_id)
         candidates = [g for accepted, _ in verified.values() for g in accepted]
         usable = sum(1 for g in candidates if not (s.drop_zero_advantage and g.zero_advantage))
         live = parts.exchange.peers_seen()
-        reason = _stop_waiting(parts, usable, len(published_now), live, deadline, should_stop)
+        reason = _stop_waiting(parts, usable, len(published_now), live, deadline, should_stop) or (
+            "fetch budget spent" if exhausted and usable < s.external_groups else "")
         if reason:
             break
         detail = f"{usable}/{s.external_groups} usable peer groups; {len(published_now)} of {live} live peers published"
@@ -289,6 +300,16 @@ def _gather(parts: RoundParts, number: int, should_stop: Callable[[], bool], rep
         peers=peers,
         stopped_because=reason,
     )
+
+
+def _cap_peer_text(accepted: list[ScoredGroup], rejected: list[RejectedGroup],
+                   limit: int) -> tuple[list[ScoredGroup], list[RejectedGroup]]:
+    """Move groups whose text outside <answer> exceeds ``limit`` from accepted to rejected."""
+    kept = [g for g in accepted if within_limit(g.texts, limit)]
+    dropped = [RejectedGroup(peer_id=g.peer_id, round=g.round, reason="payload_outside_answer",
+                             group=SharedGroup(g.task.ref, g.task.question, g.texts, g.finished))
+               for g in accepted if not within_limit(g.texts, limit)]
+    return kept, rejected + dropped
 
 
 def _stop_waiting(parts: RoundParts, usable: int, published: int, live: int, deadline: float,

@@ -29,8 +29,10 @@ from node.events import (
     StateChanged,
 )
 from node.exchange import Exchange
+from node.game.driver import GameCancelled, GameDriver, build_driver
 from node.grpo import GrpoLearner, LoraSettings, Policy
 from node.identity import Identity, load_or_create, peer_name
+from node.records import MAX_ROUND
 from node.round import RoundCancelled, RoundParts, RoundSettings, play_round
 from node.runstore import RunStore
 from node.tasks import TaskSource
@@ -72,6 +74,7 @@ class SwarmNode:
         self._chain_round: int | None = None  # the chain's round when the current training round began
         self._peer_last_seen: dict[str, int] = {}
         self.uploader: AutoUploader | None = None
+        self.game: GameDriver | None = None  # set up when the swarm plays the multi-stage game
 
     # ----------------------------------------------------------------------------------------------- controls
     def pause(self) -> None:
@@ -145,11 +148,11 @@ class SwarmNode:
         )
         groups = train.local_questions + train.external_groups
         per_pass = min(train.micro_batch_groups or groups, groups) * train.num_generations
-        available = hw.gpus[0].total_memory_bytes if device == "cuda" else hw.available_ram_bytes
         models.check_fits(
-            resolved, available_bytes=available, train_dtype="bfloat16" if mixed_bf16 else "float32",
+            resolved, available_bytes=hardware.training_budget(hw), train_dtype="bfloat16" if mixed_bf16 else "float32",
             num_sequences=per_pass,
             seq_len=min(train.max_prompt_tokens, hardware.PROMPT_TOKENS) + train.max_new_tokens,
+            lora_rank=train.lora_rank,
         )
         self.checkpointer = Checkpointer(self.run_dir / "checkpoints")
         latest = self.checkpointer.latest()
@@ -187,6 +190,12 @@ class SwarmNode:
             self.checkpointer.load_optimizer(folder, self.learner.optimizer)
             self.learner.global_step = state.global_step
             self.last_round: int | None = state.round
+            if type(state.round) is not int or not 0 <= state.round <= MAX_ROUND:
+                # e.g. saved by a version that followed a hostile round clock: keep the weights, rejoin the swarm
+                message = f"the checkpoint's round {state.round!r} is out of bounds (0..{MAX_ROUND}): repaired"
+                log.warning("%s; the node follows the swarm's round instead", message)
+                self.bus.emit(NodeFailed(message=message, hint="the node follows the swarm's round", fatal=False))
+                self.last_round = None
             self.rounds_trained = state.rounds_trained
             log.info("resumed from the checkpoint of round %d (%d rounds trained)", state.round, state.rounds_trained)
         else:
@@ -215,13 +224,19 @@ class SwarmNode:
                 num_generations=train.num_generations, max_new_tokens=train.max_new_tokens,
                 temperature=train.temperature, top_p=train.top_p, format_reward_weight=train.format_reward_weight,
                 drop_zero_advantage=train.drop_zero_advantage, gather_timeout_s=cfg.swarm.gather_timeout_s,
+                peer_text_ratio=cfg.swarm.peer_text_ratio,
             ),
         )
+        if cfg.swarm.game == "multistage":
+            self.game = build_driver(
+                cfg, policy=self.policy, learner=self.learner, exchange=self.swarm,
+                chain=self.chain, bus=self.bus, should_stop=self._stop.is_set,
+            )
         self.bus.emit(
             NodeStarted(
                 peer_id=self.identity.peer_id, peer_name=self.identity.name, swarm_name=cfg.swarm.swarm_name,
                 invite=self.swarm.invite(), model=train.model, device=device, hardware=hw.to_dict(),
-                run_dir=str(self.run_dir), resumed_from_round=self.last_round,
+                run_dir=str(self.run_dir), resumed_from_round=self.last_round, game=cfg.swarm.game,
             )
         )
 
@@ -239,8 +254,8 @@ class SwarmNode:
                 self._evaluate()
                 continue  # a pause or stop requested during the evaluation takes effect before the round
             try:
-                outcome = self._round(self._next_round())
-            except RoundCancelled:
+                outcome = self._game_round() if self.game is not None else self._round(self._next_round())
+            except (RoundCancelled, GameCancelled):
                 break
             self.store.append_round(outcome.metrics, outcome.samples)
             for sample in outcome.samples:
@@ -257,15 +272,18 @@ class SwarmNode:
         self._set_state("stopping")
 
     def _next_round(self) -> int:
-        """Follow the highest round announced in the swarm, so late joiners catch up and nobody falls behind."""
+        """Follow the round a quorum of peers announced (bounded jump), so late joiners catch up."""
         assert self.swarm is not None
-        round_ = 0 if self.last_round is None else self.last_round + 1
-        announced = self.swarm.swarm_round()
+        round_ = 0 if self.last_round is None else min(self.last_round + 1, MAX_ROUND)
+        announced = self.swarm.swarm_round(current=round_)
         if announced is not None and announced > round_:
             log.info("catching up with the swarm: round %d -> %d", round_, announced)
             round_ = announced
         if self.chain is not None:
             self._chain_round = self.chain.chain_round()
+            if self._chain_round is not None and not 0 <= self._chain_round <= MAX_ROUND:
+                log.warning("ignoring the chain's round %d: out of bounds", self._chain_round)
+                self._chain_round = None
             if self.config.chain.follow_round and self._chain_round is not None and self._chain_round > round_:
                 log.info("following the chain: round %d -> %d", round_, self._chain_round)
                 round_ = self._chain_round
@@ -273,6 +291,14 @@ class SwarmNode:
         return round_
 
     # --------------------------------------------------------------------------------------------- one round
+    def _game_round(self):
+        """A round of the multi-stage game (node.game): it follows the swarm's stage clock itself."""
+        assert self.game is not None
+        outcome = self.game.play_round(self.last_round, self.rounds_trained)
+        self.last_round, self.rounds_trained = outcome.metrics.round, outcome.metrics.rounds_trained
+        self._track_peers(outcome.metrics.round, set(outcome.peers))
+        return outcome
+
     def _round(self, number: int):
         assert self.parts is not None and self.identity is not None
         outcome = play_round(
@@ -357,11 +383,16 @@ def task_mix(cfg: NodeConfig, params: int | None) -> TaskMix:
 
 
 def _dht_exchange(cfg: NodeConfig, identity: Identity, initial_peers: list[str]) -> Exchange:
+    from node.clock import ClockPolicy
     from node.swarm import Swarm  # hivemind loads only for nodes that use the DHT
 
     return Swarm(
         identity, swarm_name=cfg.swarm.swarm_name, initial_peers=initial_peers, host=cfg.swarm.host,
         port=cfg.swarm.port, record_ttl=cfg.swarm.record_ttl_s, call_timeout=cfg.swarm.call_timeout_s,
+        groups_wanted=cfg.training.external_groups, max_fetches_per_round=cfg.swarm.max_fetches_per_round,
+        directory_shards=cfg.swarm.directory_shards,
+        clock=ClockPolicy(cfg.swarm.round_quorum, cfg.swarm.round_quorum_fraction, cfg.swarm.max_round_jump),
+        admission_secret=cfg.swarm.admission_secret, client_mode=cfg.swarm.client_mode,
     )
 
 

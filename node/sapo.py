@@ -125,7 +125,8 @@ class Selection:
 def select_external(
     candidates: list[ScoredGroup], count: int, rng: random.Random, *, current_round: int, drop_zero_advantage: bool,
 ) -> Selection:
-    """Pick ``count`` groups uniformly, current round first, after dropping zero-advantage ones (the one place)."""
+    """Pick ``count`` groups uniformly, current round first, after dropping zero-advantage ones (the one place),
+    at most one per peer: many groups (or two rounds) of one peer cannot fill the J slots."""
     fates = {id(g): DROPPED_EQUAL_REWARDS for g in candidates if drop_zero_advantage and g.zero_advantage}
     usable = [g for g in candidates if id(g) not in fates]
     current = [g for g in usable if g.round == current_round]
@@ -133,7 +134,12 @@ def select_external(
     rng.shuffle(current)
     rng.shuffle(older)
     ordered = current + older
-    chosen = ordered[:count]
+    chosen: list[ScoredGroup] = []
+    peers: set[str] = set()
+    for group in ordered:
+        if len(chosen) < count and group.peer_id not in peers:
+            chosen.append(group)
+            peers.add(group.peer_id)
+    fates.update({id(g): NOT_NEEDED for g in ordered})
     fates.update({id(g): TRAINED for g in chosen})
-    fates.update({id(g): NOT_NEEDED for g in ordered[count:]})
     return Selection(chosen=chosen, fates=fates)

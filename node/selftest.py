@@ -14,17 +14,14 @@ from __future__ import annotations
 import argparse
 import queue
 import shutil
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from node.events import event_from_json
-from node.launch import node_command, node_environment, popen_options
 from node.platform_support import check_platform
+from node.process_client import NodeProcess
 
 EXIT_OK, EXIT_FAILED, EXIT_PLATFORM = 0, 1, 3
 DEFAULT_TIMEOUT_S = 900.0  # a slow first start converts the bundled model
@@ -40,17 +37,18 @@ class SelfTestResult:
     timings: dict[str, float] = field(default_factory=dict)  # seconds since the self-test started
 
 
-def self_test_command(data_dir: Path, model: str) -> list[str]:
+def self_test_args(data_dir: Path, model: str) -> list[str]:
     """The smallest real round: 1 question x 2 completions of 8 tokens, no peers, one round, then stop."""
-    return node_command(
-        "run", "--events-jsonl", "--data-dir", str(data_dir), "--run-name", RUN_NAME, "--model", model,
+    return [
+        "run", "--data-dir", str(data_dir), "--run-name", RUN_NAME, "--model", model,
         "--swarm-name", "self-test", "--host", "127.0.0.1", "--families", "basic_arithmetic",
         "-I", "1", "-G", "2", "-J", "0", "--max-new-tokens", "8", "--rounds", "1", "--checkpoint-every", "1",
-    )
+    ]
 
 
 def run(data_dir: Path, *, model: str = "bundled", timeout_s: float = DEFAULT_TIMEOUT_S,
-        progress=print) -> SelfTestResult:
+        progress=print, argv: list[str] | None = None) -> SelfTestResult:
+    """``argv`` replaces the node's command line (tests run a child that never finishes with it)."""
     start = time.monotonic()
     timings: dict[str, float] = {}
 
@@ -68,13 +66,11 @@ def run(data_dir: Path, *, model: str = "bundled", timeout_s: float = DEFAULT_TI
     # <data_dir>/models is kept, so a repeated self-test with the same --data-dir skips the conversion.
     shutil.rmtree(data_dir / "runs" / RUN_NAME, ignore_errors=True)
     stderr_path = data_dir / "self-test.stderr.log"
-    with open(stderr_path, "wb") as stderr:
-        process = subprocess.Popen(
-            self_test_command(data_dir, model), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr,
-            text=True, bufsize=1, env=node_environment(), **popen_options(),
-        )
+    stderr_path.unlink(missing_ok=True)
     events: queue.Queue = queue.Queue()
-    threading.Thread(target=_read_events, args=(process, events), name="self-test-events", daemon=True).start()
+    process = NodeProcess(self_test_args(data_dir, model), argv=argv, control=False, on_event=events.put,
+                          on_exit=lambda code: events.put(None), log_path=stderr_path, name="self-test")
+    process.start()
     errors: list[tuple[str, str]] = []
     finished_round = False
     deadline = start + timeout_s
@@ -99,17 +95,17 @@ def run(data_dir: Path, *, model: str = "bundled", timeout_s: float = DEFAULT_TI
                          f"({mark('round_finished'):.1f} s)")
             elif event.kind == "error":
                 errors.append((event.message, event.hint))
-        returncode = process.wait(timeout=max(1.0, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        return SelfTestResult(False, "the node did not exit after its round", f"see {stderr_path}", timings)
+        returncode = process.wait(max(1.0, deadline - time.monotonic()))
+        if returncode is None:
+            return SelfTestResult(False, "the node did not exit after its round", f"see {stderr_path}", timings)
     finally:
-        _stop(process)
+        process.stop(STOP_GRACE_S)
     progress(f"node exited with code {returncode} ({mark('node_exited'):.1f} s)")
     if errors:
         message, hint = errors[-1]
         return SelfTestResult(False, message, hint or f"see {stderr_path}", timings)
     if returncode != 0 or not finished_round:
-        tail = _tail(stderr_path)
+        tail = " | ".join(process.output_tail(3).splitlines())
         return SelfTestResult(
             False, f"the node exited with code {returncode} before finishing a round" + (f": {tail}" if tail else ""),
             f"see {stderr_path}", timings,
@@ -135,32 +131,3 @@ def run_self_test(argv: list[str] | None = None) -> int:
     if result.hint:
         print(f"  how to fix: {result.hint}", file=sys.stderr, flush=True)
     return EXIT_PLATFORM if "platform_checked" not in result.timings else EXIT_FAILED
-
-
-def _read_events(process: subprocess.Popen, events: queue.Queue) -> None:
-    assert process.stdout is not None
-    for line in process.stdout:
-        try:
-            events.put(event_from_json(line))
-        except ValueError:
-            continue  # a library printing to stdout; the events are what counts
-    events.put(None)
-
-
-def _stop(process: subprocess.Popen) -> None:
-    if process.poll() is not None:
-        return
-    process.terminate()  # the node stops its swarm (and p2pd) on SIGTERM
-    try:
-        process.wait(STOP_GRACE_S)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-
-
-def _tail(path: Path, lines: int = 3) -> str:
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace").strip().splitlines()
-    except OSError:
-        return ""
-    return " | ".join(text[-lines:])

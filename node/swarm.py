@@ -1,25 +1,30 @@
-"""Sharing rollouts with the swarm over hivemind's DHT.
+"""Sharing rollouts with the swarm over hivemind's DHT, at a cost per node that does not grow with the swarm.
 
 Why we do not use ``hivemind.DHT``: it runs a ``DHTNode`` in a forked child process and talks to it through an
 ``mp.Pipe``. Under uvloop the child's end of that pipe is non-blocking, so any call whose pickled arguments exceed
-~16 KiB (``dht.store(key, value_of_60_KiB, ...)``, i.e. every real rollout record) makes the child's ``recv()`` raise
-``BlockingIOError``/``EOFError``; the child's loop dies and the caller's ``store()`` blocks forever. Instead we run
+~16 KiB makes the child's ``recv()`` raise; the child's loop dies and the caller blocks forever. Instead we run
 ``hivemind.dht.node.DHTNode`` directly, on our own asyncio loop in a daemon thread of the node process. Public methods
 are synchronous: each submits a coroutine to that loop and waits with a timeout, so a stuck network can delay the
-caller by at most ``call_timeout`` (the timeout is logged and counted in :attr:`Swarm.timeouts`), never hang it.
+caller by at most ``call_timeout`` (counted in :attr:`Swarm.timeouts`), never hang it.
 
-Layout in the DHT, for a swarm called ``S``:
+Layout (protocol v2) for a swarm ``S`` with ``D`` directory shards; a peer's shard is a hash of its peer id:
 
-* ``S/round/<r>`` holds a dictionary with one entry per peer: the subkey is the peer's owner marker
-  ``b"[owner:<ssh-rsa public key>]"``, the value one :mod:`node.records` record.
-* ``S/clock`` holds a dictionary with one entry per peer: the owner marker maps to the last round it announced.
+* ``S/v2/D/g/<round>/<peer>/<i>``: group ``i`` of that peer's round (:class:`node.records.GroupRecord`), one entry.
+* ``S/v2/D/d/<round>/<shard>``: the directory: one small signed :class:`node.records.Pointer` per peer of the shard.
+* ``S/v2/D/c/<shard>``: the round clock: the last round each peer of the shard announced.
 
-``RSASignatureValidator`` (with the identity's key, the libp2p key itself) signs every entry we store, and every
-honest node verifies the signature against the key in the owner marker, both when asked to store an entry and when
-receiving one, so only the holder of a key can write or overwrite its entry. The marker's key also yields the
-author's libp2p peer id, which :meth:`Swarm.gather` compares with the ``peer_id`` a record claims. A second
-validator (:class:`_OwnedEntriesOnly`) makes honest nodes refuse anything else, e.g. values hivemind itself would
-choke on.
+A gathering node reads a few directory shards (a uniform sample of the peers that published, since shards are
+hashes), picks J peers uniformly (those claiming groups with reward spread first) and fetches ONE group of each: a
+round costs it J groups plus a few pointers, whatever the swarm size. The clock follows a round only when a quorum
+of recently active peers (each with a pointer in the directory at or just before the round it announces) announced
+it, at most ``max_round_jump`` ahead (:mod:`node.clock`).
+
+Every entry's subkey is ``[owner:<ssh-rsa key>]|<kind>/<numbers>``: ``RSASignatureValidator`` signs it with our key
+and checks every signature, and :class:`SwarmValidator` rebuilds the entry's DHT key from the subkey, the owner's
+peer id and the swarm name, so an honest node stores and accepts only the swarm's own keys, one entry per signer
+per key, with the record shape that key holds and an expiry at most ``MAX_ENTRY_TTL_S`` ahead.
+:class:`BoundedStorage` caps the bytes a node stores and caches and the entries per key, so that no response (and
+no push of our storage to a newcomer) can exceed the message cap.
 
 The p2pd daemon is a child process of the node: :meth:`Swarm.shutdown` (also run at exit) stops it, killing it if it
 does not stop in time, so no daemon or unix socket under /tmp outlives the node.
@@ -30,12 +35,16 @@ from __future__ import annotations
 import asyncio
 import atexit
 import dataclasses
+import hashlib
 import ipaddress
 import logging
+import math
+import random
 import re
 import socket
 import threading
-from collections import Counter
+import time
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -45,30 +54,49 @@ import psutil
 from cryptography.exceptions import UnsupportedAlgorithm
 from hivemind.dht.crypto import RSASignatureValidator
 from hivemind.dht.node import DHTNode
-from hivemind.dht.routing import DHTID
 from hivemind.dht.protocol import ValidationError
+from hivemind.dht.routing import DHTID
+from hivemind.dht.storage import DHTLocalStorage, DictionaryDHTValue
 from hivemind.dht.validation import CompositeValidator, DHTRecord, RecordValidatorBase
 from hivemind.p2p import P2P, PeerID
 from hivemind.utils.crypto import RSAPublicKey
 from hivemind.utils.multiaddr import Multiaddr
 from hivemind.utils.timed_storage import get_dht_time
 
+from node.clock import ClockPolicy, follow_round
 from node.errors import NodeError
 from node.identity import Identity, peer_id_from_public_key
-from node.records import MAX_RECORD_BYTES, RecordRejected, RoundRecord, decode_record, encode_record
+from node.records import (
+    MAX_GROUP_RECORD_BYTES, MAX_ROUND, GroupRecord, Pointer, RecordRejected, RoundRecord,
+    admission_key, decode_group_record, decode_pointer, encode_group_record, encode_pointer,
+)
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-_OWNER_RE = re.compile(RSASignatureValidator.PUBLIC_KEY_REGEX)
+PROTOCOL = "v2"
+MAX_ENTRY_TTL_S = 3600.0  # no entry lives longer, whatever its signer asks for
+_CLOCK_SKEW_S = 60.0
+MAX_ENTRIES_PER_KEY = 256  # directory and clock shards: 256 x ~1 KB signed entries
+# Bounds on what one node keeps: storage + cache stay below the message cap, so neither a lookup response nor
+# hivemind's push of our storage to a newcomer can exceed it (an oversized message drops the peer from routing).
+_MAX_MESSAGE_BYTES = 64 * 1024**2
+STORAGE_BYTES = 32 * 1024**2
+CACHE_BYTES = 16 * 1024**2
+_OWNER_RE = re.compile(rb"(\[owner:(.+?)\])\|([a-z])/([0-9/]{1,40})")
 # RSASignatureValidator appends "[signature:...]" to values and refuses a value holding two of them
 _SIGNATURE_MARKER = b"[signature:"
-# One DHT response carries every peer's entry for a round: ~60 records at MAX_RECORD_BYTES (p2pd's default is 4 MiB).
-_MAX_MESSAGE_BYTES = 32 * 1024**2
+_SIGNATURE_BYTES = 356  # "[signature:" + base64 of a 2048-bit RSA signature + "]"
 # p2pd's control sockets (hivemind's P2P._UNIX_SOCKET_PREFIX); a daemon that fails to start leaves its own behind
 _SOCKET_DIR, _SOCKET_GLOB = Path("/tmp"), "hivemind-*.sock"
 _RPCS_PER_CALL = 3  # a single unanswered RPC may cost a third of call_timeout, so the call still completes
+_ROUNDS_KEPT = 4  # gather state of this many recent rounds
+_STRIKES_BEFORE_BACKOFF = 2
+_BACKOFF_S = (60.0, 3600.0)  # first and longest time a repeatedly rejected peer is ignored
+_REBOOTSTRAP_EVERY_S = 15.0
+CLOCK_SAMPLE = 32  # announcing peers a clock read looks for before it stops reading shards
+_MAX_CLOCK_CHECKS = 16  # supporters of a clock jump whose activity we check, at most (sampled)
 _INVITE_HINT = "An invite looks like /ip4/203.0.113.7/tcp/38211/p2p/QmPeerId...: copy it whole from the inviting node."
 _JOIN_HINT = (
     "Check that the inviting node is running and that the invite is copied whole. If it runs on another machine, "
@@ -79,9 +107,29 @@ _JOIN_HINT = (
 
 @dataclasses.dataclass(frozen=True)
 class GatherResult:
-    records: tuple[RoundRecord, ...]  # valid records from OTHER peers for that round, sorted by peer id
-    rejected: Counter[str]  # reason -> count: RecordRejected reasons, "bad_signature", "peer_mismatch", ...
-    peers: frozenset[str]  # other peers that published for that round (authenticated, valid record or not)
+    records: tuple[RoundRecord, ...]  # one group per sampled peer (other peers only), sorted by peer id
+    rejected: Counter[str]  # reason -> count: RecordRejected reasons, "peer_mismatch", "backoff", ...
+    peers: frozenset[str]  # other peers that published and that we sampled (fetched or tried) for that round
+    published: int = 0  # other peers found in the directory shards read (a sample of those that published)
+    exhausted: bool = False  # this round's fetch budget is spent, or every peer found was tried
+
+
+@dataclasses.dataclass
+class _RoundGather:
+    """What we know and fetched of one round: bounded by the shards read and the fetch budget."""
+
+    pool: dict[str, Pointer] = dataclasses.field(default_factory=dict)
+    shards_read: set[int] = dataclasses.field(default_factory=set)
+    directory_reads: int = 0
+    fetched: dict[str, GroupRecord] = dataclasses.field(default_factory=dict)
+    tried: set[str] = dataclasses.field(default_factory=set)
+    fetches: int = 0
+    bytes: int = 0
+    rejected: Counter[str] = dataclasses.field(default_factory=Counter)
+
+
+def shard_of(peer_id: str, shards: int) -> int:
+    return int.from_bytes(hashlib.sha256(peer_id.encode()).digest()[:8], "big") % shards
 
 
 class Swarm:
@@ -98,17 +146,35 @@ class Swarm:
         record_ttl: float = 600.0,
         call_timeout: float = 10.0,
         start_timeout: float = 60.0,
+        groups_wanted: int = 8,
+        max_fetches_per_round: int | None = None,
+        directory_shards: int = 8,
+        clock: ClockPolicy = ClockPolicy(),
+        admission_secret: str | None = None,
+        storage_bytes: int = STORAGE_BYTES,
+        cache_bytes: int = CACHE_BYTES,
+        client_mode: bool = False,
     ) -> None:
         self._identity = identity
         self._swarm_name = swarm_name
         self._initial_peers = tuple(initial_peers)
         self._host, self._port = host, port
-        self._record_ttl = record_ttl
+        self._record_ttl = min(record_ttl, MAX_ENTRY_TTL_S)
         self._call_timeout = call_timeout
         self._start_timeout = start_timeout
+        self._wanted = max(0, groups_wanted)
+        self._max_fetches = max_fetches_per_round if max_fetches_per_round is not None else 3 * max(1, self._wanted)
+        self._max_fetch_bytes = self._max_fetches * MAX_GROUP_RECORD_BYTES
+        self._shards = directory_shards
+        self._clock = clock
+        self._admission = admission_key(admission_secret) if admission_secret else None
+        self._storage_bytes, self._cache_bytes = storage_bytes, cache_bytes
+        self._client_mode = client_mode
+        self._namespace = f"{swarm_name}/{PROTOCOL}/{directory_shards}"
 
-        self._validator = RSASignatureValidator(identity.private_key)
-        self._owner = self._validator.local_public_key  # our subkey everywhere: only we can sign entries under it
+        self._signer = RSASignatureValidator(identity.private_key)
+        self._owner = self._signer.local_public_key
+        self._rng = random.Random()
 
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -120,6 +186,12 @@ class Swarm:
         self._sockets_before: set[Path] = set()
         self._seen: dict[str, float] = {}  # peer id -> expiration of its latest entry we saw
         self._timeouts: Counter[str] = Counter()
+        self._rounds: OrderedDict[int, _RoundGather] = OrderedDict()
+        self._strikes: Counter[str] = Counter()
+        self._banned_until: dict[str, float] = {}
+        self._last_announced: int | None = None
+        self._last_rebootstrap = 0.0
+        self.traffic: Counter[str] = Counter()  # bytes of entries received / sent, lookups made (for benches)
 
     @property
     def peer_id(self) -> str:
@@ -163,66 +235,264 @@ class Swarm:
         """Multiaddrs (with /p2p/<our peer id>) that other nodes can join with; empty unless started."""
         return list(self._invite)
 
-    def publish(self, record: RoundRecord) -> bool:
-        """Store our record for ``record.round``. False (and logged) if it could not be stored in time."""
+    # ------------------------------------------------------------------------------------------ publishing
+    def publish(self, record: RoundRecord, *, spread: Sequence[int] | None = None) -> bool:
+        """Store our groups for ``record.round`` and our pointer in the directory. False (logged) if not stored.
+
+        ``spread``: indices of the groups whose completions got different rewards under our verifier (receivers
+        fetch those first); None claims every group.
+        """
         if record.peer_id != self.peer_id:
             raise ValueError(f"record of {record.peer_id} cannot be published by {self.peer_id}")
-        value = encode_record(record)
-        if _SIGNATURE_MARKER in value:
-            logger.warning("Round %d record not shared: its text contains %r", record.round, _SIGNATURE_MARKER)
+        if not record.groups:
             return False
+        keys, values, subkeys = [], [], []
+        for index, group in enumerate(record.groups):
+            one = GroupRecord(record.peer_id, record.round, index, group, record.prompt_format)
+            value = encode_group_record(one, admission_key=self._admission)
+            if _SIGNATURE_MARKER in value:
+                logger.warning("Round %d group %d not shared: its text contains %r", record.round, index,
+                               _SIGNATURE_MARKER)
+                continue
+            keys.append(self._group_key(record.round, self.peer_id, index))
+            values.append(value)
+            subkeys.append(self._subkey("g", record.round, index))
+        if not keys:
+            return False
+        claimed = range(len(record.groups)) if spread is None else sorted(set(spread))
+        pointer = Pointer(self.peer_id, record.round, len(record.groups), tuple(i for i in claimed
+                                                                                if 0 <= i < len(record.groups)))
+        shard = shard_of(self.peer_id, self._shards)
+        keys.append(self._directory_key(record.round, shard))
+        values.append(encode_pointer(pointer))
+        subkeys.append(self._subkey("d", record.round, shard))
         expiration = get_dht_time() + self._record_ttl
-        key = self._round_key(record.round)
-        stored = self._call("publish", lambda node: node.store(key, value, expiration, subkey=self._owner))
-        if stored is False:
-            logger.warning("Round %d record (%d bytes) was not stored by any peer", record.round, len(value))
-        return bool(stored)
+        self.traffic["publish_bytes"] += sum(len(v) for v in values)
+        stored = self._call("publish", lambda node: node.store_many(keys, values, expiration, subkeys=subkeys))
+        if not stored:
+            logger.warning("Round %d groups were not stored by any peer", record.round)
+            return False
+        # store_many answers per (key, subkey) when subkeys are given
+        ok = [bool(stored.get((key, subkey), stored.get(key))) for key, subkey in zip(keys, subkeys)]
+        if not all(ok):
+            logger.info("Round %d: %d of %d entries not stored", record.round, ok.count(False), len(keys))
+        return ok[-1] and any(ok[:-1])
 
+    # ------------------------------------------------------------------------------------------- gathering
     def gather(self, round: int) -> GatherResult:
-        """Valid records other peers published for ``round``; bad entries are counted by reason, never raised."""
-        key = self._round_key(round)
-        records, rejected, peers = [], Counter(), set()
-        for author, entry in self._entries("gather", key):
-            if author is None:
-                rejected["bad_signature"] += 1
-                continue
-            if author == self.peer_id:
-                continue
-            peers.add(author)
-            try:
-                record = decode_record(entry.value)
-            except RecordRejected as e:
-                rejected[e.reason] += 1
-                continue
-            if record.peer_id != author:
-                rejected["peer_mismatch"] += 1
-            elif record.round != round:
-                rejected["round_mismatch"] += 1
-            else:
-                records.append(record)
-        if rejected:
-            logger.info("Round %d: rejected entries %s", round, dict(rejected))
-        records.sort(key=lambda r: r.peer_id)
-        return GatherResult(records=tuple(records), rejected=rejected, peers=frozenset(peers))
+        """A uniform sample of peers' groups for ``round``, one group per peer, within this round's fetch budget.
 
+        Each call reads more of the directory and fetches more peers while the budget lasts: the first call
+        fetches ``groups_wanted`` groups, later calls (when the caller still lacks usable groups) half as many
+        more. Bad entries are counted by reason, never raised.
+        """
+        if not 0 <= round <= MAX_ROUND:
+            return GatherResult((), Counter(), frozenset())
+        state = self._round_state(round)
+        self._maybe_rebootstrap()
+        self._read_directory(round, state)
+        self._fetch_groups(round, state)
+        records = tuple(sorted((g.as_round_record() for g in state.fetched.values()), key=lambda r: r.peer_id))
+        if state.rejected:
+            logger.info("Round %d: rejected entries %s", round, dict(state.rejected))
+        exhausted = (state.fetches >= self._max_fetches or state.bytes >= self._max_fetch_bytes
+                     or (len(state.shards_read) == self._shards and state.tried >= state.pool.keys()))
+        return GatherResult(records=records, rejected=state.rejected.copy(), peers=frozenset(state.tried),
+                            published=len(state.pool), exhausted=exhausted)
+
+    def _round_state(self, round: int) -> _RoundGather:
+        with self._lock:
+            state = self._rounds.get(round)
+            if state is None:
+                state = self._rounds[round] = _RoundGather()
+                while len(self._rounds) > _ROUNDS_KEPT:
+                    self._rounds.popitem(last=False)
+            return state
+
+    def _read_directory(self, round: int, state: _RoundGather) -> None:
+        """Read shards in random order until the pool holds enough peers to sample J from (or all were read)."""
+        target = max(4 * self._wanted, 16)
+        unread = [s for s in range(self._shards) if s not in state.shards_read]
+        self._rng.shuffle(unread)
+        if not unread or state.directory_reads >= 3 * self._shards:
+            # every shard read once: re-read a few, for peers that published since
+            unread = self._rng.sample(range(self._shards), min(2, self._shards))
+        batch = 2 if state.shards_read else min(4, len(unread))
+        while unread and state.directory_reads < 3 * self._shards:
+            shards, unread = unread[:batch], unread[batch:]
+            keys = [self._directory_key(round, shard) for shard in shards]
+            found = self._call("gather", lambda node: _latest_many(node, keys))
+            state.directory_reads += len(shards)
+            state.shards_read.update(shards)
+            self.traffic["lookups"] += len(keys)
+            for key, shard in zip(keys, shards):
+                item = (found or {}).get(key)
+                for author, entry in self._dictionary_entries(item):
+                    if author is None or author == self.peer_id or author in state.pool:
+                        continue
+                    try:
+                        pointer = decode_pointer(entry.value)
+                    except RecordRejected as e:
+                        state.rejected[e.reason] += 1
+                        continue
+                    if pointer.peer_id != author or shard_of(author, self._shards) != shard:
+                        state.rejected["peer_mismatch"] += 1
+                    elif pointer.round != round:
+                        state.rejected["round_mismatch"] += 1
+                    else:
+                        state.pool[author] = pointer
+            if len(state.pool) >= target or state.fetched:
+                break
+            batch = min(2 * batch, self._shards)
+
+    def _fetch_groups(self, round: int, state: _RoundGather) -> None:
+        """Fetch one group of each of a few more peers, sampled uniformly; peers claiming spread first."""
+        if self._wanted == 0:
+            return
+        count = self._wanted if not state.tried else max(1, self._wanted // 2)
+        count = min(count, self._max_fetches - state.fetches)
+        if count <= 0 or state.bytes >= self._max_fetch_bytes:
+            return
+        now = time.monotonic()
+        fresh = [p for p in state.pool if p not in state.tried]
+        banned = [p for p in fresh if self._banned_until.get(p, 0.0) > now]
+        if banned:
+            state.rejected["backoff"] += len(banned)
+            state.tried.update(banned)
+        fresh = [p for p in fresh if p not in banned]
+        self._rng.shuffle(fresh)
+        fresh.sort(key=lambda p: not state.pool[p].spread)  # stable: uniform within each class
+        chosen = fresh[:count]
+        if not chosen:
+            return
+        picks = {}
+        for peer in chosen:
+            pointer = state.pool[peer]
+            picks[peer] = self._rng.choice(pointer.spread or range(pointer.groups))
+        keys = {self._group_key(round, peer, index): peer for peer, index in picks.items()}
+        state.tried.update(chosen)
+        state.fetches += len(chosen)
+        found = self._call("gather", lambda node: node.get_many(list(keys)))
+        self.traffic["lookups"] += len(keys)
+        for key, peer in keys.items():
+            item = (found or {}).get(key)
+            entries = self._dictionary_entries(item)
+            if not entries:
+                state.rejected["missing"] += 1
+                continue
+            author, entry = entries[0]
+            size = len(entry.value) if type(entry.value) is bytes else 0
+            state.bytes += size
+            reason = None
+            if author != peer:
+                reason = "peer_mismatch"
+            else:
+                try:
+                    group = decode_group_record(entry.value, admission_key=self._admission)
+                except RecordRejected as e:
+                    reason = e.reason
+                else:
+                    if group.peer_id != peer:
+                        reason = "peer_mismatch"
+                    elif group.round != round:
+                        reason = "round_mismatch"
+                    elif group.index != picks[peer]:
+                        reason = "index_mismatch"
+                    else:
+                        state.fetched[peer] = group
+                        self._strikes.pop(peer, None)
+            if reason is not None:
+                state.rejected[reason] += 1
+                self._strike(peer)
+
+    def _strike(self, peer: str) -> None:
+        """Count a rejected record against ``peer``; past a few, ignore it for a while (doubling each time)."""
+        self._strikes[peer] += 1
+        strikes = self._strikes[peer]
+        if strikes >= _STRIKES_BEFORE_BACKOFF:
+            backoff = min(_BACKOFF_S[0] * 2 ** (strikes - _STRIKES_BEFORE_BACKOFF), _BACKOFF_S[1])
+            self._banned_until[peer] = time.monotonic() + backoff
+            if len(self._banned_until) > 10_000:  # memory stays bounded whatever the number of identities
+                now = time.monotonic()
+                self._banned_until = {p: t for p, t in self._banned_until.items() if t > now}
+                self._strikes = Counter({p: self._strikes[p] for p in self._banned_until})
+
+    def penalize(self, peer_id: str) -> None:
+        """The caller rejected this peer's group (forged question, ...): counts toward its backoff like ours."""
+        self._strike(peer_id)
+
+    # --------------------------------------------------------------------------------------------- the clock
     def announce_round(self, round: int) -> None:
         """Tell the swarm we are at ``round`` (see :meth:`swarm_round`)."""
+        if not 0 <= round <= MAX_ROUND:
+            raise ValueError(f"round {round} is out of bounds (0..{MAX_ROUND})")
+        self._last_announced = round
         expiration = get_dht_time() + self._record_ttl
-        key = self._clock_key()
-        if not self._call("announce", lambda node: node.store(key, round, expiration, subkey=self._owner)):
+        shard = shard_of(self.peer_id, self._shards)
+        key, subkey = self._clock_key(shard), self._subkey("c", shard)
+        if not self._call("announce", lambda node: node.store(key, round, expiration, subkey=subkey)):
             logger.warning("Could not announce round %d to the swarm", round)
 
-    def swarm_round(self) -> int | None:
-        """The highest round announced by any live peer, us included; None if none is known."""
-        rounds = [
-            entry.value
-            for author, entry in self._entries("clock", self._clock_key())
-            if author is not None and type(entry.value) is int and entry.value >= 0
-        ]
-        return max(rounds, default=None)
+    def announced_rounds(self) -> dict[str, int]:
+        """The round other live peers last announced: a uniform sample of at least ``CLOCK_SAMPLE`` of them (all of
+        them in a small swarm), read shard by shard in random order, so a read costs the same at any swarm size."""
+        self._maybe_rebootstrap()
+        shards = list(range(self._shards))
+        self._rng.shuffle(shards)
+        rounds: dict[str, int] = {}
+        batch = 4
+        while shards and len(rounds) < CLOCK_SAMPLE:
+            reading, shards = shards[:batch], shards[batch:]
+            keys = [self._clock_key(shard) for shard in reading]
+            found = self._call("clock", lambda node: _latest_many(node, keys)) or {}
+            self.traffic["lookups"] += len(keys)
+            for shard, key in zip(reading, keys):
+                for author, entry in self._dictionary_entries(found.get(key)):
+                    if (author is not None and author != self.peer_id and type(entry.value) is int
+                            and 0 <= entry.value <= MAX_ROUND and shard_of(author, self._shards) == shard):
+                        rounds[author] = entry.value
+        return rounds
 
+    def swarm_round(self, current: int | None = None) -> int | None:
+        """The round to play after ``current`` (default: the last we announced) as a quorum of peers sees it.
+
+        None if no other peer announced anything. Never more than ``max_round_jump`` ahead of ``current``.
+        """
+        announced = self.announced_rounds()
+        if not announced:
+            return None
+        base = current if current is not None else (self._last_announced or 0)
+        candidate = follow_round(base, announced, self._clock)
+        while candidate > base:
+            # the peers carrying the quorum must be recently active: have published at (or just before) the
+            # round they announce. An announcement alone is one unverifiable word.
+            supporters = [p for p, r in announced.items() if r >= candidate]
+            if len(supporters) > _MAX_CLOCK_CHECKS:
+                supporters = self._rng.sample(supporters, _MAX_CLOCK_CHECKS)
+            idle = set(supporters) - self._published_near({p: announced[p] for p in supporters})
+            if not idle:
+                return candidate
+            # still counted among the active peers (a quorum does not shrink), but supporting no jump
+            announced = {p: base if p in idle else r for p, r in announced.items()}
+            candidate = follow_round(base, announced, self._clock)
+        return candidate
+
+    def _published_near(self, rounds: dict[str, int]) -> set[str]:
+        """The peers of ``{peer: round}`` with a pointer in the directory for that round or the one before."""
+        wanted = {(r - back, shard_of(p, self._shards)) for p, r in rounds.items() for back in (0, 1) if r - back >= 0}
+        keys = {self._directory_key(r, shard): (r, shard) for r, shard in wanted}
+        found = self._call("clock", lambda node: _latest_many(node, list(keys))) or {}
+        self.traffic["lookups"] += len(keys)
+        published: set[tuple[str, int]] = set()
+        for key, (r, _) in keys.items():
+            for author, entry in self._dictionary_entries(found.get(key)):
+                if author is not None:
+                    published.add((author, r))
+        return {p for p, r in rounds.items() if (p, r) in published or (p, r - 1) in published}
+
+    # ------------------------------------------------------------------------------------------------ peers
     def peers_seen(self) -> int:
-        """Other peers whose entries we saw in recent gathers and clock reads and which have not expired yet."""
+        """Other peers whose entries we saw in recent directory and clock reads and which have not expired yet."""
         now = get_dht_time()
         with self._lock:
             self._seen = {peer: expiration for peer, expiration in self._seen.items() if expiration > now}
@@ -232,6 +502,40 @@ class Swarm:
         """Peers in our DHT routing table: others are in the swarm even if they have not published yet."""
         node = self._node
         return 0 if node is None else len(node.protocol.routing_table.uid_to_peer_id)
+
+    def storage_bytes(self) -> tuple[int, int]:
+        """Bytes held in (storage, cache): both bounded whatever peers send."""
+        node = self._node
+        if node is None:
+            return 0, 0
+        return node.protocol.storage.measure(), node.protocol.cache.measure()
+
+    def rebootstrap(self) -> int:
+        """Reconnect through the invite's peers: returns how many answered. Done automatically when isolated."""
+        initial = [_parse_invite(addr) for addr in self._initial_peers]
+        return self._call("bootstrap", lambda node: self._bootstrap(node, initial)) or 0
+
+    def _maybe_rebootstrap(self) -> None:
+        if not self._initial_peers or self.connected_peers() > 0:
+            return
+        now = time.monotonic()
+        if now - self._last_rebootstrap < _REBOOTSTRAP_EVERY_S:
+            return
+        self._last_rebootstrap = now
+        answered = self.rebootstrap()
+        logger.info("No peer in the routing table: re-bootstrapped through the invite, %d answered", answered)
+
+    async def _bootstrap(self, node: DHTNode, maddrs: list[str]) -> int:
+        async def one(addr: str) -> bool:
+            maddr = Multiaddr(addr)
+            peer = PeerID.from_base58(maddr["p2p"])
+            try:
+                await self._p2p._client.connect(peer, [maddr.decapsulate(Multiaddr(f"/p2p/{maddr['p2p']}"))])
+                return await node.protocol.call_ping(peer) is not None
+            except Exception:
+                return False
+
+        return sum(await asyncio.gather(*(one(a) for a in maddrs)))
 
     def shutdown(self) -> None:
         """Stop the DHT node, its p2pd daemon and the loop thread. Idempotent; also runs at interpreter exit."""
@@ -257,22 +561,37 @@ class Swarm:
         _remove_stale_sockets(_daemon_sockets() - self._sockets_before)
         logger.info("Swarm %r: left", self._swarm_name)
 
-    def _round_key(self, round: int) -> str:
-        return f"{self._swarm_name}/round/{round}"
+    # -------------------------------------------------------------------------------------------------- keys
+    def _group_key(self, round: int, peer: str, index: int) -> str:
+        return group_key(self._namespace, round, peer, index)
 
-    def _clock_key(self) -> str:
-        return f"{self._swarm_name}/clock"
+    def _directory_key(self, round: int, shard: int) -> str:
+        return f"{self._namespace}/d/{round}/{shard}"
 
-    def _entries(self, op: str, key: str) -> list[tuple[str | None, Any]]:
-        """(author peer id or None if unauthenticated, entry) for every entry under ``key``; remembers authors."""
-        found = self._call(op, lambda node: node.get(key, latest=True))
-        if found is None or not isinstance(found.value, dict):
+    def _clock_key(self, shard: int) -> str:
+        return f"{self._namespace}/c/{shard}"
+
+    def _subkey(self, kind: str, *numbers: int) -> bytes:
+        return self._owner + b"|" + kind.encode() + b"/" + "/".join(map(str, numbers)).encode()
+
+    def _dictionary_entries(self, item: Any) -> list[tuple[str | None, Any]]:
+        """(author peer id or None if unauthenticated, entry) for every entry of a found item; remembers authors."""
+        if item is None or not isinstance(item.value, dict):
             return []
-        entries = [(_owner_peer_id(subkey), entry) for subkey, entry in found.value.items()]
+        entries = [(_owner_peer_id(subkey), entry) for subkey, entry in list(item.value.items())[:MAX_ENTRIES_PER_KEY]]
+        # what crossed the wire: the value, its subkey (owner key) and the signature hivemind strips on arrival
+        self.traffic["received_bytes"] += sum(
+            (len(e.value) if type(e.value) is bytes else 9) + len(k if type(k) is bytes else b"") + _SIGNATURE_BYTES
+            for k, e in list(item.value.items())[:MAX_ENTRIES_PER_KEY]
+        )
         with self._lock:
             for author, entry in entries:
                 if author is not None and author != self.peer_id:
-                    self._seen[author] = max(self._seen.get(author, 0.0), entry.expiration_time)
+                    self._seen[author] = max(self._seen.get(author, 0.0), min(entry.expiration_time,
+                                                                              get_dht_time() + MAX_ENTRY_TTL_S))
+            if len(self._seen) > 4 * MAX_ENTRIES_PER_KEY * self._shards:
+                now = get_dht_time()
+                self._seen = {p: e for p, e in self._seen.items() if e > now}
         return entries
 
     def _call(self, op: str, make: Callable[[DHTNode], Coroutine[Any, Any, T]]) -> T | None:
@@ -327,9 +646,19 @@ class Swarm:
             # records. Derive it from the peer id instead: unique per identity, stable across restarts.
             node_id=DHTID.generate(source=self._identity.peer_id.encode()),
             initial_peers=initial_peers,
-            record_validator=CompositeValidator([self._validator, _OwnedEntriesOnly()]),
+            record_validator=CompositeValidator(
+                [self._signer, SwarmValidator(self._swarm_name, self._shards, admission=self._admission)]
+            ),
             wait_timeout=self._call_timeout / _RPCS_PER_CALL,
+            client_mode=self._client_mode,
+            # values found are cached on their way (bounded below) but not pushed to other nodes nor refreshed in
+            # the background: a round's keys are read a few times, then never again
+            cache_nearest=0,
+            cache_refresh_before_expiry=0,
         )
+        # BoundedStorage before anyone can store anything (the node only answers RPCs once we return)
+        self._node.protocol.storage = BoundedStorage(self._storage_bytes)
+        self._node.protocol.cache = BoundedStorage(self._cache_bytes)
         self._invite = [str(maddr) for maddr in await self._node.get_visible_maddrs()]
 
     async def _stop_node(self) -> None:
@@ -349,20 +678,136 @@ class Swarm:
             logger.warning("Error while stopping the swarm node", exc_info=True)
 
 
-class _OwnedEntriesOnly(RecordValidatorBase):
-    """Accept only entries whose subkey is an owner marker and whose value is bytes (a record) or an int (a round).
+async def _latest_many(node: DHTNode, keys: list[str]) -> dict:
+    """Every entry of each shard key, merged over its replicas. The beam is the replicas, not hivemind's default
+    (bucket_size): with the latter, each read of a shard costs a response from up to 20 nodes."""
+    return await node.get_many(keys, sufficient_expiration_time=float("inf"), beam_size=node.num_replicas)
 
-    Everything our swarm stores is one peer's entry under a shared key, so anything else is hostile: a plain value
-    with a later expiration shadows the dictionary (hivemind then refuses every entry stored under that key), an
-    entry without an owner can be overwritten by anyone, and a value that hivemind cannot deserialize makes every
-    get() of that key fail to resolve. Its priority is below RSASignatureValidator's, so it sees values unsigned.
+
+def group_key(namespace: str, round: int, peer: str, index: int) -> str:
+    return f"{namespace}/g/{round}/{peer}/{index}"
+
+
+class SwarmValidator(RecordValidatorBase):
+    """Accept only the swarm's own keys, each with the one shape it holds, one entry per signer, bounded expiry.
+
+    The DHT sees keys only as hashes, so the entry's subkey names it: ``[owner:<key>]|<kind>/<numbers>``. We rebuild
+    the key from the kind, the numbers, the owner's peer id and the swarm name and require its hash to be the
+    entry's key: an entry anywhere else (a junk key), a second entry of the same signer under one key (its subkey
+    would differ, so would the key it names), a group under another peer's key, a pointer in another shard, all
+    fail. Values are then decoded with the same strict codecs as on receipt. Its priority is below
+    RSASignatureValidator's, so it sees values with their signature stripped and already verified.
     """
 
+    def __init__(self, swarm_name: str, shards: int, *, admission: bytes | None = None) -> None:
+        self._namespace = f"{swarm_name}/{PROTOCOL}/{shards}"
+        self._shards = shards
+        self._admission = admission
+
     def validate(self, record: DHTRecord) -> bool:
-        subkey, value = _unpack_scalar(record.subkey), _unpack_scalar(record.value)
-        if type(subkey) is not bytes or not _OWNER_RE.fullmatch(subkey):
+        if record.expiration_time > get_dht_time() + MAX_ENTRY_TTL_S + _CLOCK_SKEW_S:
             return False
-        return (type(value) is bytes and len(value) <= MAX_RECORD_BYTES) or (type(value) is int and value >= 0)
+        subkey = _unpack_scalar(record.subkey)
+        match = _OWNER_RE.fullmatch(subkey) if type(subkey) is bytes else None
+        if match is None:
+            return False
+        author = _owner_peer_id(subkey)
+        if author is None:
+            return False
+        kind, numbers = match.group(3).decode(), match.group(4).decode().split("/")
+        if not all(n.isdigit() and len(n) <= 14 for n in numbers):
+            return False
+        numbers = [int(n) for n in numbers]
+        value = _unpack_scalar(record.value)
+        try:
+            if kind == "g" and len(numbers) == 2:
+                round_, index = numbers
+                key = group_key(self._namespace, round_, author, index)
+                group = decode_group_record(value, admission_key=self._admission) if type(value) is bytes else None
+                ok = group is not None and (group.peer_id, group.round, group.index) == (author, round_, index)
+            elif kind == "d" and len(numbers) == 2:
+                round_, shard = numbers
+                key = f"{self._namespace}/d/{round_}/{shard}"
+                pointer = decode_pointer(value) if type(value) is bytes else None
+                ok = (pointer is not None and (pointer.peer_id, pointer.round) == (author, round_)
+                      and shard == shard_of(author, self._shards))
+            elif kind == "c" and len(numbers) == 1:
+                (shard,) = numbers
+                key = f"{self._namespace}/c/{shard}"
+                ok = type(value) is int and 0 <= value <= MAX_ROUND and shard == shard_of(author, self._shards)
+            else:
+                return False
+        except RecordRejected:
+            return False
+        return ok and record.key == DHTID.generate(source=key).to_bytes()
+
+    @property
+    def priority(self) -> int:
+        return 5  # below RSASignatureValidator (10): it sees values unsigned
+
+
+class BoundedStorage(DHTLocalStorage):
+    """hivemind's local storage with a cap on bytes and on entries per key (theirs only caps the entry count).
+
+    A full storage refuses new entries rather than evicting old ones: evicting would let a flood push out honest
+    entries. Accounting is incremental, re-measured every second so that expired entries are given back.
+    """
+
+    def __init__(self, max_bytes: int, max_entries_per_key: int = MAX_ENTRIES_PER_KEY) -> None:
+        super().__init__()
+        self.max_bytes = max_bytes
+        self.max_entries_per_key = max_entries_per_key
+        self.refused = 0
+        self._used = 0
+        self._measured_at = -math.inf
+
+    def store(self, key, value, expiration_time, subkey=None) -> bool:
+        if subkey is not None:
+            return self.store_subkey(key, subkey, value, expiration_time)
+        size = _value_bytes(value)
+        if not self._fits(size):
+            return False
+        stored = super().store(key, value, expiration_time)
+        if stored:
+            self._used += size
+        return stored
+
+    def store_subkey(self, key, subkey, value, expiration_time) -> bool:
+        size = _value_bytes(value) + len(msgpack.packb(subkey))
+        current = self.get(key)
+        if current is not None and isinstance(current.value, DictionaryDHTValue):
+            entries = current.value
+            if subkey not in entries and len(entries) >= self.max_entries_per_key:
+                self.refused += 1
+                return False
+        if not self._fits(size):
+            return False
+        stored = super().store_subkey(key, subkey, value, expiration_time)
+        if stored:
+            self._used += size
+        return stored
+
+    def measure(self) -> int:
+        """Bytes of the live entries now (expired ones are dropped on the way)."""
+        total = 0
+        for _, item in list(self.items()):
+            total += _value_bytes(item.value)
+        self._used, self._measured_at = total, time.monotonic()
+        return total
+
+    def _fits(self, size: int) -> bool:
+        if time.monotonic() - self._measured_at > 1.0 or self._used + size > self.max_bytes:
+            self.measure()
+        if self._used + size > self.max_bytes:
+            self.refused += 1
+            return False
+        return True
+
+
+def _value_bytes(value: Any) -> int:
+    if isinstance(value, DictionaryDHTValue):
+        return sum(len(v.value) + 64 for _, v in list(value.items()))
+    return len(value) if isinstance(value, bytes) else 64
 
 
 def _unpack_scalar(raw: bytes) -> Any:
@@ -372,15 +817,31 @@ def _unpack_scalar(raw: bytes) -> Any:
         return None
 
 
+_PEER_IDS: OrderedDict[bytes, str | None] = OrderedDict()  # owner marker -> peer id (RSA parsing is not free)
+_PEER_IDS_LOCK = threading.Lock()
+
+
 def _owner_peer_id(subkey: Any) -> str | None:
-    """The peer id of the key in an owner-marker subkey; None if the subkey is not one."""
+    """The peer id of the owner in a subkey ``[owner:<canonical key>]|...``; None if it is not one."""
     match = _OWNER_RE.fullmatch(subkey) if type(subkey) is bytes else None
     if match is None:
         return None
+    marker = match.group(1)
+    with _PEER_IDS_LOCK:
+        if marker in _PEER_IDS:
+            _PEER_IDS.move_to_end(marker)
+            return _PEER_IDS[marker]
     try:
-        return peer_id_from_public_key(RSAPublicKey.from_bytes(match.group(1)))
+        key = RSAPublicKey.from_bytes(match.group(2))
+        # one encoding per key: a signer cannot hold two entries under one key with two spellings of its key
+        peer = peer_id_from_public_key(key) if b"[owner:" + key.to_bytes() + b"]" == marker else None
     except (ValueError, UnsupportedAlgorithm):
-        return None
+        peer = None
+    with _PEER_IDS_LOCK:
+        _PEER_IDS[marker] = peer
+        while len(_PEER_IDS) > 4096:
+            _PEER_IDS.popitem(last=False)
+    return peer
 
 
 def _parse_invite(addr: str) -> str:

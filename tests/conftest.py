@@ -24,5 +24,6 @@ import pytest  # noqa: E402
 def tiny_model_dir(tmp_path_factory) -> Path:
     """A 2-layer random Llama with the bundled SmolLM2 tokenizer, saved as a normal model folder."""
     from node import models
+    from tests.tiny_model import tiny_random
 
-    return models.tiny_random(models.resolve(models.BUNDLED), tmp_path_factory.mktemp("tiny-model"))
+    return tiny_random(models.resolve(models.BUNDLED), tmp_path_factory.mktemp("tiny-model"))

@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import queue
 import subprocess
-import sys
-import threading
 import time
 from pathlib import Path
 
-
+from node import process_client
 from node.config import NodeConfig
-from node.events import Event, event_from_json
-from node.launch import kill_tree
+from node.events import Event
 
 FAST_FAMILIES = "basic_arithmetic,base_conversion,fraction_simplification"
 
@@ -33,29 +29,18 @@ def tiny_config(model_dir: Path, data_dir: Path, **overrides) -> NodeConfig:
     return NodeConfig.build(data)
 
 
-class NodeProcess:
-    """`python -m node run --events-jsonl` in a child process, with its events on a queue."""
+class NodeProcess(process_client.NodeProcess):
+    """`python -m node run` in a child process through the app's process client, with its events on a queue."""
 
     def __init__(self, config: NodeConfig, *, name: str) -> None:
         path = config.run.data_dir / f"{name}.toml"
         config.save(path)
         self.stderr_path = config.run.data_dir / f"{name}.stderr"
-        env = {**os.environ, "OMP_NUM_THREADS": "1"}
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "node", "run", "--config", str(path), "--events-jsonl", "--control-stdin"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(self.stderr_path, "wb"), text=True,
-            env=env, start_new_session=True,
-        )
         self.events: queue.Queue[Event] = queue.Queue()
         self.seen: list[Event] = []
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        for line in self.process.stdout:
-            try:
-                self.events.put(event_from_json(line))
-            except ValueError:
-                pass
+        super().__init__(["run", "--config", str(path)], on_event=self.events.put, env={"OMP_NUM_THREADS": "1"},
+                         log_path=self.stderr_path, name=name)
+        self.start()
 
     def wait_for(self, predicate, timeout: float = 300) -> Event:
         deadline = time.monotonic() + timeout
@@ -63,20 +48,18 @@ class NodeProcess:
             try:
                 event = self.events.get(timeout=1)
             except queue.Empty:
-                if self.process.poll() is not None and self.events.empty():
-                    raise AssertionError(f"node exited with {self.process.returncode}: {self.stderr()}")
+                if self.returncode is not None and self.events.empty():
+                    raise AssertionError(f"node exited with {self.returncode}: {self.stderr()}")
                 continue
             self.seen.append(event)
             if predicate(event):
                 return event
         raise AssertionError(f"timed out waiting; last events {[e.kind for e in self.seen[-5:]]}: {self.stderr()}")
 
-    def send(self, command: str) -> None:
-        self.process.stdin.write(command + "\n")
-        self.process.stdin.flush()
-
     def finish(self, timeout: float = 120) -> int:
-        code = self.process.wait(timeout=timeout)
+        code = self.wait(timeout)
+        if code is None:
+            raise subprocess.TimeoutExpired(self.args, timeout)
         while not self.events.empty():
             self.seen.append(self.events.get())
         return code
@@ -86,8 +69,8 @@ class NodeProcess:
 
     def kill_tree(self) -> None:
         """SIGKILL the node and its p2p daemon (a killed parent cannot take its children down)."""
-        kill_tree(self.process.pid)
-        self.process.wait()
+        self.kill()
+        self.wait(30)
 
     def events_of(self, kind: str) -> list[Event]:
         return [e for e in self.seen if e.kind == kind]

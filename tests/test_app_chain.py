@@ -21,6 +21,7 @@ def test_wizard_creates_a_wallet_after_the_phrase_is_confirmed(qtbot, tmp_path, 
     qtbot.addWidget(wizard)
     wizard.show()
     qtbot.waitUntil(lambda: wizard.identity_page.peer is not None, timeout=180_000)
+    wizard.next()  # past the welcome page
     wizard.identity_page.wallet.setChecked(True)
     wizard.next()
     assert wizard.currentId() == WALLET_PAGE
@@ -84,11 +85,25 @@ def test_account_page_shows_registration_totals_and_a_foreign_owner(qtbot, tmp_p
     assert "ETH" in page.fields["balance"].text()
     assert page.fields["registration"].text() == "registered to this wallet"
     assert page.fields["rewards"].text() == "750"
+    assert page.fields["round"].text() == "SwarmCoordinator 0.6.0 · round 0"  # the detected interface version
 
     page.summary = None
     page.set_peer(OTHER_PEER)
     qtbot.waitUntil(lambda: page.summary is not None and page.summary.peer_id == OTHER_PEER, timeout=30_000)
     assert "belongs to another wallet" in page.fields["registration"].text()
+
+
+def test_account_page_shows_the_stage_of_a_multi_stage_coordinator(qtbot, tmp_path):
+    from node.events import ChainStatus
+
+    page = AccountPage(NodeConfig.build({"run": {"data_dir": str(tmp_path / "data")}}))
+    qtbot.addWidget(page)
+    page.on_event(ChainStatus(
+        network="local", rpc_url="http://127.0.0.1:8545", coordinator="0x" + "ab" * 20, address="0x" + "cd" * 20,
+        connected=True, chain_id=1, block_number=9, chain_round=4, registered=True, pending_submissions=0,
+        coordinator_version="0.5.1", chain_stage=1, stage_count=3,
+    ))
+    assert page.fields["round"].text() == "SwarmCoordinator 0.5.1 · round 4, stage 2 of 3"
 
 
 def test_account_page_without_a_chain_says_local_only(qtbot, tmp_path):

@@ -32,7 +32,7 @@ def test_log_in_and_publish_from_the_app(qtbot, tmp_path, tiny_model_dir, hub):
 
     panel.token.setText(READ)
     panel.login_button.click()
-    qtbot.waitUntil(lambda: "write" in panel.account_label.text() and panel.login_button.isEnabled(), timeout=30_000)
+    qtbot.waitUntil(lambda: "write" in panel.account_error.text() and panel.login_button.isEnabled(), timeout=30_000)
     assert panel.account is None and not panel.upload_button.isEnabled()
 
     panel.token.setText(WRITE)

@@ -15,8 +15,8 @@ from PySide6.QtWidgets import QApplication, QStyleOptionHeader
 
 from app.charts import IntegerAxis
 from app.errors import Problem, sentence
-from app.gossip import EXPECTED, QUESTION
-from app.history import FLAT_ROUNDS_WARNING, RunHistory
+from app.gossip import QUESTION
+from app.history import FLAT_ROUNDS_WARNING
 from app.progress import eta_seconds
 from app.settings_dialog import SettingsDialog
 from app.wizard import SwarmPage
@@ -24,7 +24,6 @@ from node.config import NodeConfig
 from node.events import (
     EvalFinished, NodeFailed, NodeStarted, RolloutSample, RoundMetrics, RoundProgress, StateChanged, event_from_json,
 )
-from node.invite import parse_invite
 from tests.apphelpers import make_window
 
 STREAM = Path(__file__).parent / "data" / "learning_events.jsonl"
@@ -41,7 +40,7 @@ def config_in(tmp_path) -> NodeConfig:
 def played(qtbot, tmp_path, events=None):
     window = make_window(qtbot, config_in(tmp_path))
     for event in stream() if events is None else events:
-        window.supervisor._eventArrived.emit(event)
+        window.supervisor.feed(event)
     return window
 
 
@@ -76,7 +75,7 @@ def test_empty_charts_say_why(qtbot, tmp_path):
     charts = window.dashboard.charts
     assert charts["accuracy"].empty.isVisible() and "round 0" in charts["accuracy"].empty.text()
     assert charts["groups"].empty.isVisible() and "peer" in charts["groups"].empty.text()
-    window.supervisor._eventArrived.emit(of(RoundMetrics)[0])
+    window.supervisor.feed(of(RoundMetrics)[0])
     assert not charts["reward"].empty.isVisible()
     assert charts["accuracy"].empty.isVisible()  # still no evaluation
 
@@ -88,11 +87,11 @@ def test_flat_rewards_are_explained_in_one_line(qtbot, tmp_path):
     window = played(qtbot, tmp_path, flat[:-1])
     window.show()
     assert not window.dashboard.flat.isVisible()
-    window.supervisor._eventArrived.emit(flat[-1])
+    window.supervisor.feed(flat[-1])
     text = window.dashboard.flat.text()
     assert window.dashboard.flat.isVisible() and f"for {FLAT_ROUNDS_WARNING} rounds" in text
     assert "<answer>" in text and "Settings" in text  # why, and what to do
-    window.supervisor._eventArrived.emit(dataclasses.replace(first, round=FLAT_ROUNDS_WARNING))
+    window.supervisor.feed(dataclasses.replace(first, round=FLAT_ROUNDS_WARNING))
     assert not window.dashboard.flat.isVisible()
 
 
@@ -141,7 +140,7 @@ def test_gossip_shows_expected_reason_and_every_fate_with_counters_that_add_up(q
     assert gossip.proxy.rowCount() == fates["dropped_equal_rewards"]
     gossip.table.selectRow(0)
     detail = gossip.detail.toPlainText()
-    assert "all rewards equal" in detail and "EXPECTED" in detail and "scored by this node" in detail
+    assert "dropped: equal rewards" in detail and "EXPECTED" in detail and "scored by this node" in detail
     gossip.fate.setCurrentText("Rejected")
     gossip.table.selectRow(0)
     assert "rejected: answer count mismatch" in gossip.detail.toPlainText()
@@ -164,7 +163,7 @@ def test_peer_text_is_plain_text_everywhere(qtbot, tmp_path):
     assert "<b>Ignore the above</b>" in gossip.detail.toPlainText()
     assert gossip.model.data(source) == "<b>Ignore the above</b> and print <i>42</i>"  # drawn by the plain delegate
     evil = dataclasses.replace(of(NodeStarted)[0], peer_name="<h1>big</h1>", model="<img src=x>")
-    window.supervisor._eventArrived.emit(evil)
+    window.supervisor.feed(evil)
     assert window.header.name.textFormat() == Qt.TextFormat.PlainText and window.header.name.text() == "<h1>big</h1>"
     assert window.header.swarm.textFormat() == Qt.TextFormat.PlainText
 
@@ -208,7 +207,7 @@ def test_header_invite_pastes_into_the_wizard(qtbot, tmp_path):
     window = make_window(qtbot, config_in(tmp_path))
     assert not window.header.copy_id.isEnabled() and not window.header.copy_invite.isEnabled()  # nothing to copy yet
     started = of(NodeStarted)[0]
-    window.supervisor._eventArrived.emit(started)
+    window.supervisor.feed(started)
     assert window.header.copy_id.isEnabled()
     window.header.copy_invite.click()
     invite = QApplication.clipboard().text()
@@ -236,16 +235,16 @@ def test_round_progress_shows_phase_bar_and_eta(qtbot, tmp_path):
     now = [100.0]
     progress.clock = lambda: now[0]
     median = sorted(m.seconds_total for m in of(RoundMetrics)[:3])[1]
-    window.supervisor._eventArrived.emit(RoundProgress(round=3, phase="generating", done=12, total=48))
+    window.supervisor.feed(RoundProgress(round=3, phase="generating", done=12, total=48))
     assert progress.label.text() == "Round 3: Generating answers (12/48 tokens)"
     assert (progress.bar.value(), progress.bar.maximum()) == (12, 48)
     assert progress.eta.text() == f"about {median:.0f} s left in this round"
     now[0] += 10
-    window.supervisor._eventArrived.emit(RoundProgress(round=3, phase="waiting_for_peers", done=1, total=2,
+    window.supervisor.feed(RoundProgress(round=3, phase="waiting_for_peers", done=1, total=2,
                                                        detail="1/2 usable peer groups; 1 of 2 live peers published"))
     assert "Waiting for peers (1/2 usable peer groups): 1/2 usable" in progress.label.text()
     assert progress.eta.text() == f"about {median - 10:.0f} s left in this round"
-    window.supervisor._eventArrived.emit(RoundProgress(round=4, phase="loading_model"))
+    window.supervisor.feed(RoundProgress(round=4, phase="loading_model"))
     assert progress.bar.maximum() == 0 and progress.eta.text() == ""  # busy, no count, no ETA
     assert eta_seconds([], 3) is None and eta_seconds([10, 50, 30], 40) == 0.0
 
@@ -256,16 +255,16 @@ def test_round_progress_shows_phase_bar_and_eta(qtbot, tmp_path):
 def test_pause_shows_pausing_and_resume_waits_for_the_pause(qtbot, tmp_path):
     window = make_window(qtbot, config_in(tmp_path))
     supervisor = window.supervisor
-    supervisor._eventArrived.emit(StateChanged(state="training"))
+    supervisor.feed(StateChanged(state="training"))
     assert window.pause_action.isEnabled() and not window.resume_action.isEnabled()
     window.pause_action.trigger()
-    supervisor._eventArrived.emit(StateChanged(state="training"))  # the round goes on
+    supervisor.feed(StateChanged(state="training"))  # the round goes on
     assert window.header.state.text() == "Pausing after this round"
     assert not window.pause_action.isEnabled() and not window.resume_action.isEnabled()
-    supervisor._eventArrived.emit(StateChanged(state="paused"))
+    supervisor.feed(StateChanged(state="paused"))
     assert window.header.state.text() == "Paused" and window.resume_action.isEnabled()
     window.resume_action.trigger()
-    supervisor._eventArrived.emit(StateChanged(state="training"))
+    supervisor.feed(StateChanged(state="training"))
     assert window.header.state.text() == "Training" and not window.resume_action.isEnabled()
 
 
@@ -278,9 +277,9 @@ def test_file_menu_has_quit(qtbot, tmp_path):
 def test_quit_says_what_it_waits_for_and_offers_stop_now(qtbot, tmp_path):
     import sys
 
-    window = make_window(qtbot, config_in(tmp_path), command=lambda _p: [sys.executable, "-c", "import time; time.sleep(60)"])
+    window = make_window(qtbot, config_in(tmp_path), argv=[sys.executable, "-c", "import time; time.sleep(60)"])
     window.supervisor.start()
-    window.supervisor._eventArrived.emit(RoundProgress(round=7, phase="training", done=0, total=4))
+    window.supervisor.feed(RoundProgress(round=7, phase="training", done=0, total=4))
     window.quit()
     dialog = window.quit_dialog
     assert dialog.isVisible() and "Round 7: Training" in dialog.text.text()
@@ -299,9 +298,11 @@ def test_quit_says_what_it_waits_for_and_offers_stop_now(qtbot, tmp_path):
 def test_node_refusal_is_a_dialog_with_advice_and_details(qtbot, tmp_path):
     import sys
 
-    code = ("import json,sys; print(json.dumps({'kind':'error','message':'the model needs 9.0 GiB, 4.0 GiB are free',"
-            "'hint':'pick a smaller model in Settings','fatal':True}), flush=True); sys.exit(2)")
-    window = make_window(qtbot, config_in(tmp_path), command=lambda _p: [sys.executable, "-c", code])
+    # A child speaking the node's event channel (--events-fd N, appended by the process client).
+    code = ("import json,os,sys; a=sys.argv; out=os.fdopen(int(a[a.index('--events-fd')+1]),'w'); "
+            "out.write(json.dumps({'kind':'error','message':'the model needs 9.0 GiB, 4.0 GiB are free',"
+            "'hint':'pick a smaller model in Settings','fatal':True})+'\\n'); out.flush(); sys.exit(2)")
+    window = make_window(qtbot, config_in(tmp_path), argv=[sys.executable, "-c", code])
     window.supervisor.start()
     qtbot.waitUntil(lambda: getattr(window, "problem_box", None) is not None, timeout=20_000)
     box = window.problem_box
@@ -367,9 +368,11 @@ def test_settings_show_the_fit_live_and_save_the_round_size(qtbot, tmp_path):
 
 def test_fit_labels_follow_total_memory_with_a_note_when_free_ram_is_short():
     from app import fit
+    from node.api import ModelFit
 
     hardware = {"kind": "cpu", "total_ram_bytes": 16 * 2**30, "available_ram_bytes": 2 * 2**30, "gpus": []}
-    model = {"required_bytes": 0, "base_bytes": 2**30, "bytes_per_token": 1_000_000, "prompt_tokens": 256}
+    model = ModelFit(id="m", name="m", description="", download_bytes=0, required_bytes=0, label="fits",
+                     base_bytes=2**30, bytes_per_token=1_000_000, prompt_tokens=256)
     verdict, text = fit.describe(model, hardware, sequences_per_pass=8, max_new_tokens=128)
     assert verdict == "fits" and "close other programs" in text
     hardware["available_ram_bytes"] = 15 * 2**30
@@ -382,3 +385,21 @@ def test_sentences_are_capitalised_and_end_with_a_stop():
     problem = Problem.of(ValueError("boom"))
     assert problem.summary == "Something unexpected went wrong." and "boom" in problem.details
     assert NodeFailed  # the node's own error event carries message and hint the same way
+
+
+def test_missing_xcb_libraries_print_the_apt_line(monkeypatch):
+    import io
+
+    from app import qt_libraries
+
+    monkeypatch.setattr(qt_libraries.sys, "platform", "linux")
+    monkeypatch.setenv("QT_QPA_PLATFORM", "xcb")
+    out = io.StringIO()
+    missing = qt_libraries.warn_if_missing(find=lambda name: None if name in ("xcb-icccm", "xcb-shape") else name,
+                                           stream=out)
+    assert missing == ["libxcb-icccm4", "libxcb-shape0"]
+    assert "sudo apt-get install libxcb-icccm4 libxcb-shape0" in out.getvalue()
+    out = io.StringIO()
+    assert qt_libraries.warn_if_missing(find=lambda name: name, stream=out) == [] and out.getvalue() == ""
+    monkeypatch.setenv("QT_QPA_PLATFORM", "offscreen")
+    assert not qt_libraries.uses_xcb()

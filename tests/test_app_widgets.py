@@ -36,7 +36,7 @@ def test_dashboard_plays_a_recorded_event_stream(qtbot, tmp_path):
     window = make_window(qtbot, config_in(tmp_path))
     events = recorded_events()
     for event in events:
-        window.supervisor._eventArrived.emit(event)
+        window.supervisor.feed(event)
     rounds = [e for e in events if isinstance(e, RoundMetrics)]
     samples = [e for e in events if isinstance(e, RolloutSample)]
     assert window.dashboard.point_count("local") == len(rounds) == 5
@@ -54,7 +54,7 @@ def test_dashboard_plays_a_recorded_event_stream(qtbot, tmp_path):
     # The node's own states reach the header, the status bar and the buttons.
     last_state = [e for e in events if isinstance(e, StateChanged)][-1]
     assert window.supervisor.state == last_state.state
-    window.supervisor._eventArrived.emit(StateChanged(state="waiting_for_peers", detail="2 of 2 groups"))
+    window.supervisor.feed(StateChanged(state="waiting_for_peers", detail="2 of 2 groups"))
     assert window.header.state.text() == "Waiting for peers"
     assert window.pause_action.isEnabled() and window.stop_action.isEnabled() and not window.start_action.isEnabled()
 
@@ -70,7 +70,7 @@ def test_plots_load_the_run_history_at_start(qtbot, tmp_path):
     assert window.dashboard.point_count("local") == 5
     assert window.gossip.model.rowCount() == len(samples)
     # A replayed event for a round already shown does not add a second point.
-    window.supervisor._eventArrived.emit(next(e for e in events if isinstance(e, RoundMetrics)))
+    window.supervisor.feed(next(e for e in events if isinstance(e, RoundMetrics)))
     assert window.dashboard.point_count("local") == 5
     window.dashboard.plots["seconds"].getPlotItem().getViewBox().scaleBy((0.1, 0.1))
     window.dashboard.reset_button.click()
@@ -99,17 +99,17 @@ def test_tray_menu_and_close_to_tray(qtbot, tmp_path):
     window = make_window(qtbot, config_in(tmp_path), tray=True)
     window.show()
     tray = window.tray
-    window.supervisor._eventArrived.emit(StateChanged(state="training"))
+    window.supervisor.feed(StateChanged(state="training"))
     assert tray.pause_action.isEnabled() and not tray.resume_action.isEnabled()
     tray.pause_action.trigger()
     assert "user" in window.supervisor.holds
-    window.supervisor._eventArrived.emit(StateChanged(state="paused"))
+    window.supervisor.feed(StateChanged(state="paused"))
     assert tray.resume_action.isEnabled() and not tray.pause_action.isEnabled()
     assert "paused by you" in window.status_label.text()
     tray.resume_action.trigger()
     assert "user" not in window.supervisor.holds
     rounds = [e for e in recorded_events() if isinstance(e, RoundMetrics)]
-    window.supervisor._eventArrived.emit(rounds[-1])
+    window.supervisor.feed(rounds[-1])
     assert f"round {rounds[-1].round}" in tray.toolTip() and "Paused" in tray.toolTip()
     window.close()  # with a tray, closing hides the window and training goes on
     assert not window.isVisible() and not window.quitting
@@ -141,7 +141,7 @@ def test_settings_dialog_validates_and_returns_a_new_config(qtbot, tmp_path):
 
 def test_settings_are_saved_with_the_node_config(qtbot, tmp_path):
     window = make_window(qtbot, config_in(tmp_path))
-    new = window.config.with_overrides({"desktop": {"pause_on_battery": True, "idle_minutes": 9}})
+    new = window.config.update({"desktop": {"pause_on_battery": True, "idle_minutes": 9}})
     window.apply_config(new)
     saved = NodeConfig.load(window.config_path)
     assert saved.desktop.pause_on_battery and saved.desktop.idle_minutes == 9

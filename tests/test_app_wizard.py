@@ -2,14 +2,34 @@
 
 from __future__ import annotations
 
+from PySide6.QtWidgets import QLabel
+
 from app.networks import load_networks
 from app.wizard import SetupWizard
+from node.api import BUNDLED, SMOLLM2_135M, HardwareReport
 from node.config import NodeConfig
 from node.invite import format_invite, parse_invite
 
 PEER = "QmYyQSo1c1Ym7orWxLYvCrM2EmxFTANf8wXmmE7DWjhx5N"
 INVITE = format_invite("study-group", [f"/ip4/192.168.1.7/tcp/31337/p2p/{PEER}"])
 QUERY_MS = 180_000  # the hardware query imports torch in a child process
+GIB = 2**30
+# What `rl-swarm-node hardware --json` answers on a CPU-only laptop: fixed here, so the model page is tested the same
+# on every machine (the real answer depends on this machine's GPU and free memory).
+CPU_LAPTOP = {
+    "hardware": {"kind": "cpu", "description": "8 cores, 16.0 GiB RAM", "a_field_from_a_newer_node": 1},
+    "recommendation": {"model": BUNDLED, "device": "cpu", "train_dtype": "float32", "generation_dtype": "bfloat16",
+                       "num_generations": 4, "local_questions": 3, "external_groups": 2, "max_new_tokens": 64,
+                       "micro_batch_groups": 1, "threads": 7, "reason": "no GPU: the bundled model"},
+    "models": [
+        {"id": "Qwen/Qwen2.5-1.5B-Instruct", "name": "Qwen2.5-1.5B-Instruct", "description": "big",
+         "download_bytes": 3 * GIB, "required_bytes": 40 * GIB, "label": "won't fit"},
+        {"id": BUNDLED, "name": "SmolLM2-135M-Instruct (bundled)", "description": "offline",
+         "download_bytes": 0, "required_bytes": 3 * GIB, "label": "fits"},
+        {"id": SMOLLM2_135M, "name": "SmolLM2-135M-Instruct", "description": "from the Hub",
+         "download_bytes": GIB // 4, "required_bytes": 3 * GIB, "label": "fits"},
+    ],
+}
 
 
 def open_wizard(qtbot, tmp_path) -> SetupWizard:
@@ -19,6 +39,10 @@ def open_wizard(qtbot, tmp_path) -> SetupWizard:
     wizard.show()
     qtbot.waitUntil(lambda: wizard.identity_page.peer is not None and wizard.hardware_page.data is not None,
                     timeout=QUERY_MS)
+    assert wizard.currentPage() is wizard.welcome_page and "four short steps" in wizard.welcome_page.findChild(
+        QLabel).text()
+    wizard.next()
+    assert wizard.identity_page.title().startswith("Step 1 of 4")
     return wizard
 
 
@@ -28,17 +52,19 @@ def test_wizard_joins_a_swarm_with_a_model_that_fits(qtbot, tmp_path):
     assert peer["name"] in wizard.identity_page.peer_label.text()
     assert wizard.identity_page.local_only.isChecked()
     assert (tmp_path / "data" / "identity" / "swarm.key").exists()
+    real = wizard.hardware_page.data
+    assert isinstance(real, HardwareReport) and real.recommendation is not None  # the real answer decodes
+    wizard.hardware_page._loaded(CPU_LAPTOP)  # the answer goes through the same seam codec
     wizard.next()
-    assert "CPU" in wizard.hardware_page.found.text() and "Recommended" in wizard.hardware_page.advice.text()
+    assert "CPU only" in wizard.hardware_page.found.text() and "3 questions" in wizard.hardware_page.advice.text()
     wizard.next()
     models = wizard.model_page
-    labels = {m["id"]: m["label"] for m in models.models}
-    assert models.selected()["id"] == "bundled" and labels["bundled"] != "won't fit"  # the CPU recommendation
-    too_big = next(i for i, m in enumerate(models.models) if m["label"] == "won't fit")
-    models.table.selectRow(too_big)
+    assert models.selected().id == BUNDLED  # the recommendation is preselected
+    models.table.selectRow(0)  # the model that won't fit
     assert not models.isComplete() and "won't fit" in models.note.text()
-    models.table.selectRow(next(i for i, m in enumerate(models.models) if m["id"] == "bundled"))
-    assert models.isComplete()
+    models.table.selectRow(2)
+    assert models.isComplete() and "downloads" in models.note.text()
+    models.table.selectRow(1)
     wizard.next()
 
     swarm = wizard.swarm_page
@@ -71,7 +97,7 @@ def test_wizard_starts_a_new_swarm_on_a_fixed_port(qtbot, tmp_path):
     assert invite.swarm_name == "my-swarm" and all("/tcp/40123/" in a for a in invite.peers)
     wizard.accept()
     assert wizard.result_config.swarm.port == 40123 and wizard.result_config.swarm.initial_peers == []
-    assert wizard.result_config.training.local_questions == wizard.hardware_page.data["recommendation"]["local_questions"]
+    assert wizard.result_config.training.local_questions == wizard.hardware_page.data.recommendation.local_questions
 
 
 def test_wizard_offers_the_saved_networks(qtbot, tmp_path):

@@ -18,6 +18,7 @@ from eth_account import Account
 from web3.exceptions import ContractLogicError
 
 from node.chain import participant as participant_module
+from node.chain.account import account_summary
 from node.chain import versions
 from node.chain.coordinator import ChainRevert, CoordinatorClient, MissingFunction
 from node.chain.participant import ChainParticipant, queue_path
@@ -181,12 +182,15 @@ def test_every_reward_is_delivered_once_through_an_outage_and_a_lost_record(devc
     admin.advance_round()
     follow(p, (1, 0))
 
-    # the RPC goes away between queueing and sending: the attempt is counted, nothing reaches the chain
+    # the RPC goes away; the send of the next reward is lost in it (an attempt counted, nothing on chain): the
+    # check before sending again must not revert into "failed" (the issue's 1400-instead-of-1700 bug)
     devchain.stop()
     slot = train_one_round(p, 0.3)
     expected[slot] = 300
     wait_until(lambda: not p._connected, what="the node to notice the outage")
-    wait_until(lambda: rows_of(config, target.coordinator)[("reward", 1, 0)].attempts >= 1, what="an attempt")
+    q = SubmissionQueue(queue_path(config))
+    q._db.execute("UPDATE submissions SET attempts = 1 WHERE kind = 'reward' AND round = 1")
+    q.close()
     assert rows_of(config, target.coordinator)[("reward", 1, 0)].status == "pending"
     devchain.start()
     wait_until(lambda: settled(config, target.coordinator, ("reward", 1, 0)), what="delivery after the outage")
@@ -217,7 +221,7 @@ def test_every_reward_is_delivered_once_through_an_outage_and_a_lost_record(devc
     assert rows[("reward", 1, 0)].status == "already_on_chain" and rows[("winners", 1, 0)].status == "already_on_chain"
     assert admin.total_rewards([PEER_A]) == [sum(expected.values())]
     sent = devchain.w3.eth.get_transaction_count(wallet.address) - nonce
-    assert sent == 2  # the refused duplicates' gas estimates send nothing; 2 = the duplicate reward and vote tried
+    assert sent == 0  # the duplicates were refused at the gas estimate: nothing was sent twice
     # ... and the lost-record check before sending: a row that says "one attempt made" is looked up first
     q = SubmissionQueue(queue_path(config))
     q._db.execute("UPDATE submissions SET status = 'pending', attempts = 1")
@@ -264,10 +268,13 @@ def test_two_nodes_on_one_wallet(devchain, tmp_path, version):  # noqa: F811
         assert sorted(totals) == sorted([0, [250, 500][statuses.index(refused) ^ 1]])
         assert warnings and not warnings[0].fatal  # said plainly, in the app's error/warning stream
         assert any(e.status == "refused" for r in recorders for e in r.of("chain_transaction"))
+        summary = account_summary(configs[0], wallet.address, PEER_A)  # what `chain status` and the app show
+        assert any("one reward per wallet" in problem for problem in summary.problems)
     else:
         assert [r.status for r in statuses] == ["delivered", "delivered"]
         assert totals == [250, 500]
         assert not warnings
+        assert account_summary(configs[0], wallet.address, PEER_A).problems == []
 
 
 def test_a_check_that_reverts_is_unknown_and_retried_never_failed(devchain, tmp_path, monkeypatch):  # noqa: F811

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from node.cli import _parser, config_from_args
-from node.config import NodeConfig
+from node.cli import FLAG_SECTIONS, _parser, config_flags, config_from_args, flag_name
+from node.config import UNSET, NodeConfig
 from node.curriculum import default_mix
 from node.errors import NodeError
 from node.taskref import DEFAULT_FAMILIES
@@ -24,7 +24,7 @@ def test_defaults_are_valid_and_sapo_shaped():
 def test_toml_roundtrip_and_overrides(tmp_path):
     path = tmp_path / "node.toml"
     path.write_text('[training]\nnum_generations = 8\nexternal_groups = 0\n[swarm]\nswarm_name = "lab"\n')
-    config = NodeConfig.load(path, {"training": {"local_questions": 3, "num_generations": None}})
+    config = NodeConfig.load(path, {"training": {"local_questions": 3, "num_generations": UNSET}})
     assert (config.training.num_generations, config.training.local_questions) == (8, 3)
     assert config.training.external_groups == 0 and config.swarm.swarm_name == "lab"
     config.save(tmp_path / "saved.toml")
@@ -71,11 +71,62 @@ def test_cli_flags_map_onto_the_same_config(tmp_path):
     assert config.run_dir == tmp_path / "runs" / "default"
 
 
-def test_with_values_sets_none_where_with_overrides_keeps(tmp_path):
+def test_update_sets_every_value_given_and_unset_keeps(tmp_path):
     config = NodeConfig.build({"run": {"data_dir": str(tmp_path), "threads": 3}, "upload": {"repo_id": "a/b"}})
-    assert config.with_overrides({"run": {"threads": None}}).run.threads == 3  # a flag not given
-    cleared = config.with_values({"run": {"threads": None}, "upload": {"repo_id": None, "every_rounds": 5}})
+    assert config.update({"run": {"threads": UNSET}}).run.threads == 3  # a flag not given
+    cleared = config.update({"run": {"threads": None}, "upload": {"repo_id": None, "every_rounds": 5}})
     assert cleared.run.threads is None and cleared.upload.repo_id is None and cleared.upload.every_rounds == 5
     assert cleared.run.data_dir == config.run.data_dir and cleared.training == config.training
-    with pytest.raises(NodeError):
-        config.with_values({"run": {"threads": 0}})
+    with pytest.raises(NodeError, match=r"\[run\] threads"):
+        config.update({"run": {"threads": 0}})
+    with pytest.raises(NodeError, match=r"\[training\] num_generations"):
+        config.update({"training": {"num_generations": None}})  # None is "automatic" only where a field has it
+
+
+def test_run_flags_are_generated_from_every_config_field():
+    """Each scalar field of [training], [swarm], [evaluation], [run] and [chain] is a flag with its type, description, bounds and
+    default; a field added to the config is a flag without touching the CLI."""
+    flags = {(flag.section, flag.field): flag for flag in config_flags()}
+    for section in FLAG_SECTIONS:
+        for name, info in getattr(NodeConfig.model_fields[section].annotation, "model_fields").items():
+            if (section, name) == ("swarm", "initial_peers"):
+                continue
+            assert (section, name) in flags, f"[{section}] {name} has no flag"
+            flag = flags[(section, name)]
+            assert flag_name(section, name) in flag.names
+            if info.description:
+                assert info.description.replace("%", "%%") in flag.kwargs["help"]
+    assert "choices" in flags[("training", "device")].kwargs
+    assert flags[("training", "num_generations")].kwargs["type"] is int
+    assert ">= 2" in flags[("training", "num_generations")].kwargs["help"]
+    assert "<= 64" in flags[("training", "num_generations")].kwargs["help"]
+    help_text = _parser()._subparsers._group_actions[0].choices["run"].format_help()
+    assert "--eval-seed" in help_text and "--seed" in help_text
+    assert "--epsilon-high" in help_text and "--drop-zero-advantage" in help_text and "--no-drop-zero-advantage" in help_text
+
+
+def test_generated_flags_set_fields_and_flags_left_out_keep_the_file(tmp_path):
+    path = tmp_path / "node.toml"
+    path.write_text('[training]\nnum_generations = 8\nbeta = 0.04\n[run]\nthreads = 2\n')
+    args = _parser().parse_args(["run", "--config", str(path), "--beta", "0.1", "--no-drop-zero-advantage",
+                                 "--device", "cpu", "--gather-timeout", "7"])
+    config = config_from_args(args)
+    assert (config.training.beta, config.training.drop_zero_advantage, config.training.device) == (0.1, False, "cpu")
+    assert config.swarm.gather_timeout_s == 7.0
+    assert config.training.num_generations == 8 and config.run.threads == 2  # not given: the file's values
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["run", "--device", "tpu"])
+
+
+def test_the_hardware_answer_round_trips_through_the_seam_codec_and_tolerates_skew():
+    from node.api import HardwareReport
+    from tests.test_app_wizard import CPU_LAPTOP
+
+    report = HardwareReport.from_json(CPU_LAPTOP)
+    assert report.recommendation.local_questions == 3 and report.model("bundled").label == "fits"
+    assert HardwareReport.from_json(report.to_json()) == report
+    newer = {**CPU_LAPTOP, "recommendation": {**CPU_LAPTOP["recommendation"], "added_later": True}}
+    assert HardwareReport.from_json(newer) == report  # fields a newer node adds are ignored
+    older = {**CPU_LAPTOP, "recommendation": {k: v for k, v in CPU_LAPTOP["recommendation"].items() if k != "threads"}}
+    with pytest.raises(NodeError, match="Recommendation lacks threads"):
+        HardwareReport.from_json(older)

@@ -25,8 +25,8 @@ from node.models import (
     fit_label,
     load,
     resolve,
-    tiny_random,
 )
+from tests.tiny_model import tiny_random
 
 QWEN_1_5B = "Qwen/Qwen2.5-1.5B-Instruct"
 
@@ -138,7 +138,7 @@ def test_check_fits_refuses_a_large_model_and_names_a_smaller_one():
         check_fits(resolve(QWEN_1_5B), available_bytes=4 * GIB, **settings)
     error = caught.value
     assert error.code == "model_too_large"
-    assert "Qwen2.5-1.5B" in error.message and "4.0 GiB available" in error.message
+    assert "Qwen2.5-1.5B" in error.message and "has 4.0 GiB" in error.message
     suggested = [spec for spec in CATALOG.values() if repr(spec.id) in error.hint]
     assert len(suggested) == 1
     assert suggested[0].params < CATALOG[QWEN_1_5B].params

@@ -4,6 +4,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from node.records import (
+    MAX_POINTER_BYTES,
+    MAX_ROUND,
+    GroupRecord,
+    Pointer,
+    admission_key,
+    decode_group_record,
+    decode_pointer,
+    encode_group_record,
+    encode_pointer,
+    validate_round,
     MAX_COMPLETION_CHARS,
     MAX_COMPLETIONS,
     MAX_FAMILY_CHARS,
@@ -65,7 +75,7 @@ def test_roundtrip():
     raw = encode_record(record)
     assert decode_record(raw) == record
     assert msgpack.unpackb(raw) == {
-        "v": 1,
+        "v": 2,
         "peer": PEER,
         "round": 3,
         "groups": [
@@ -102,7 +112,11 @@ def test_a_crafted_valid_payload_decodes():
         (pack(payload(groups=[group(task=["basic_arithmetic", "3fa2c1", 7])])), "malformed"),
         (pack(payload(groups=[[1, 2]] * 100000)), "malformed"),  # array beyond any limit
         (pack(payload(peer="")), "malformed"),
-        (pack(payload(round=-1)), "malformed"),
+        (pack(payload(round=-1)), "round_out_of_range"),
+        (pack(payload(round=MAX_ROUND + 1)), "round_out_of_range"),
+        (pack(payload(round=2**63 - 1)), "round_out_of_range"),
+        (pack(payload(round=2**64 - 1)), "round_out_of_range"),
+        (pack({**payload(), "v": 1}), "wrong_version"),
         (msgpack.packb(payload(peer=msgpack.ExtType(5, b"x"))), "malformed"),
         (pack(payload(peer=b"bytes")), "wrong_type"),
         (pack(payload(round=1.0)), "wrong_type"),
@@ -118,8 +132,8 @@ def test_a_crafted_valid_payload_decodes():
         (pack(payload(groups=[{k: v for k, v in group().items() if k != "f"}])), "malformed"),
         (pack(payload(groups=[group(task=["basic_arithmetic", "3fa2c1", "7", 12])])), "wrong_type"),
         (pack(payload(v="1")), "wrong_type"),
-        (pack(payload(v=2)), "wrong_version"),
-        (pack({"v": 2, "something": "else"}), "wrong_version"),
+        (pack(payload(v=3)), "wrong_version"),
+        (pack({"v": 3, "something": "else"}), "wrong_version"),
         (pack(payload(groups=[group()] * (MAX_GROUPS + 1))), "too_many_groups"),
         (pack(payload(groups=[group(c=["x"] * (MAX_COMPLETIONS + 1))])), "too_many_completions"),
         (pack(payload(groups=[group(q="q" * (MAX_QUESTION_CHARS + 1))])), "text_too_long"),
@@ -253,8 +267,9 @@ groups = st.builds(
 records = st.builds(
     RoundRecord,
     peer_id=st.text(alphabet="123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz", min_size=1, max_size=60),
-    round=st.integers(min_value=0, max_value=2**63 - 1),
+    round=st.integers(min_value=0, max_value=MAX_ROUND),
     groups=st.lists(groups, max_size=6).map(tuple),
+    prompt_format=st.integers(min_value=1, max_value=3),
 )
 
 
@@ -262,3 +277,57 @@ records = st.builds(
 @given(records)
 def test_encode_decode_roundtrip(record):
     assert decode_record(encode_record(record)) == record
+
+
+def test_every_round_the_bound_allows_is_encodable_and_nothing_above():
+    group = SharedGroup(TaskRef("arc_1d", "ab", 0, 0), "Q", ("a",), (True,))
+    assert decode_record(encode_record(RoundRecord(PEER, MAX_ROUND, (group,)))).round == MAX_ROUND
+    with pytest.raises(ValueError, match="round_out_of_range"):
+        encode_record(RoundRecord(PEER, MAX_ROUND + 1, (group,)))
+    assert validate_round(MAX_ROUND) == MAX_ROUND
+    for bad in (-1, MAX_ROUND + 1, 2**63 - 1, True, 1.0, "5"):
+        with pytest.raises(ValueError):
+            validate_round(bad)
+
+
+@settings(max_examples=100, suppress_health_check=[HealthCheck.too_slow])
+@given(records.filter(lambda r: r.groups), st.booleans())
+def test_group_records_roundtrip_with_and_without_admission(record, private):
+    key = admission_key("s3cret") if private else None
+    for index, group in enumerate(record.groups):
+        one = GroupRecord(record.peer_id, record.round, index, group, record.prompt_format)
+        assert decode_group_record(encode_group_record(one, admission_key=key), admission_key=key) == one
+        assert one.as_round_record().groups == (group,)
+
+
+def test_admission_tag_keeps_outsiders_out():
+    one = GroupRecord(PEER, 7, 0, SharedGroup(TaskRef("arc_1d", "ab", 0, 0), "Q", ("a",), (True,)))
+    key = admission_key("the swarm secret")
+    for raw in (encode_group_record(one), encode_group_record(one, admission_key=admission_key("guess"))):
+        with pytest.raises(RecordRejected) as info:
+            decode_group_record(raw, admission_key=key)
+        assert info.value.reason == "not_admitted"
+    tampered = msgpack.unpackb(encode_group_record(one, admission_key=key))
+    tampered["g"]["c"] = ["a payload"]  # a member's tag does not cover someone else's text
+    with pytest.raises(RecordRejected) as info:
+        decode_group_record(pack(tampered), admission_key=key)
+    assert info.value.reason == "not_admitted"
+
+
+def test_pointers_roundtrip_and_refuse_bad_shapes():
+    pointer = Pointer(PEER, 9, 8, (0, 3, 7))
+    assert decode_pointer(encode_pointer(pointer)) == pointer
+    base = {"v": 2, "peer": PEER, "round": 9, "n": 8, "s": [1]}
+    for bad, why in (
+        ({**base, "n": 0}, "too_many_groups"),
+        ({**base, "n": MAX_GROUPS + 1}, "too_many_groups"),
+        ({**base, "s": [8]}, "malformed"),
+        ({**base, "s": [True]}, "malformed"),
+        ({**base, "round": MAX_ROUND + 1}, "round_out_of_range"),
+        ({**base, "x": 1}, "malformed"),
+    ):
+        with pytest.raises(RecordRejected) as info:
+            decode_pointer(pack(bad))
+        assert info.value.reason == why
+    with pytest.raises(RecordRejected):
+        decode_pointer(b"x" * (MAX_POINTER_BYTES + 1))

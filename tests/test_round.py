@@ -88,7 +88,9 @@ def test_a_round_trains_on_verified_peer_groups_and_accounts_for_every_one(tiny_
     m = results["QmNodeA"].metrics
     assert m.groups_received == m.groups_used + m.groups_zero_advantage + m.groups_rejected + m.groups_not_needed
     assert m.rejected_reasons == {"question_mismatch": 1, "prompt_format_mismatch": 1}
-    assert m.groups_received == 4 and m.groups_used + m.groups_zero_advantage == 2  # B's two groups
+    # B's two groups: at most one of them trained (one group per peer), the other dropped or not needed
+    assert m.groups_received == 4 and m.groups_used <= 1
+    assert m.groups_used + m.groups_zero_advantage + m.groups_not_needed == 2
     assert m.seconds_gather < SETTINGS.gather_timeout_s / 2  # every live peer was in: no waiting for the deadline
     assert not m.update_skipped and a.learner.global_step == 1 and m.grad_norm is not None
     assert m.difficulty == {family: 0 for family in SMALL_MODEL_LADDERS}

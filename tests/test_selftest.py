@@ -28,8 +28,7 @@ def test_self_test_fails_with_the_nodes_own_message_and_hint(tmp_path, capsys):
     assert "node_exited" in result.timings
 
 
-def test_self_test_reports_a_node_that_never_finishes(tmp_path, monkeypatch):
-    monkeypatch.setattr(selftest, "self_test_command", lambda data_dir, model: [sys.executable, "-c",
-                                                                              "import time; time.sleep(60)"])
-    result = selftest.run(tmp_path, timeout_s=1, progress=lambda line: None)
+def test_self_test_reports_a_node_that_never_finishes(tmp_path):
+    result = selftest.run(tmp_path, timeout_s=1, progress=lambda line: None,
+                          argv=[sys.executable, "-c", "import time; time.sleep(60)"])
     assert not result.ok and "did not finish one round within 1 s" in result.message

@@ -21,8 +21,11 @@ from hivemind.utils.timed_storage import get_dht_time
 
 from node.errors import NodeError
 from node.identity import load_or_create, peer_id_from_public_key
-from node.records import MAX_RECORD_BYTES, RoundRecord, SharedGroup, encode_record
-from node.swarm import Swarm
+from node.records import (
+    MAX_GROUP_RECORD_BYTES, MAX_ROUND, GroupRecord, Pointer, RoundRecord, SharedGroup, encode_group_record,
+    encode_pointer, encode_record,
+)
+from node.swarm import BoundedStorage, Swarm, group_key, shard_of
 from node.taskref import TaskRef
 
 pytestmark = pytest.mark.timeout(120)
@@ -157,6 +160,14 @@ async def raw_node(bootstrap, key=None):
     return node, validator
 
 
+def one_group_each(result, mine):
+    """Every gathered record is one group, exactly as its peer published it."""
+    for got in result.records:
+        published = mine[got.peer_id]
+        assert len(got.groups) == 1 and got.groups[0] in published.groups
+        assert got.round == published.round and got.prompt_format == published.prompt_format
+
+
 def test_real_size_records_are_shared_reliably(trio):
     a = trio[0]
     assert a.invite() and all(addr.endswith(f"/p2p/{a.peer_id}") for addr in a.invite())
@@ -171,17 +182,26 @@ def test_real_size_records_are_shared_reliably(trio):
             result = swarm.gather(round_)
             others = {peer for peer in mine if peer != swarm.peer_id}
             assert {r.peer_id for r in result.records} == others  # never our own record
-            assert all(r == mine[r.peer_id] for r in result.records)
+            one_group_each(result, mine)
             assert result.peers == others and not result.rejected
     assert a.peers_seen() == 2
     assert a.timeouts == {}
 
 
-def test_a_record_of_several_hundred_kib(trio):
+def test_groups_with_reward_spread_are_fetched_first(trio):
     a, b, c = trio
-    big = record(a.peer_id, 10, groups=8, completions=16, completion_chars=3200)
-    size = len(encode_record(big))
-    assert 300 * 1024 < size <= MAX_RECORD_BYTES
+    mine = {a.peer_id: record(a.peer_id, 8, groups=8, completions=2, completion_chars=50)}
+    assert a.publish(mine[a.peer_id], spread=[5])
+    for _ in range(5):
+        b._rounds.pop(8, None)
+        (got,) = b.gather(8).records
+        assert got.groups == (mine[a.peer_id].groups[5],)
+
+
+def test_a_large_group_is_shared(trio):
+    a, b, c = trio
+    big = record(a.peer_id, 10, groups=1, completions=16, completion_chars=3200)
+    assert 50 * 1024 < len(encode_record(big)) <= MAX_GROUP_RECORD_BYTES
     assert a.publish(big)
     assert b.gather(10).records == (big,)
     assert c.gather(10).records == (big,)
@@ -190,6 +210,7 @@ def test_a_record_of_several_hundred_kib(trio):
 def test_nothing_published_gathers_nothing(trio):
     result = trio[0].gather(999)
     assert result.records == () and result.peers == frozenset() and not result.rejected
+    assert trio[0].gather(MAX_ROUND + 1).records == ()
 
 
 def test_publishing_someone_elses_record_is_a_bug(trio):
@@ -197,29 +218,44 @@ def test_publishing_someone_elses_record_is_a_bug(trio):
         trio[0].publish(record(trio[1].peer_id, 11, groups=1))
 
 
-def test_round_clock_is_the_max_over_peers(trio):
+def at_round(swarm, round_, *, publish=True):
+    if publish:  # what makes a peer recently active: it works on the rounds it announces
+        assert swarm.publish(record(swarm.peer_id, round_, groups=1, completions=2, completion_chars=20))
+    swarm.announce_round(round_)
+
+
+def test_round_clock_follows_a_quorum_not_one_peer(trio):
     a, b, c = trio
-    assert a.swarm_round() is None
-    a.announce_round(3)
-    b.announce_round(7)
-    c.announce_round(5)
-    assert a.swarm_round() == b.swarm_round() == c.swarm_round() == 7
-    b.announce_round(8)  # a peer's later announcement replaces its earlier one
-    assert c.swarm_round() == 8
+    at_round(a, 103)
+    at_round(b, 107)
+    at_round(c, 105)
+    # a (at 103) follows 105: two peers reached it; 107 alone is one peer's word
+    assert a.swarm_round() == 105
+    assert b.swarm_round() == 107 and c.swarm_round() == 105  # never backwards
+    at_round(c, 10**9)  # the clock attack: one peer announces a far-future round (and even publishes there)
+    assert a.swarm_round() == 107 and b.swarm_round() == 107
+    at_round(b, 2000, publish=False)  # announcing without working at that round carries no weight
+    assert a.swarm_round() == 103
+    at_round(b, 2000)
+    assert a.swarm_round(current=105) == 105 + 1000  # b and c both past 2000: followed, by a bounded jump
+    at_round(c, 108)  # a later announcement replaces the earlier one
+    assert a.swarm_round(current=105) == 108
+    with pytest.raises(ValueError):
+        a.announce_round(MAX_ROUND + 1)
     assert all(swarm.peers_seen() == 2 for swarm in trio)
 
 
 def test_a_peer_cannot_overwrite_another_peers_entry(trio):
     a, b, c = trio
-    original = record(a.peer_id, 20, groups=2)
+    original = record(a.peer_id, 20, groups=1)
     assert a.publish(original)
-    victim_subkey = RSASignatureValidator(a._identity.private_key).local_public_key
+    victim_subkey = a._subkey("g", 20, 0)
 
     async def attack():
         node, _ = await raw_node(c)
         try:
-            forged = encode_record(record(a.peer_id, 20, groups=1, seed=666))
-            return await node.store(f"{SWARM}/round/20", forged, get_dht_time() + 120, subkey=victim_subkey)
+            forged = encode_group_record(GroupRecord(a.peer_id, 20, 0, record(a.peer_id, 20, groups=1, seed=6).groups[0]))
+            return await node.store(a._group_key(20, a.peer_id, 0), forged, get_dht_time() + 120, subkey=victim_subkey)
         finally:
             await node.shutdown()
 
@@ -228,53 +264,67 @@ def test_a_peer_cannot_overwrite_another_peers_entry(trio):
     assert c.gather(20).records == (original,)
 
 
-def test_hostile_entries_are_rejected_with_a_reason(trio):
+def signed_store(node, validator, target, key, subkey_tail, value, expiration):
+    """Store straight into ``target``'s storage (no routing), signed by ``validator``'s key."""
+    subkey = validator.local_public_key + subkey_tail
+    key_id = DHTID.generate(key)
+    raw = DHTRecord(key_id.to_bytes(), DHTProtocol.serializer.dumps(subkey), DHTProtocol.serializer.dumps(value),
+                    expiration)
+    return node.protocol.call_store(
+        PeerID.from_base58(target.peer_id), [key_id], [validator.sign_value(raw)], expiration, [subkey]
+    )
+
+
+def test_honest_storage_accepts_only_the_swarms_own_keys_and_shapes(trio):
+    """A signed entry is not enough: junk keys, wrong shapes, second entries, far expiries are all refused."""
     a, b, c = trio
-    honest = record(a.peer_id, 30, groups=1)
-    assert a.publish(honest)
+    ns = a._namespace
 
     async def attack():
         key = RSAPrivateKey()
         node, validator = await raw_node(c, key)
-        attacker = peer_id_from_public_key(key.get_public_key())  # the author of its entries, whatever its libp2p id
-        expiration = get_dht_time() + 120
+        me = peer_id_from_public_key(key.get_public_key())
+        soon, years = get_dht_time() + 120, get_dht_time() + 3 * 365 * 86400
+        group = encode_group_record(GroupRecord(me, 50, 0, record(me, 50, groups=1).groups[0]))
+        shard = shard_of(me, a._shards)
+        other_shard = (shard + 1) % a._shards
+        pointer = encode_pointer(Pointer(me, 50, 1, (0,)))
+        attempts = {
+            "junk key": (f"{SWARM}/anything", b"|g/50/0", group, soon),
+            "long expiry": (group_key(ns, 50, me, 0), b"|g/50/0", group, years),
+            "group under another peer's key": (group_key(ns, 50, a.peer_id, 0), b"|g/50/0", group, soon),
+            "second entry of a signer": (group_key(ns, 50, me, 0), b"|g/50/0/1", group, soon),
+            "wrong round inside": (group_key(ns, 51, me, 0), b"|g/51/0", group, soon),
+            "not a record": (group_key(ns, 50, me, 0), b"|g/50/0", b"\x00junk", soon),
+            "pointer in another shard": (f"{ns}/d/50/{other_shard}", f"|d/50/{other_shard}".encode(), pointer, soon),
+            "far-future clock": (f"{ns}/c/{shard}", f"|c/{shard}".encode(), MAX_ROUND + 1, soon),
+            "clock in another shard": (f"{ns}/c/{other_shard}", f"|c/{other_shard}".encode(), 5, soon),
+        }
         try:
-            stores = [
-                (30, b"\x00not a record"),
-                (31, encode_record(record(a.peer_id, 31, groups=1))),  # claims to be a's
-                (32, encode_record(record(attacker, 33, groups=1))),  # filed under the wrong round
-                (33, 12345),  # not even bytes
-                (34, encode_record(record(attacker, 34, groups=1))),  # a valid record, for contrast
-            ]
-            for round_, value in stores:
-                assert await node.store(f"{SWARM}/round/{round_}", value, expiration, subkey=validator.local_public_key)
-            results = {r: await asyncio.to_thread(b.gather, r) for r in range(30, 35)}  # the attacker stays up
-            return attacker, results
+            results = {name: await signed_store(node, validator, a, *args) for name, args in attempts.items()}
+            valid = await signed_store(node, validator, a, group_key(ns, 50, me, 0), b"|g/50/0", group, soon)
+            return results, valid
         finally:
             await node.shutdown()
 
-    attacker, results = asyncio.run(attack())
-    assert results[30].records == (honest,) and results[30].rejected == {"malformed": 1}
-    assert results[30].peers == {a.peer_id, attacker}
-    assert results[31].records == () and results[31].rejected == {"peer_mismatch": 1}
-    assert results[32].rejected == {"round_mismatch": 1}
-    assert results[33].rejected == {"malformed": 1}
-    assert [r.peer_id for r in results[34].records] == [attacker] and not results[34].rejected
+    results, valid = asyncio.run(attack())
+    assert results == {name: [False] for name in results}
+    assert valid == [True]  # the same identity's well-formed entry, for contrast
 
 
 def test_entries_hivemind_could_choke_on_are_refused(trio):
     """Unowned, plain or undeserializable values never make it into honest peers' storage."""
     a, b, c = trio
-    key = f"{SWARM}/round/40"
+    key = a._group_key(40, b.peer_id, 0)
 
     async def attack():
         node, validator = await raw_node(c)
-        expiration = get_dht_time() + 10_000  # later than any honest entry: a plain value would shadow them
+        expiration = get_dht_time() + 600
         try:
             plain = await node.store(key, b"squatting", expiration, exclude_self=True)
             unowned = await node.store(key, b"anyone's", expiration, subkey=b"no owner", exclude_self=True)
             # properly signed, but not msgpack: hivemind's get() would never resolve once it holds this
-            key_id, subkey = DHTID.generate(key), validator.local_public_key
+            key_id, subkey = DHTID.generate(key), validator.local_public_key + b"|g/40/0"
             undecodable = DHTRecord(key_id.to_bytes(), DHTProtocol.serializer.dumps(subkey), b"\xc1", expiration)
             direct = await node.protocol.call_store(
                 PeerID.from_base58(a.peer_id), [key_id], [validator.sign_value(undecodable)], expiration, [subkey]
@@ -289,6 +339,18 @@ def test_entries_hivemind_could_choke_on_are_refused(trio):
     started = time.monotonic()
     assert a.gather(40).records == (honest,)
     assert time.monotonic() - started < CALL_TIMEOUT
+
+
+def test_storage_is_bounded_in_bytes_and_entries_per_key():
+    storage = BoundedStorage(max_bytes=10_000, max_entries_per_key=3)
+    key, later = DHTID.generate("k"), get_dht_time() + 60
+    assert all(storage.store(key, b"x" * 10, later, subkey=f"s{i}") for i in range(3))
+    assert not storage.store(key, b"x" * 10, later, subkey="s3")  # a 4th signer under a full key
+    assert storage.store(key, b"y" * 10, later + 1, subkey="s0")  # an existing entry may be replaced
+    assert not storage.store(DHTID.generate("big"), b"z" * 10_001, later)
+    for i in range(20):
+        storage.store(DHTID.generate(f"k{i}"), b"z" * 900, later, subkey="s")
+    assert storage.measure() <= 10_000 and storage.refused > 0
 
 
 def test_unresponsive_and_stopped_peers_cost_at_most_the_timeout(tmp_path):

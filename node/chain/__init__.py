@@ -9,9 +9,13 @@ Qt-free API for the app (all calls block with timeouts; run them in worker threa
   whether to ask for a passphrase.
 - :mod:`node.chain.networks`: ``PRESETS``, ``resolve(ChainSettings) -> ChainTarget | None``,
   ``rpc_health(url, expected_chain_id) -> RpcHealth``.
-- :mod:`node.chain.coordinator`: ``CoordinatorClient(target, account)`` (reads, ``register_peer``, submissions,
-  ``advance_round``), ``deploy_coordinator(target, account) -> DeployResult``, ``ChainRevert`` (decoded errors).
-- :mod:`node.chain.account`: ``account_summary(config, address, peer_id) -> AccountSummary``,
+- :mod:`node.chain.coordinator`: ``CoordinatorClient(target, account, version=None)`` (detects the interface
+  version on first use: ``detect()``, ``version``, ``stage_count()``; reads, ``register_peer``, submissions,
+  ``advance_round`` (a whole round) / ``advance_stage``), ``deploy_coordinator(target, account, stages=1)``,
+  ``ChainRevert`` (decoded custom errors, Error(string), Panic) and ``MissingFunction``.
+- :mod:`node.chain.versions`: the public interface versions (0.4.2, 0.4.3, 0.5.1, 0.6.0) and what differs.
+- :mod:`node.chain.account`: ``account_summary(config, address, peer_id) -> AccountSummary`` (with the
+  coordinator's version and stage),
   ``recent_transactions(config)``.
 - A running node reports ``ChainStatus`` and ``ChainTransaction`` events (:mod:`node.events`).
 """

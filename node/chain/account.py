@@ -77,6 +77,12 @@ def account_summary(config: NodeConfig, address: str, peer_id: str | None = None
                 client = CoordinatorClient(client_target, w3=w3)
                 version, stage_count = client.version.name, client.stage_count()
                 chain_round, chain_stage = client.position()
+                if not client.version.rewards_per_peer and len(client.peer_ids_of(address)) > 1:
+                    problems.append(
+                        f"this wallet has {len(client.peer_ids_of(address))} peer ids on a {version} coordinator, "
+                        "which keeps one reward per wallet, round and stage: only one of its nodes is rewarded "
+                        "(give each node its own wallet)"
+                    )
                 if peer_id:
                     owner = client.owner_of(peer_id)
                     rewards = client.total_rewards([peer_id])[0]

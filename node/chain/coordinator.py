@@ -108,12 +108,6 @@ class MissingFunction(ChainRevert):
         self.function = function
 
 
-def decode_revert(exc: Exception) -> str | None:
-    """The custom error name carried by a revert, or None when the data names no known custom error."""
-    revert = _revert_of(exc)
-    return revert.name if revert.kind == "custom" else None
-
-
 def _revert_of(exc: Exception) -> Revert:
     raw = versions.revert_bytes(exc)
     return versions.decode_revert_data(raw) if raw is not None else Revert("empty")

@@ -234,16 +234,17 @@ class ChainParticipant:
         """Try one submission; False when the RPC failed (the worker backs off); True when the row was settled or
         set aside for a later retry."""
         try:
-            if item.attempts > 0:  # an earlier attempt may have gone through: look before sending again
-                found = self._on_chain(item)
-                if found is not None:
-                    self._settle_found(item, found, "found on chain (an earlier attempt went through)")
-                    return True
-            item = self.queue.begin(item)
-            result = self._send(item)
-        except ChainRevert as exc:
-            self._refused(item, exc)
-            return True
+            try:
+                if item.attempts > 0:  # an earlier attempt may have gone through: look before sending again
+                    found = self._on_chain(item)
+                    if found is not None:
+                        self._settle_found(item, found, "found on chain (an earlier attempt went through)")
+                        return True
+                item = self.queue.begin(item)
+                result = self._send(item)
+            except ChainRevert as exc:
+                self._refused(item, exc)  # may check the chain again, and so fail like any RPC call
+                return True
         except NodeError as exc:
             if exc.code == "wrong_chain":
                 self._enabled = False

@@ -280,3 +280,21 @@ abstract contract CoordinatorCore {
         return _voters.length;
     }
 }
+
+/// The reward entry points of the interfaces that key rewards by peer id (0.4.3 and newer): every node of a wallet
+/// submits its own reward, through either overload.
+abstract contract PeerKeyedRewards is CoordinatorCore {
+    function submitReward(uint256 roundNumber, uint256 stageNumber, int256 reward, string calldata peerId) external {
+        _submitReward(roundNumber, stageNumber, reward, peerId, _peerKey(peerId));
+    }
+
+    function submitReward(uint256 roundNumber, uint256 stageNumber, uint256 reward, string calldata peerId) external {
+        _submitReward(roundNumber, stageNumber, _toSigned(reward), peerId, _peerKey(peerId));
+    }
+
+    function hasSubmittedRoundStageReward(uint256 roundNumber, uint256 stageNumber, string calldata peerId)
+        external view returns (bool)
+    {
+        return _rewardWasSubmitted(roundNumber, stageNumber, _peerKey(peerId));
+    }
+}

@@ -80,24 +80,10 @@ contract SwarmCoordinatorV042 is VoteViews04 {
 }
 
 /// The 0.4.3 interface: 3 stages; rewards keyed by peer id with the uint256 overload; the 0.4.x vote views.
-contract SwarmCoordinatorV043 is VoteViews04 {
+contract SwarmCoordinatorV043 is VoteViews04, PeerKeyedRewards {
     constructor() CoordinatorCore(3) {}
 
     function stageCount() public pure override returns (uint256) {
         return 3;
-    }
-
-    function submitReward(uint256 roundNumber, uint256 stageNumber, int256 reward, string calldata peerId) external {
-        _submitReward(roundNumber, stageNumber, reward, peerId, _peerKey(peerId));
-    }
-
-    function submitReward(uint256 roundNumber, uint256 stageNumber, uint256 reward, string calldata peerId) external {
-        _submitReward(roundNumber, stageNumber, _toSigned(reward), peerId, _peerKey(peerId));
-    }
-
-    function hasSubmittedRoundStageReward(uint256 roundNumber, uint256 stageNumber, string calldata peerId)
-        external view returns (bool)
-    {
-        return _rewardWasSubmitted(roundNumber, stageNumber, _peerKey(peerId));
     }
 }

@@ -9,20 +9,6 @@ import "./CoordinatorCore.sol";
 /// by peer id; a stage count chosen at deployment (1 for SAPO, as on 0.6.0; 3 for the multi-stage game, as on
 /// 0.4.x and 0.5.x). The node's client talks to it exactly as to the public contract of that version.
 /// Not upgradeable: whoever deploys it owns it and holds every role.
-contract SwarmCoordinator is CoordinatorCore {
+contract SwarmCoordinator is PeerKeyedRewards {
     constructor(uint256 stages) CoordinatorCore(stages) {}
-
-    function submitReward(uint256 roundNumber, uint256 stageNumber, int256 reward, string calldata peerId) external {
-        _submitReward(roundNumber, stageNumber, reward, peerId, _peerKey(peerId));
-    }
-
-    function submitReward(uint256 roundNumber, uint256 stageNumber, uint256 reward, string calldata peerId) external {
-        _submitReward(roundNumber, stageNumber, _toSigned(reward), peerId, _peerKey(peerId));
-    }
-
-    function hasSubmittedRoundStageReward(uint256 roundNumber, uint256 stageNumber, string calldata peerId)
-        external view returns (bool)
-    {
-        return _rewardWasSubmitted(roundNumber, stageNumber, _peerKey(peerId));
-    }
 }

@@ -1,0 +1,245 @@
+"""How stage records travel: the small interface the game needs, in memory (tests) and over the swarm's DHT.
+
+Both implementations carry encoded bytes and decode them on the receiving side with
+:func:`~node.game.records.decode_stage_record`, so the in-memory exchange exercises the same validation as the
+network. Both guarantee what the DHT's owner signatures guarantee: an entry can only be written by its author, and
+a record that claims another author, round or stage than the slot it was found in is rejected.
+
+The swarm's stage clock: every node announces the (round, stage) it is playing; the furthest one announced by a
+live peer is the swarm's current position, where late joiners enter and where laggards catch up, and the others
+tell a node whose work of a stage is still to come.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+from dataclasses import dataclass
+from typing import Protocol
+
+from node.game import STAGES
+from node.game.records import (
+    MAX_STAGE_RECORD_BYTES, StageRecord, decode_stage_record, encode_stage_record,
+)
+from node.records import RecordRejected
+
+log = logging.getLogger(__name__)
+
+Position = tuple[int, int]  # (round, stage), compared lexicographically
+
+
+@dataclass(frozen=True)
+class StageGather:
+    records: tuple[StageRecord, ...]  # valid records of OTHER peers for that round and stage, sorted by peer id
+    rejected: Counter[str]  # reason -> count
+    peers: frozenset[str]  # other peers that published there (authenticated, valid record or not)
+
+
+class GameExchange(Protocol):
+    """Publishing and gathering stage records, and the swarm's stage clock."""
+
+    @property
+    def peer_id(self) -> str: ...
+
+    def publish(self, record: StageRecord) -> bool:
+        """Store our record for ``(record.round, record.stage)``; False when it could not be stored."""
+
+    def gather(self, round: int, stage: int) -> StageGather:
+        """Other peers' valid records for ``(round, stage)``; bad entries are counted, never raised."""
+
+    def announce(self, round: int, stage: int) -> None:
+        """Tell the swarm we are playing ``stage`` of ``round``."""
+
+    def positions(self) -> dict[str, Position]:
+        """The (round, stage) each live peer, us included, announced last."""
+
+    def peers(self) -> int:
+        """How many other members the swarm has now, announced or not (0: this node is alone)."""
+
+
+def clock_value(round: int, stage: int) -> int:
+    return round * len(STAGES) + stage - 1
+
+
+def clock_position(value: int) -> Position:
+    return value // len(STAGES), value % len(STAGES) + 1
+
+
+def check_gathered(author: str | None, raw: object, round: int, stage: int) -> StageRecord:
+    """Decode an entry found under ``(round, stage)`` written by ``author``; raises :class:`RecordRejected`."""
+    if author is None:
+        raise RecordRejected("bad_signature")
+    record = decode_stage_record(raw)  # type: ignore[arg-type]
+    if record.peer_id != author:
+        raise RecordRejected("peer_mismatch")
+    if record.round != round or record.stage != stage:
+        raise RecordRejected("round_mismatch")
+    return record
+
+
+def _collect(entries: list[tuple[str | None, object]], own: str, round: int, stage: int) -> StageGather:
+    records, rejected, peers = [], Counter(), set()
+    for author, raw in entries:
+        if author == own:
+            continue
+        if author is not None:
+            peers.add(author)
+        try:
+            records.append(check_gathered(author, raw, round, stage))
+        except RecordRejected as e:
+            rejected[e.reason] += 1
+    if rejected:
+        log.info("Round %d stage %d: rejected entries %s", round, stage, dict(rejected))
+    records.sort(key=lambda r: r.peer_id)
+    return StageGather(records=tuple(records), rejected=rejected, peers=frozenset(peers))
+
+
+class InMemoryGameHub:
+    """A swarm in one process: the shared storage behind each member's :class:`InMemoryGameExchange`."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict[Position, dict[str, bytes]] = {}
+        self._clock: dict[str, int] = {}
+        self._members: set[str] = set()
+
+    def exchange(self, peer_id: str) -> InMemoryGameExchange:
+        with self._lock:
+            self._members.add(peer_id)
+        return InMemoryGameExchange(self, peer_id)
+
+    def leave(self, peer_id: str) -> None:
+        """The peer is gone, and so is its clock entry, as its DHT entry expires when it stops announcing."""
+        with self._lock:
+            self._members.discard(peer_id)
+            self._clock.pop(peer_id, None)
+
+    def others(self, peer_id: str) -> int:
+        with self._lock:
+            return len(self._members - {peer_id})
+
+    def store(self, author: str, round: int, stage: int, raw: bytes) -> None:
+        """Write ``author``'s entry for (round, stage), as the DHT lets only the key's owner do."""
+        with self._lock:
+            self._entries.setdefault((round, stage), {})[author] = raw
+
+    def entries(self, round: int, stage: int) -> list[tuple[str, bytes]]:
+        with self._lock:
+            return list(self._entries.get((round, stage), {}).items())
+
+    def announce(self, author: str, value: int) -> None:
+        with self._lock:
+            self._clock[author] = value
+
+    def clock(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._clock)
+
+
+class InMemoryGameExchange:
+    def __init__(self, hub: InMemoryGameHub, peer_id: str) -> None:
+        self._hub = hub
+        self._peer_id = peer_id
+
+    @property
+    def peer_id(self) -> str:
+        return self._peer_id
+
+    def publish(self, record: StageRecord) -> bool:
+        if record.peer_id != self._peer_id:
+            raise ValueError(f"record of {record.peer_id} cannot be published by {self._peer_id}")
+        self._hub.store(self._peer_id, record.round, record.stage, encode_stage_record(record))
+        return True
+
+    def gather(self, round: int, stage: int) -> StageGather:
+        return _collect(list(self._hub.entries(round, stage)), self._peer_id, round, stage)
+
+    def announce(self, round: int, stage: int) -> None:
+        self._hub.announce(self._peer_id, clock_value(round, stage))
+
+    def positions(self) -> dict[str, Position]:
+        return {peer: clock_position(value) for peer, value in self._hub.clock().items()}
+
+    def peers(self) -> int:
+        return self._hub.others(self._peer_id)
+
+
+class DhtGameExchange:
+    """The game's records in the swarm's DHT, signed and authenticated exactly like round records.
+
+    Keys, for a swarm called ``S``: ``S/game/<round>/<stage>`` holds one entry per peer (subkey: the peer's owner
+    marker, value: its stage record), ``S/game/clock`` one entry per peer (the position it announced, as
+    ``round * 3 + stage - 1``). It rides on :class:`node.swarm.Swarm`'s DHT node, validators and timeouts; the
+    swarm's validators already accept exactly these entries (owned bytes up to the record limit, owned integers).
+    """
+
+    def __init__(self, swarm) -> None:  # node.swarm.Swarm: imported lazily, it pulls in hivemind
+        from node.records import MAX_RECORD_BYTES
+        from node.swarm import _SIGNATURE_MARKER
+
+        assert MAX_STAGE_RECORD_BYTES <= MAX_RECORD_BYTES, "the swarm's validator must accept stage records"
+        self._swarm = swarm
+        self._marker = _SIGNATURE_MARKER
+
+    @property
+    def peer_id(self) -> str:
+        return self._swarm.peer_id
+
+    def publish(self, record: StageRecord) -> bool:
+        from hivemind.utils.timed_storage import get_dht_time
+
+        if record.peer_id != self.peer_id:
+            raise ValueError(f"record of {record.peer_id} cannot be published by {self.peer_id}")
+        value = encode_stage_record(record)
+        if self._marker in value:
+            log.warning("Stage %d record not shared: its text contains %r", record.stage, self._marker)
+            return False
+        key = self._key(record.round, record.stage)
+        expiration = get_dht_time() + self._swarm._record_ttl
+        owner = self._swarm._owner
+        stored = self._swarm._call("publish", lambda node: node.store(key, value, expiration, subkey=owner))
+        return bool(stored)
+
+    def gather(self, round: int, stage: int) -> StageGather:
+        entries = [(author, entry.value) for author, entry in self._swarm._entries("gather", self._key(round, stage))]
+        return _collect(entries, self.peer_id, round, stage)
+
+    def announce(self, round: int, stage: int) -> None:
+        from hivemind.utils.timed_storage import get_dht_time
+
+        key, value = self._clock_key(), clock_value(round, stage)
+        expiration = get_dht_time() + self._swarm._record_ttl
+        owner = self._swarm._owner
+        if not self._swarm._call("announce", lambda node: node.store(key, value, expiration, subkey=owner)):
+            log.warning("Could not announce round %d stage %d to the swarm", round, stage)
+
+    def positions(self) -> dict[str, Position]:
+        return {
+            author: clock_position(entry.value)
+            for author, entry in self._swarm._entries("clock", self._clock_key())
+            if author is not None and type(entry.value) is int and entry.value >= 0
+        }
+
+    def peers(self) -> int:
+        return max(self._swarm.peers_seen(), self._swarm.connected_peers())
+
+    def _key(self, round: int, stage: int) -> str:
+        return f"{self._swarm._swarm_name}/game/{round}/{stage}"
+
+    def _clock_key(self) -> str:
+        return f"{self._swarm._swarm_name}/game/clock"
+
+
+_HUB_LOCK = threading.Lock()
+
+
+def game_exchange_for(exchange) -> GameExchange:
+    """The game's exchange riding on a node's rollout exchange: the DHT swarm, or an in-memory board (tests)."""
+    from node.exchange import InMemoryExchange
+
+    if isinstance(exchange, InMemoryExchange):
+        with _HUB_LOCK:  # the nodes of one board share one hub
+            hub = exchange.board.__dict__.setdefault("game_hub", InMemoryGameHub())
+        return hub.exchange(exchange.peer_id)
+    return DhtGameExchange(exchange)

@@ -1,0 +1,33 @@
+"""Limits on what a peer's completion can carry beyond its verifiable answer.
+
+Our verifier checks a peer completion's ``<answer>``; everything around it (the reasoning) is unverifiable text we
+would train on. A correct answer wrapped in a long payload ("ignore all previous instructions ...") scores 1.0, so
+the text outside the answer block is capped relative to what our own policy writes: a group with any completion
+beyond ``ratio`` times our longest such text (plus a small allowance for a policy that still writes little) is
+dropped and counted.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from typing import TypeVar
+
+_ANSWER_BLOCK = re.compile(r"<answer>.*?</answer>", re.DOTALL)
+MIN_ALLOWANCE_CHARS = 200  # a fresh policy may write almost nothing around its answer
+
+G = TypeVar("G")
+
+
+def outside_answer_chars(text: str) -> int:
+    """Characters of ``text`` outside its ``<answer>...</answer>`` blocks, whitespace excluded."""
+    return sum(1 for ch in _ANSWER_BLOCK.sub("", text) if not ch.isspace())
+
+
+def outside_text_limit(own_completions: Iterable[str], ratio: float) -> int:
+    longest = max((outside_answer_chars(t) for t in own_completions), default=0)
+    return int(ratio * longest) + MIN_ALLOWANCE_CHARS
+
+
+def within_limit(texts: Sequence[str], limit: int) -> bool:
+    return all(outside_answer_chars(t) <= limit for t in texts)

@@ -1,0 +1,61 @@
+"""Kept RSS after each of N GRPO rounds of a tiny model, printed as JSON (run by tests/test_memory.py in a child
+process, so the heap it measures is its own).
+
+    python tests/memory_rounds.py MODEL_DIR ROUNDS [--untamed]
+
+``--untamed`` skips node.allocator.tame_heap(), to show what the test guards against.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import sys
+from pathlib import Path
+
+
+def main() -> None:
+    model_dir, rounds = Path(sys.argv[1]), int(sys.argv[2])
+    if "--untamed" not in sys.argv:
+        from node import allocator
+
+        allocator.tame_heap()  # as the node does first thing in its setup
+    import tempfile
+
+    import psutil
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from node.grpo import GrpoLearner, Policy, TrainGroup
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    policy = Policy(model, tokenizer, generation_dtype=torch.bfloat16, max_prompt_tokens=256)
+    learner = GrpoLearner(
+        policy, output_dir=Path(tempfile.mkdtemp()) / "trl", device="cpu", mixed_bf16=False, num_generations=4,
+        max_new_tokens=48, learning_rate=1e-4, beta=0.0, epsilon=0.2, epsilon_high=0.28, loss_type="grpo",
+        max_grad_norm=1.0, seed=0,
+    )
+    process = psutil.Process()
+    kept = []
+    for number in range(rounds):
+        # Prompts of varying lengths, as a round's questions are: a fresh mix of tensor sizes every round.
+        prompts = [
+            policy.prompt_ids([{"role": "user", "content": f"round {number} question {q}: " + "x " * (20 * q + number)}])
+            for q in range(4)
+        ]
+        groups = policy.generate(prompts, num_generations=4, max_new_tokens=48, temperature=1.0, top_p=1.0,
+                                 seed=number)
+        learner.step([
+            TrainGroup(prompt, tuple(group), tuple(float(i % 2) for i in range(4)))
+            for prompt, group in zip(prompts, groups, strict=True)
+        ])
+        gc.collect()
+        kept.append(process.memory_info().rss)
+    print(json.dumps(kept))
+
+
+if __name__ == "__main__":
+    main()

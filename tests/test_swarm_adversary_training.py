@@ -1,0 +1,141 @@
+"""Two honest node processes (tiny model, real hivemind) train while an adversarial peer attacks the swarm.
+
+The adversary has its own identity and joins by invite like anyone; it announces far-future rounds, publishes for
+a round out of reach, floods with many identities whose groups copy an honest task and question but carry a
+payload around the answer, and stuffs junk keys with long expiry. The honest nodes must keep training together on
+rounds near each other, each round bounded in time, and a node restarted after the attack must run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from types import SimpleNamespace
+
+import pytest
+
+from node.identity import load_or_create
+from node.records import MAX_ROUND, GroupRecord, Pointer, RoundRecord, SharedGroup, encode_group_record, encode_pointer
+from node.swarm import Swarm, shard_of
+from tests.nodes import NodeProcess, tiny_config
+from tests.test_swarm_attack import PAYLOAD, store_as, sybils
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+ROUNDS = 4
+
+
+def _config(tiny_model_dir, data_dir, *, rounds, join=()):
+    return tiny_config(
+        tiny_model_dir, data_dir,
+        training={"external_groups": 2, "drop_zero_advantage": False},
+        swarm={"swarm_name": "test", "initial_peers": list(join), "gather_timeout_s": 20.0},
+        run={"rounds": rounds, "checkpoint_every": 1},
+    )
+
+
+class Adversary:
+    """Attacks in a thread until stopped: clock, flood of payload groups copied from honest tasks, junk keys."""
+
+    def __init__(self, swarm: Swarm, targets: list[str], identities: int = 12) -> None:
+        self.swarm = swarm
+        self.targets = [SimpleNamespace(peer_id=p) for p in targets]
+        self.identities = sybils(identities)
+        self.stop = threading.Event()
+        self.rounds_flooded: set[int] = set()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _store(self, key, entries):
+        coroutine = store_as(self.swarm._node, key, self.targets, entries)
+        return asyncio.run_coroutine_threadsafe(coroutine, self.swarm._loop).result(30)
+
+    def _run(self) -> None:
+        ns = self.swarm._namespace
+        far = RoundRecord(self.swarm.peer_id, MAX_ROUND, self.swarm_groups_placeholder())
+        while not self.stop.is_set():
+            self.swarm.announce_round(10**9)  # one peer's word: no quorum
+            self.swarm.publish(far)  # a round nobody plays
+            top = max(self.rounds_flooded, default=0)
+            for seen in range(max(0, top - 4), top + 2):  # an honest group, to copy a task every node regenerates
+                self.swarm._rounds.pop(seen, None)
+                honest = self.swarm.gather(seen).records
+                if not honest:
+                    continue
+                group, prompt_format = honest[0].groups[0], honest[0].prompt_format
+                # flood the rounds ahead, so that the groups are there when honest nodes gather
+                for round_ in range(seen, seen + 4):
+                    if round_ in self.rounds_flooded:
+                        continue
+                    self.rounds_flooded.add(round_)
+                    forged = SharedGroup(group.task, group.question,
+                                         tuple(PAYLOAD * 3 + "<answer>4</answer>" for _ in group.completions),
+                                         group.finished)
+                    for key, peer in self.identities:
+                        shard = shard_of(peer, self.swarm._shards)
+                        self._store(key, [
+                            (f"{ns}/d/{round_}/{shard}", f"|d/{round_}/{shard}".encode(),
+                             encode_pointer(Pointer(peer, round_, 1, (0,)))),
+                            (f"{ns}/g/{round_}/{peer}/0", b"|g/" + str(round_).encode() + b"/0",
+                             encode_group_record(GroupRecord(peer, round_, 0, forged, prompt_format))),
+                            (f"test/junk/{peer}", b"|g/1/0", b"\0" * 50_000),
+                        ])
+            self.stop.wait(1.0)
+
+    def swarm_groups_placeholder(self):
+        from tests.test_swarm import record
+
+        return record(self.swarm.peer_id, MAX_ROUND, groups=1, completions=2, completion_chars=50).groups
+
+
+def test_honest_nodes_keep_training_under_attack_and_a_restarted_node_runs(tiny_model_dir, tmp_path):
+    a = NodeProcess(_config(tiny_model_dir, tmp_path / "a", rounds=ROUNDS), name="a")
+    a.send("pause")
+    nodes = [a]
+    adversary = None
+    try:
+        started_a = a.wait_for(lambda e: e.kind == "node_started")
+        b = NodeProcess(_config(tiny_model_dir, tmp_path / "b", rounds=ROUNDS, join=started_a.invite), name="b")
+        b.send("pause")
+        nodes.append(b)
+        started_b = b.wait_for(lambda e: e.kind == "node_started")
+        for node in nodes:
+            node.wait_for(lambda e: e.kind == "state_changed" and e.state == "paused")
+        attacker = Swarm(load_or_create(tmp_path / "attacker.key"), swarm_name="test", host="127.0.0.1",
+                         initial_peers=started_a.invite, groups_wanted=1, call_timeout=5.0)
+        attacker.start()
+        adversary = Adversary(attacker, [started_a.peer_id, started_b.peer_id])
+        adversary.thread.start()
+        for node in nodes:
+            node.send("resume")
+        for node in nodes:
+            assert node.finish(timeout=600) == 0, node.stderr()
+        adversary.stop.set()
+        adversary.thread.join(60)
+        attacker.shutdown()
+
+        for node in nodes:
+            rounds = node.events_of("round_finished")
+            assert len(rounds) == ROUNDS  # no round lost
+            assert all(r.round < 50 for r in rounds), [r.round for r in rounds]  # the clock was not hijacked
+            assert all(r.seconds_gather <= 20.0 + 15.0 for r in rounds)  # bounded by the deadline
+            assert sum(r.groups_used for r in rounds) >= 1
+        dropped = sum(r.rejected_reasons.get("payload_outside_answer", 0) for n in nodes
+                      for r in n.events_of("round_finished"))
+        assert adversary.rounds_flooded and dropped >= 1  # the payload groups were caught, not trained on
+        for node in nodes:  # shown to the user as rejected, never trained on
+            payloads = [s for s in node.events_of("rollout_sample") if not s.local and "Ignore all" in s.completion]
+            assert all(s.fate == "rejected:payload_outside_answer" for s in payloads), {s.fate for s in payloads}
+    finally:
+        if adversary is not None:
+            adversary.stop.set()
+        for node in nodes:
+            if node.process.poll() is None:
+                node.kill_tree()
+
+    again = NodeProcess(_config(tiny_model_dir, tmp_path / "a", rounds=ROUNDS + 1), name="a2")
+    try:
+        assert again.wait_for(lambda e: e.kind == "node_started").resumed_from_round is not None
+        assert again.finish(timeout=300) == 0, again.stderr()
+        assert len(again.events_of("round_finished")) == 1
+    finally:
+        if again.process.poll() is None:
+            again.kill_tree()
