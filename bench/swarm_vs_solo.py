@@ -45,10 +45,10 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from node.config import NodeConfig, merge  # noqa: E402
+from node.config import NodeConfig  # noqa: E402
 from node.demo import DEMO_MAX_NEW_TOKENS, demo_config  # noqa: E402
 from node.events import EvalFinished, RoundMetrics, event_from_json  # noqa: E402
-from node.launch import kill_tree, node_command, popen_options, stop_processes  # noqa: E402
+from node.launch import kill_tree, node_command, popen_options  # noqa: E402
 from node.runstore import RunStore  # noqa: E402
 
 RESULTS_DIR = REPO / "bench" / "results"
@@ -93,7 +93,7 @@ def settings_of(args: argparse.Namespace) -> dict:
 def node_config(args: argparse.Namespace, work: Path, sapo: Sapo, seed: int, index: int, model: str,
                 join: list[str]) -> NodeConfig:
     """The demo's node settings (the product's default path), with only I, J, seeds and evaluation changed."""
-    base = demo_config(work, index, model=model, threads=1, join=join).to_dict()
+    base = demo_config(work, index, model=model, threads=1, join=join)
     name = run_name(sapo, seed, index)
     changes: dict = {
         "training": {"local_questions": sapo.local, "external_groups": sapo.external,
@@ -115,7 +115,7 @@ def node_config(args: argparse.Namespace, work: Path, sapo: Sapo, seed: int, ind
         except tomllib.TOMLDecodeError:
             parsed = value  # a bare string
         changes.setdefault(section, {})[field_name] = parsed
-    return NodeConfig.build(merge(base, changes), source="bench settings")
+    return base.update(changes, source="bench settings")
 
 
 def run_name(sapo: Sapo, seed: int, index: int) -> str:
@@ -248,6 +248,19 @@ class _Run:
             _say(f"  node {node.index + 1} ({node.error or 'no error event'}): " + " | ".join(tail))
         self.outcome = f"failed: {why}"
         return False
+
+
+def stop_processes(processes: list[subprocess.Popen], timeout_s: float) -> None:
+    """Ask each node to stop (a checkpoint, its daemon shut down); kill what is still up at the deadline."""
+    for process in processes:
+        if process.poll() is None:
+            _send(process, "stop")
+    deadline = time.monotonic() + timeout_s
+    for process in processes:
+        try:
+            process.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            kill_tree(process.pid)
 
 
 def _send(process: subprocess.Popen, line: str) -> None:
