@@ -1,0 +1,737 @@
+"""Swarm vs solo, measured: K real node processes on a loopback swarm, SAPO configurations side by side.
+
+For every seed, each configuration (``I=4,J=0`` solo; ``I=2,J=2`` and ``I=1,J=3`` shared) runs K nodes of the same
+model for the same number of rounds, with the same task seeds, sampling seeds and evaluation set: the only
+difference is how many of the groups a node trains on come from its peers. Every node is a separate
+``python -m node run`` process (one thread, its own p2p daemon); the first starts the swarm, the others join it,
+exactly as ``rl-swarm-node demo`` does. Solo nodes run in the swarm too (they publish but take nothing), so every
+configuration shares the machine the same way.
+
+Held-out accuracy is the node's own evaluation (``EvalFinished``: greedy exact-match on a fixed set of unseen tasks,
+identical on every node) at round 0, every ``--eval-every`` rounds and after the last round. Per-round signals come
+from each run's ``metrics.jsonl``. The results file is rewritten after every finished (configuration, seed) run, so
+a sweep cut short by its wall budget, a crash or Ctrl-C still leaves a valid file, and running the same command again
+skips the runs already in it::
+
+    nice -n 5 python bench/swarm_vs_solo.py --nodes 2 --configs I=4,J=0 I=2,J=2 --seeds 0 1 2 --rounds 20 \
+        --deadline 11:55
+
+``--model tiny`` runs the same harness on a tiny random model in seconds (plumbing check); ``--report-only``
+redraws the curves and the summary from the results file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import math
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from node.config import NodeConfig  # noqa: E402
+from node.demo import DEMO_MAX_NEW_TOKENS, demo_config  # noqa: E402
+from node.events import EvalFinished, RoundMetrics, event_from_json  # noqa: E402
+from node.launch import kill_tree, node_command, popen_options  # noqa: E402
+from node.runstore import RunStore  # noqa: E402
+
+RESULTS_DIR = REPO / "bench" / "results"
+START_TIMEOUT_S = 900  # the first node of a sweep converts the bundled model
+STOP_TIMEOUT_S = 180
+SCHEMA = 1
+
+
+# ------------------------------------------------------------------------------------------------- settings
+@dataclass(frozen=True)
+class Sapo:
+    local: int  # I
+    external: int  # J
+
+    @classmethod
+    def parse(cls, text: str) -> Sapo:
+        try:
+            parts = dict(part.split("=") for part in text.replace(" ", "").split(","))
+            return cls(int(parts["I"]), int(parts["J"]))
+        except (ValueError, KeyError):
+            raise SystemExit(f"bad configuration {text!r}: write it as I=2,J=2") from None
+
+    @property
+    def name(self) -> str:
+        return f"I={self.local},J={self.external}"
+
+    @property
+    def slug(self) -> str:
+        return f"i{self.local}j{self.external}"
+
+
+def settings_of(args: argparse.Namespace) -> dict:
+    """What must match for two runs to be compared (and for a saved run to be reused on resume)."""
+    return {
+        "model": args.model, "nodes": args.nodes, "rounds": args.rounds, "num_generations": args.generations,
+        "max_new_tokens": args.max_new_tokens, "eval_every": args.eval_every, "eval_questions": args.eval_questions,
+        "eval_samples": args.eval_samples, "eval_seed": args.eval_seed, "gather_timeout_s": args.gather_timeout,
+        "threads_per_node": 1, "overrides": sorted(args.set or []),
+    }
+
+
+def node_config(args: argparse.Namespace, work: Path, sapo: Sapo, seed: int, index: int, model: str,
+                join: list[str]) -> NodeConfig:
+    """The demo's node settings (the product's default path), with only I, J, seeds and evaluation changed."""
+    base = demo_config(work, index, model=model, threads=1, join=join)
+    name = run_name(sapo, seed, index)
+    changes: dict = {
+        "training": {"local_questions": sapo.local, "external_groups": sapo.external,
+                     "num_generations": args.generations, "max_new_tokens": args.max_new_tokens, "device": "cpu"},
+        "swarm": {"swarm_name": f"bench-{sapo.slug}-s{seed}", "gather_timeout_s": args.gather_timeout},
+        # Node k of seed s samples the same training tasks in every configuration, and other tasks than node k+1.
+        "tasks": {"seed": seed * 1000 + index},
+        "evaluation": {"every_rounds": args.eval_every, "questions": args.eval_questions,
+                       "samples": args.eval_samples, "seed": args.eval_seed},
+        # The bench stops each node after the evaluation that follows its last round (see _Run._follow).
+        "run": {"run_name": name, "threads": 1, "seed": seed, "rounds": args.rounds + 1, "checkpoint_every": 10**6,
+                "identity_file": str(work / "identities" / f"{name}.key")},
+    }
+    for item in args.set or []:
+        key, _, value = item.partition("=")
+        section, _, field_name = key.partition(".")
+        try:
+            parsed = tomllib.loads(f"v = {value}")["v"]
+        except tomllib.TOMLDecodeError:
+            parsed = value  # a bare string
+        changes.setdefault(section, {})[field_name] = parsed
+    return base.update(changes, source="bench settings")
+
+
+def run_name(sapo: Sapo, seed: int, index: int) -> str:
+    return f"{sapo.slug}-s{seed}-n{index + 1}"
+
+
+# ---------------------------------------------------------------------------------------------- one run
+@dataclass
+class _Node:
+    index: int
+    process: subprocess.Popen
+    stderr_path: Path
+    invite: list[str] = field(default_factory=list)
+    started: threading.Event = field(default_factory=threading.Event)
+    done: threading.Event = field(default_factory=threading.Event)  # the evaluation after the last round is in
+    rounds: int = 0
+    last_eval: float | None = None
+    error: str = ""
+
+
+class _Run:
+    """K nodes of one (configuration, seed), started in order, each stopped after its final evaluation."""
+
+    def __init__(self, args: argparse.Namespace, work: Path, sapo: Sapo, seed: int, model: str,
+                 stop_at: float) -> None:
+        self.args, self.work, self.sapo, self.seed, self.model, self.stop_at = args, work, sapo, seed, model, stop_at
+        self.nodes: list[_Node] = []
+        self.outcome = "complete"
+        self.cancelled = threading.Event()
+
+    def play(self) -> str:
+        for index in range(self.args.nodes):
+            shutil.rmtree(self.work / "runs" / run_name(self.sapo, self.seed, index), ignore_errors=True)
+        try:
+            self.nodes.append(self._spawn(0, join=[]))
+            if not self._wait(lambda: self.nodes[0].started.is_set(), START_TIMEOUT_S):
+                return self.outcome
+            if not self.nodes[0].invite:
+                self._fail("the first node did not start")
+                return self.outcome
+            for index in range(1, self.args.nodes):
+                self.nodes.append(self._spawn(index, join=self.nodes[0].invite))
+            # Every node holds after its round-0 evaluation until all have loaded the model and joined, so no node
+            # trains its first rounds alone while the others still start.
+            if not self._wait(lambda: all(n.started.is_set() for n in self.nodes), START_TIMEOUT_S):
+                return self.outcome
+            if not all(n.invite for n in self.nodes):
+                self._fail("a node did not start")
+                return self.outcome
+            for node in self.nodes:
+                _send(node.process, "resume")
+            if not self._wait(lambda: all(n.done.is_set() for n in self.nodes), None):
+                return self.outcome
+            return "complete"
+        finally:
+            stop_processes([n.process for n in self.nodes], STOP_TIMEOUT_S)
+
+    def _spawn(self, index: int, *, join: list[str]) -> _Node:
+        config = node_config(self.args, self.work, self.sapo, self.seed, index, self.model, join)
+        path = self.work / "configs" / f"{run_name(self.sapo, self.seed, index)}.toml"
+        config.save(path)
+        stderr_path = self.work / "logs" / f"{run_name(self.sapo, self.seed, index)}.log"
+        stderr_path.parent.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "MALLOC_ARENA_MAX": "2",
+               "MALLOC_MMAP_THRESHOLD_": "131072", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+        process = subprocess.Popen(
+            node_command("run", "--config", str(path), "--events-jsonl", "--control-stdin"),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(stderr_path, "wb"), text=True, bufsize=1,
+            env=env, cwd=REPO, **popen_options(),
+        )
+        node = _Node(index=index, process=process, stderr_path=stderr_path)
+        threading.Thread(target=self._follow, args=(node,), daemon=True).start()
+        return node
+
+    def _follow(self, node: _Node) -> None:
+        assert node.process.stdout is not None
+        for line in node.process.stdout:
+            try:
+                event = event_from_json(line)
+            except (ValueError, TypeError):
+                continue
+            if event.kind == "node_started":
+                node.invite = list(event.invite)
+                if self.args.nodes > 1:
+                    _send(node.process, "pause")
+                node.started.set()
+            elif event.kind == "round_finished":
+                node.rounds = event.rounds_trained
+            elif event.kind == "eval_finished":
+                node.last_eval = event.accuracy_greedy
+                _say(f"  {run_name(self.sapo, self.seed, node.index)}: held-out {event.accuracy_greedy:.3f} "
+                     f"after {event.rounds_trained} rounds ({event.seconds:.0f} s)")
+                if event.rounds_trained >= self.args.rounds:
+                    node.done.set()
+                    _send(node.process, "stop")
+            elif event.kind == "error":
+                node.error = event.message
+        node.started.set()
+
+    def _wait(self, condition, timeout: float | None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        last_line = time.monotonic()
+        while not condition():
+            if self.cancelled.is_set():
+                self.outcome = "interrupted"
+                return False
+            if time.time() >= self.stop_at:
+                self.outcome = "out_of_time"
+                return False
+            available = psutil.virtual_memory().available / 2**30
+            if available < self.args.memory_reserve_gb:
+                self.outcome = f"aborted: only {available:.1f} GB of memory left"
+                _say("  " + self.outcome)
+                return False
+            dead = [n for n in self.nodes if n.process.poll() is not None and not n.done.is_set()]
+            if dead:
+                return self._fail(f"node {dead[0].index + 1} exited with {dead[0].process.returncode}")
+            if deadline is not None and time.monotonic() > deadline:
+                return self._fail("timed out")
+            if time.monotonic() - last_line > 120:
+                last_line = time.monotonic()
+                _say(f"  rounds {[n.rounds for n in self.nodes]}, {available:.1f} GB available")
+            time.sleep(1.0)
+        return True
+
+    def _fail(self, why: str) -> bool:
+        for node in self.nodes:
+            tail = node.stderr_path.read_text(errors="replace").strip().splitlines()[-5:] if node.stderr_path.exists() else []
+            _say(f"  node {node.index + 1} ({node.error or 'no error event'}): " + " | ".join(tail))
+        self.outcome = f"failed: {why}"
+        return False
+
+
+def stop_processes(processes: list[subprocess.Popen], timeout_s: float) -> None:
+    """Ask each node to stop (a checkpoint, its daemon shut down); kill what is still up at the deadline."""
+    for process in processes:
+        if process.poll() is None:
+            _send(process, "stop")
+    deadline = time.monotonic() + timeout_s
+    for process in processes:
+        try:
+            process.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            kill_tree(process.pid)
+
+
+def _send(process: subprocess.Popen, line: str) -> None:
+    try:
+        process.stdin.write(line + "\n")
+        process.stdin.flush()
+    except (BrokenPipeError, OSError, ValueError):
+        pass
+
+
+def _say(text: str) -> None:
+    print(f"[{dt.datetime.now(dt.timezone.utc):%H:%M:%S}] {text}", flush=True)
+
+
+# ------------------------------------------------------------------------------------------- summaries
+def summarize(args: argparse.Namespace, work: Path, sapo: Sapo, seed: int, outcome: str, minutes: float) -> dict:
+    """One (configuration, seed) run: final numbers, diagnostics, and the curves of every node."""
+    nodes = []
+    for index in range(args.nodes):
+        store = RunStore(work / "runs" / run_name(sapo, seed, index))
+        metrics = [m for m in store.metrics() if m.rounds_trained <= args.rounds]
+        evaluations = _one_per_round(store.evaluations())
+        nodes.append({"metrics": metrics, "evaluations": evaluations})
+    evals_at = lambda n: [e for node in nodes for e in node["evaluations"] if e.rounds_trained == n]  # noqa: E731
+    rounds_at = lambda i: [m for node in nodes for m in node["metrics"] if m.rounds_trained == i + 1]  # noqa: E731
+    all_metrics = [m for node in nodes for m in node["metrics"]]
+    finals = evals_at(args.rounds)
+    return {
+        "config": sapo.name, "I": sapo.local, "J": sapo.external, "seed": seed, "nodes": args.nodes,
+        "rounds": args.rounds, "outcome": outcome, "complete": outcome == "complete" and len(finals) == args.nodes,
+        "minutes": round(minutes, 1),
+        "heldout_round0": _mean([e.accuracy_greedy for e in evals_at(0)]),
+        "heldout_final": _mean([e.accuracy_greedy for e in finals]),
+        "heldout_final_per_node": [e.accuracy_greedy for e in finals],
+        # Mean over nodes at every evaluation all nodes reached: compares runs a deadline cut short at equal rounds.
+        "heldout_by_round": {str(n): _mean(e.accuracy_greedy for e in evals_at(n))
+                             for n in sorted({e.rounds_trained for node in nodes for e in node["evaluations"]})
+                             if len(evals_at(n)) == args.nodes},
+        "heldout_sampled_final": _mean([e.exact_mean for e in finals]) if args.eval_samples else None,
+        "heldout_score_final": _mean([e.score_mean for e in finals]) if args.eval_samples else None,
+        "heldout_wellformed_final": _mean([e.wellformed_rate for e in finals]),
+        # SAPO's cumulative reward: summed over nodes and rounds (mean reward of each round's own completions).
+        "cumulative_reward": round(sum(m.reward_local for m in all_metrics), 4),
+        "mean_reward_local": _mean([m.reward_local for m in all_metrics]),
+        "wellformed_round0": _mean([m.wellformed_rate for m in rounds_at(0)]),
+        "wellformed_round10": _mean([m.wellformed_rate for m in rounds_at(10)]),
+        "diagnostics": _diagnostics(all_metrics),
+        "curves": [{
+            "node": index + 1,
+            "heldout": [[e.rounds_trained, round(e.accuracy_greedy, 4), round(e.wellformed_rate, 4)]
+                        for e in node["evaluations"]],
+            # rounds trained, local reward, well-formed rate, local exact accuracy, share of trained groups with
+            # spread, peer groups trained on, peer groups dropped as equal-reward, seconds
+            "rounds": [[m.rounds_trained, round(m.reward_local, 4), round(m.wellformed_rate, 4),
+                        round(m.accuracy_local, 4), round(m.groups_with_spread, 4), m.groups_used,
+                        m.groups_zero_advantage, round(m.seconds_total, 1)] for m in node["metrics"]],
+        } for index, node in enumerate(nodes)],
+    }
+
+
+def _one_per_round(evaluations: list[EvalFinished]) -> list[EvalFinished]:
+    by_round: dict[int, EvalFinished] = {}
+    for e in evaluations:
+        by_round.setdefault(e.rounds_trained, e)
+    return [by_round[n] for n in sorted(by_round)]
+
+
+def _diagnostics(metrics: list[RoundMetrics]) -> dict:
+    """Why sharing helps or not: what happened to peer groups, and how many rounds had a gradient at all."""
+    if not metrics:
+        return {}
+    received = sum(m.groups_received for m in metrics)
+    return {
+        "rounds": len(metrics),
+        "updates_skipped": sum(m.update_skipped for m in metrics),
+        "groups_with_spread": _mean([m.groups_with_spread for m in metrics]),
+        "peer_groups_received": received,
+        "peer_groups_trained": sum(m.groups_used for m in metrics),
+        "peer_groups_equal_rewards": sum(m.groups_zero_advantage for m in metrics),
+        "peer_groups_not_needed": sum(m.groups_not_needed for m in metrics),
+        "peer_groups_rejected": sum(m.groups_rejected for m in metrics),
+        "reward_external": _mean([m.reward_external for m in metrics if m.reward_external is not None]),
+        "seconds_per_round": _mean([m.seconds_total for m in metrics]),
+        "seconds_waiting_for_peers": _mean([m.seconds_gather for m in metrics]),
+        "final_difficulty": metrics[-1].difficulty,
+    }
+
+
+def _mean(values) -> float | None:
+    values = [v for v in values if v is not None]
+    return round(statistics.fmean(values), 4) if values else None
+
+
+def report(args: argparse.Namespace, runs: list[dict], minutes: float) -> dict:
+    complete = [r for r in runs if r["complete"]]
+    configs = list(dict.fromkeys(r["config"] for r in complete))
+    per_config = {}
+    for name in configs:
+        of = [r for r in complete if r["config"] == name]
+        finals = [r["heldout_final"] for r in of]
+        per_config[name] = {
+            "seeds": [r["seed"] for r in of],
+            "heldout_round0_mean": _mean(r["heldout_round0"] for r in of),
+            "heldout_final_mean": _mean(finals),
+            "heldout_final_sd": round(statistics.stdev(finals), 4) if len(finals) > 1 else None,
+            "heldout_final_min": min(finals), "heldout_final_max": max(finals),
+            "cumulative_reward_mean": _mean(r["cumulative_reward"] for r in of),
+            "minutes_per_run": _mean(r["minutes"] for r in of),
+        }
+    solo = next((name for name in configs if name.endswith("J=0")), None)
+    comparisons = []
+    if solo:
+        solo_by_seed = {r["seed"]: r for r in complete if r["config"] == solo}
+        for name in configs:
+            if name == solo:
+                continue
+            pairs = [(solo_by_seed[r["seed"]], r) for r in complete if r["config"] == name and r["seed"] in solo_by_seed]
+            comparisons.append({
+                "shared": name, "solo": solo, "seeds": [s["seed"] for s, _ in pairs],
+                "heldout_final_delta": [round(r["heldout_final"] - s["heldout_final"], 4) for s, r in pairs],
+                "seeds_shared_at_least_solo": sum(r["heldout_final"] >= s["heldout_final"] for s, r in pairs),
+                "cumulative_reward_ratio": [round(r["cumulative_reward"] / s["cumulative_reward"], 3)
+                                            if s["cumulative_reward"] else None for s, r in pairs],
+            })
+    partial = []  # pairs of one seed not both finished: compared at the last evaluation both reached
+    for shared in runs:
+        if shared["config"].endswith("J=0"):
+            continue
+        for solo_run in runs:
+            if not solo_run["config"].endswith("J=0") or solo_run["seed"] != shared["seed"]:
+                continue
+            if shared["complete"] and solo_run["complete"]:
+                continue
+            common = set(shared.get("heldout_by_round", {})) & set(solo_run.get("heldout_by_round", {})) - {"0"}
+            if common:
+                n = max(common, key=int)
+                partial.append({"shared": shared["config"], "solo": solo_run["config"], "seed": shared["seed"],
+                                "rounds": int(n), "heldout_shared": shared["heldout_by_round"][n],
+                                "heldout_solo": solo_run["heldout_by_round"][n]})
+    headline = next((name for name in configs if not name.endswith("J=0")), configs[0] if configs else None)
+    of_headline = [r for r in complete if r["config"] == headline]
+    return {
+        "schema": SCHEMA,
+        "model": _model_label(args.model),
+        "machine": _machine(),
+        "generated_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "command": "python bench/swarm_vs_solo.py " + " ".join(args.argv),
+        "minutes": round(minutes, 1),
+        "settings": settings_of(args),
+        "heldout": {"config": headline, "round0": _mean(r["heldout_round0"] for r in of_headline),
+                    "final": _mean(r["heldout_final"] for r in of_headline), "after_rounds": args.rounds,
+                    "metric": "greedy exact-match (pass@1) on the node's held-out set, mean over nodes and seeds"},
+        "wellformed": {"config": headline, "round0": _mean(r["wellformed_round0"] for r in of_headline),
+                       "round10": _mean(r["wellformed_round10"] for r in of_headline),
+                       "metric": "share of a round's own completions with one complete <answer> block"},
+        "swarm_vs_solo": [{"config": r["config"], "seed": r["seed"], "heldout_round0": r["heldout_round0"],
+                           "heldout_final": r["heldout_final"], "cumulative_reward": r["cumulative_reward"],
+                           "minutes": r["minutes"]} for r in complete],
+        "per_config": per_config,
+        "comparisons": comparisons,
+        "partial_comparisons": partial,
+        "incomplete": [{"config": r["config"], "seed": r["seed"], "outcome": r["outcome"]}
+                       for r in runs if not r["complete"]],
+        "runs": runs,
+    }
+
+
+def _model_label(model: str) -> str:
+    return "SmolLM2-135M-Instruct (bundled Q4_1 GGUF, dequantized to fp32)" if model == "bundled" else model
+
+
+def _machine() -> str:
+    memory = psutil.virtual_memory().total / 2**30
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return (f"{cpu}, {psutil.cpu_count(logical=True)} CPU threads, {memory:.0f} GB RAM, {platform.system()}; "
+            f"1 torch thread per node, shared with other work")
+
+
+# ----------------------------------------------------------------------------------------------- curves
+COLORS = {"I=4,J=0": "#555555", "I=2,J=2": "#1f77b4", "I=1,J=3": "#d62728", "I=3,J=1": "#2ca02c"}
+
+
+def draw(result: dict, out: Path) -> list[Path]:
+    """Two PNGs: held-out accuracy per configuration, and the per-round learning signals."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        _say("matplotlib is not installed: no curves drawn (pip install matplotlib)")
+        return []
+    runs = [r for r in result["runs"] if any(curve["heldout"] for curve in r["curves"])]
+    if not runs:
+        return []
+    finished = [r for r in runs if r["complete"]]
+    configs = list(dict.fromkeys(r["config"] for r in runs))
+    rounds = result["settings"]["rounds"]
+    title = f"{result['model'].split(' (')[0]}, {result['settings']['nodes']} nodes"
+    paths = []
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), gridspec_kw={"width_ratios": [3, 2]})
+    for name in configs:
+        color = COLORS.get(name)
+        of = [r for r in runs if r["config"] == name]
+        points: dict[int, list[float]] = {}
+        for r in of:
+            by_round: dict[int, list[float]] = {}
+            for curve in r["curves"]:
+                for n, acc, _ in curve["heldout"]:
+                    by_round.setdefault(n, []).append(acc)
+                    points.setdefault(n, []).append(acc)
+            xs = sorted(by_round)
+            left.plot(xs, [statistics.fmean(by_round[x]) for x in xs], color=color, alpha=0.3, lw=1)
+        xs = sorted(points)
+        left.plot(xs, [statistics.fmean(points[x]) for x in xs], color=color, lw=2.5, marker="o",
+                  label=f"{name} (mean of {len(of)} run{'s' if len(of) > 1 else ''}; thin: each seed)")
+    baseline = _mean(r["heldout_round0"] for r in runs)
+    if baseline is not None:
+        left.axhline(baseline, color="black", ls=":", lw=1, label=f"round-0 baseline {baseline:.2f}")
+    left.xaxis.get_major_locator().set_params(integer=True)
+    left.set_xlabel("rounds trained")
+    left.set_ylabel("held-out exact accuracy (greedy)")
+    left.set_title(f"Held-out accuracy on unseen tasks: {title}")
+    left.legend(fontsize=8, loc="upper left")
+    left.grid(alpha=0.3)
+    for offset, name in enumerate(configs):
+        finals = [(r["seed"], r["heldout_final"]) for r in finished if r["config"] == name]
+        if not finals:
+            continue
+        right.scatter([offset] * len(finals), [f for _, f in finals], color=COLORS.get(name), s=40, zorder=3)
+        for seed, value in finals:
+            right.annotate(f"s{seed}", (offset, value), textcoords="offset points", xytext=(6, -3), fontsize=7)
+        right.hlines(statistics.fmean(f for _, f in finals), offset - 0.25, offset + 0.25, color=COLORS.get(name), lw=2)
+    for name in configs[1:]:  # pair each seed's solo and shared result
+        for r in finished:
+            if r["config"] != name:
+                continue
+            solo = next((s for s in finished if s["config"] == configs[0] and s["seed"] == r["seed"]), None)
+            if solo:
+                right.plot([0, configs.index(name)], [solo["heldout_final"], r["heldout_final"]], color="grey",
+                           alpha=0.4, lw=0.8)
+    right.set_xticks(range(len(configs)), configs)
+    right.set_xlim(-0.6, len(configs) - 0.4)
+    right.set_title(f"After {rounds} rounds, per seed (mean of nodes)")
+    right.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    paths.append(out / "learning_heldout.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+
+    panels = [(1, "local reward (5-round moving average)"), (2, "well-formed rate of own completions"),
+              (4, "share of trained groups with reward spread"), (5, "peer groups trained on per round")]
+    fig, axes = plt.subplots(2, 2, figsize=(11, 6.5))
+    for ax, (column, label) in zip(axes.flat, panels):
+        for name in configs:
+            per_round: dict[int, list[float]] = {}
+            for r in runs:
+                if r["config"] != name:
+                    continue
+                for curve in r["curves"]:
+                    for row in curve["rounds"]:
+                        per_round.setdefault(row[0], []).append(row[column])
+            xs = sorted(per_round)
+            ys = [statistics.fmean(per_round[x]) for x in xs]
+            if column == 1:
+                ys = [statistics.fmean(ys[max(0, i - 4): i + 1]) for i in range(len(ys))]
+            ax.plot(xs, ys, color=COLORS.get(name), lw=2, label=name)
+        ax.set_title(label, fontsize=10)
+        ax.set_xlabel("rounds trained")
+        ax.grid(alpha=0.3)
+    axes.flat[0].legend(fontsize=8)
+    fig.suptitle(f"Learning signals per round (mean over nodes and seeds): {title}", fontsize=11)
+    fig.tight_layout()
+    paths.append(out / "learning_signals.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+    return paths
+
+
+# -------------------------------------------------------------------------------------------------- main
+def save(path: Path, result: dict) -> None:
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(result, indent=1) + "\n")
+    tmp.replace(path)
+
+
+def load_previous(path: Path, args: argparse.Namespace) -> tuple[list[dict], float]:
+    """Runs already measured with the same settings (reused on resume), and the minutes they took."""
+    if args.fresh or not path.exists():
+        return [], 0.0
+    try:
+        previous = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return [], 0.0
+    if previous.get("schema") != SCHEMA or previous.get("settings") != settings_of(args):
+        _say(f"{path} holds runs with other settings: starting a new sweep (its file will be replaced)")
+        return [], 0.0
+    return list(previous.get("runs", [])), float(previous.get("minutes", 0.0))
+
+
+def resolve_model(args: argparse.Namespace, work: Path) -> str:
+    if args.model != "tiny":
+        return args.model
+    target = work / "tiny-model"
+    if not (target / "config.json").exists():
+        from node import models  # torch loads in this process only for the tiny model
+
+        models.tiny_random(models.resolve(models.BUNDLED), target)
+    return str(target)
+
+
+def deadline_of(args: argparse.Namespace) -> float:
+    stops = [time.time() + 60 * args.budget_min] if args.budget_min else []
+    if args.deadline:
+        now = dt.datetime.now(dt.timezone.utc)
+        hour, minute = (int(x) for x in args.deadline.split(":"))
+        at = now.replace(hour=hour, minute=minute, second=0, microsecond=0)
+        if at < now:
+            at += dt.timedelta(days=1)
+        stops.append(at.timestamp())
+    return min(stops) if stops else math.inf
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, default=2, help="K: node processes per run (2..4)")
+    parser.add_argument("--configs", nargs="+", default=["I=4,J=0", "I=2,J=2"],
+                        help="SAPO configurations; the one with J=0 is the solo baseline")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--rounds", type=int, default=20, help="rounds trained per node")
+    parser.add_argument("--generations", type=int, default=4, help="G")
+    parser.add_argument("--max-new-tokens", type=int, default=DEMO_MAX_NEW_TOKENS)
+    parser.add_argument("--eval-every", type=int, default=5, help="held-out evaluation every N rounds (and at 0)")
+    parser.add_argument("--eval-questions", type=int, default=64)
+    parser.add_argument("--eval-samples", type=int, default=0, help="sampled answers per question (0 = greedy only)")
+    parser.add_argument("--eval-seed", type=int, default=0)
+    parser.add_argument("--gather-timeout", type=float, default=30.0)
+    parser.add_argument("--model", default="bundled", help="'bundled', 'tiny' (plumbing check), or any node model")
+    parser.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="extra node setting")
+    parser.add_argument("--work", type=Path, default=Path.home() / ".cache" / "rl-swarm-bench" / "swarm_vs_solo")
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="folder of learning.json and the curves")
+    parser.add_argument("--deadline", help="UTC HH:MM: start no run that cannot finish by then, stop at it")
+    parser.add_argument("--budget-min", type=float, help="wall-clock budget of this invocation in minutes")
+    parser.add_argument("--node-gb", type=float, default=3.5, help="expected peak memory of one node")
+    parser.add_argument("--memory-reserve-gb", type=float, default=1.5,
+                        help="stop a run (reported as aborted) when less memory than this is left: never risk OOM")
+    parser.add_argument("--parallel", action="store_true",
+                        help="run the configurations of a seed at the same time (same machine load for each)")
+    parser.add_argument("--fresh", action="store_true", help="ignore runs saved in the results file")
+    parser.add_argument("--report-only", action="store_true", help="redraw curves and summary from the results file")
+    args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
+    if args.eval_every <= 0 or args.rounds % args.eval_every:
+        parser.error("--rounds must be a multiple of --eval-every (the last round is evaluated)")
+    sapos = [Sapo.parse(text) for text in args.configs]
+    args.configs = [s.name for s in sapos]
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    results_path = args.out / "learning.json"
+    runs, minutes = load_previous(results_path, args)
+    if args.report_only:
+        # Runs not in the results file (still going, or their sweep was killed) are read from their run folders.
+        for seed in args.seeds:
+            for sapo in sapos:
+                folders = [args.work / "runs" / run_name(sapo, seed, i) for i in range(args.nodes)]
+                known = any(r["config"] == sapo.name and r["seed"] == seed for r in runs)
+                if known or not all((folder / "metrics.jsonl").exists() for folder in folders):
+                    continue
+                began = min((folder / "config.toml").stat().st_mtime for folder in folders)
+                last = max(path.stat().st_mtime for folder in folders for path in folder.glob("*.jsonl"))
+                took = (last - began) / 60
+                runs.append(summarize(args, args.work, sapo, seed, "partial: read from its run folders", took))
+        result = report(args, runs, minutes)
+        save(results_path, result)
+        draw(result, args.out)
+        _print_summary(result)
+        return 0
+
+    args.work.mkdir(parents=True, exist_ok=True)
+    model = resolve_model(args, args.work)
+
+    def interrupt(signum, frame) -> None:  # SIGTERM too: the running nodes are stopped in order, then we exit
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+    stop_at = deadline_of(args)
+    todo = [(seed, sapo) for seed in args.seeds for sapo in sapos
+            if not any(r["complete"] and r["config"] == sapo.name and r["seed"] == seed for r in runs)]
+    _say(f"{len(todo)} runs to do ({args.nodes} nodes x {args.rounds} rounds each); results in {results_path}")
+    # With --parallel the configurations of one seed run side by side: they share the machine's load exactly.
+    batches = [[(seed, sapo) for s, sapo in todo if s == seed] for seed in dict.fromkeys(s for s, _ in todo)]
+    if not args.parallel:
+        batches = [[item] for batch in batches for item in batch]
+    for batch in batches:
+        durations = [r["minutes"] for r in runs if r["complete"]]
+        expected = 60 * (max(durations) if durations else 0)
+        if time.time() + expected > stop_at:
+            _say(f"stopping: the next run takes ~{expected / 60:.0f} min, the wall budget ends sooner")
+            break
+        needed = len(batch) * args.nodes * args.node_gb + args.memory_reserve_gb
+        available = psutil.virtual_memory().available / 2**30
+        if available < needed:
+            _say(f"waiting: {available:.1f} GB available, {needed:.1f} GB needed for {len(batch) * args.nodes} nodes")
+            while available < needed and time.time() < stop_at:
+                time.sleep(30)
+                available = psutil.virtual_memory().available / 2**30
+            if available < needed:
+                break
+        plays = [_Run(args, args.work, sapo, seed, model, stop_at) for seed, sapo in batch]
+        outcomes: dict[int, tuple[str, float]] = {}
+
+        def play(i: int, run: _Run) -> None:
+            began = time.monotonic()
+            outcomes[i] = (run.play(), (time.monotonic() - began) / 60)
+
+        _say(", ".join(f"run {sapo.name} seed {seed}" for seed, sapo in batch)
+             + f": {args.nodes} nodes each, {args.rounds} rounds")
+        started = time.monotonic()
+        threads = [threading.Thread(target=play, args=(i, run)) for i, run in enumerate(plays)]
+        for thread in threads:
+            thread.start()
+        try:
+            while any(thread.is_alive() for thread in threads):
+                time.sleep(1.0)
+        except KeyboardInterrupt:
+            for run in plays:
+                run.cancelled.set()
+            for thread in threads:
+                thread.join()
+            _say("interrupted: the nodes were stopped; runs finished so far are in the results file")
+            return 130
+        minutes += (time.monotonic() - started) / 60
+        for i, (seed, sapo) in enumerate(batch):
+            outcome, took = outcomes.get(i, ("failed: crashed", 0.0))
+            summary = summarize(args, args.work, sapo, seed, outcome, took)
+            runs = [r for r in runs if not (r["config"] == sapo.name and r["seed"] == seed)] + [summary]
+            _say(f"run {sapo.name} seed {seed}: {outcome}, {took:.1f} min; held-out {summary['heldout_round0']} -> "
+                 f"{summary['heldout_final']}, cumulative reward {summary['cumulative_reward']}")
+        result = report(args, runs, minutes)
+        save(results_path, result)
+        draw(result, args.out)
+        if any(outcome == "out_of_time" for outcome, _ in outcomes.values()):
+            break
+    result = report(args, runs, minutes)
+    save(results_path, result)
+    draw(result, args.out)
+    _print_summary(result)
+    return 0
+
+
+def _print_summary(result: dict) -> None:
+    print(f"\nheld-out exact accuracy (greedy), {result['settings']['nodes']} nodes x "
+          f"{result['settings']['rounds']} rounds:")
+    print("| configuration | seeds | round 0 | final (mean) | sd | min..max | cumulative reward | min/run |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for name, c in result["per_config"].items():
+        print(f"| {name} | {','.join(map(str, c['seeds']))} | {c['heldout_round0_mean']} | {c['heldout_final_mean']}"
+              f" | {c['heldout_final_sd']} | {c['heldout_final_min']}..{c['heldout_final_max']}"
+              f" | {c['cumulative_reward_mean']} | {c['minutes_per_run']} |")
+    for c in result["comparisons"]:
+        print(f"{c['shared']} vs {c['solo']}: delta per seed {c['heldout_final_delta']}; shared >= solo on "
+              f"{c['seeds_shared_at_least_solo']} of {len(c['seeds'])} seeds")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,156 @@
+"""bench/swarm_vs_solo.py's bookkeeping: run folders -> per-run summary -> results file, resume, node settings.
+
+The sweep itself takes hours with the real model; these tests feed it run folders written by the node's own
+RunStore, so the numbers in bench/results/learning.json are computed by the code tested here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from node.events import EvalFinished, RoundMetrics
+from node.runstore import RunStore
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("swarm_vs_solo", REPO / "bench" / "swarm_vs_solo.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        del sys.modules[spec.name]
+
+
+def _args(bench, tmp_path: Path, **changes) -> argparse.Namespace:
+    args = dict(nodes=2, configs=["I=4,J=0", "I=2,J=2"], seeds=[0, 1], rounds=4, generations=4, max_new_tokens=48,
+                eval_every=2, eval_questions=8, eval_samples=0, eval_seed=0, gather_timeout=30.0, model="bundled",
+                set=None, work=tmp_path, out=tmp_path / "out", fresh=False, argv=["--rounds", "4"])
+    args.update(changes)
+    return argparse.Namespace(**args)
+
+
+def _metrics(round_: int, reward: float, wellformed: float, *, used: int = 0, equal: int = 0) -> RoundMetrics:
+    return RoundMetrics(
+        round=round_, rounds_trained=round_ + 1, reward_local=reward, reward_external=None, reward_train=reward,
+        loss=0.0, kl=None, completion_length=9.0, tokens_generated=100, generation_tokens_per_s=10.0,
+        seconds_generate=1.0, seconds_share=0.1, seconds_gather=0.5, seconds_train=1.0, seconds_total=3.0,
+        peers_seen=1, groups_shared=2, groups_received=used + equal, groups_used=used, groups_zero_advantage=equal,
+        groups_rejected=0, rejected_reasons={}, wellformed_rate=wellformed, difficulty={"products": 0},
+    )
+
+
+def _write_run(bench, args, sapo, seed: int, accuracies: list[list[float]], rewards: list[float]) -> None:
+    """One run folder per node: accuracies[node] at rounds 0, 2, 4; the same local reward every round."""
+    for index, node_accuracies in enumerate(accuracies):
+        store = RunStore(args.work / "runs" / bench.run_name(sapo, seed, index))
+        for round_ in range(args.rounds + 1):  # one round more than asked: the bench's stop comes after it
+            store.append_round(_metrics(round_, rewards[index], 0.1 * round_, used=1, equal=2), [])
+        evaluations = [*zip((0, 2, 4), node_accuracies), (2, 0.99)]  # a repeated evaluation is ignored
+        for n, accuracy in evaluations:
+            store.append_evaluation(EvalFinished(round=n, rounds_trained=n, questions=8, accuracy_greedy=accuracy,
+                                                 exact_mean=accuracy, score_mean=accuracy, wellformed_rate=0.5))
+
+
+def test_summary_of_a_run_reads_the_nodes_run_folders(bench, tmp_path):
+    args = _args(bench, tmp_path)
+    sapo = bench.Sapo.parse("I=2, J=2")
+    _write_run(bench, args, sapo, 0, [[0.1, 0.2, 0.5], [0.1, 0.3, 0.3]], [0.5, 0.25])
+    summary = bench.summarize(args, tmp_path, sapo, 0, "complete", 3.0)
+    assert summary["complete"] and summary["config"] == "I=2,J=2"
+    assert summary["heldout_round0"] == pytest.approx(0.1)
+    assert summary["heldout_final"] == pytest.approx(0.4)
+    assert summary["heldout_final_per_node"] == [0.5, 0.3]
+    # Rounds past the asked count are not counted: 4 rounds x (0.5 + 0.25).
+    assert summary["cumulative_reward"] == pytest.approx(3.0)
+    assert summary["wellformed_round0"] == pytest.approx(0.0)
+    assert summary["diagnostics"]["peer_groups_trained"] == 8
+    assert summary["diagnostics"]["peer_groups_equal_rewards"] == 16
+    assert [row[0] for row in summary["curves"][0]["heldout"]] == [0, 2, 4]
+
+
+def test_a_run_without_every_final_evaluation_is_incomplete(bench, tmp_path):
+    args = _args(bench, tmp_path)
+    sapo = bench.Sapo(4, 0)
+    _write_run(bench, args, sapo, 0, [[0.1, 0.2, 0.5], [0.1, 0.3]], [0.5, 0.25])
+    summary = bench.summarize(args, tmp_path, sapo, 0, "complete", 3.0)
+    assert not summary["complete"]
+
+
+def test_report_pairs_seeds_and_counts_where_sharing_is_at_least_solo(bench, tmp_path):
+    args = _args(bench, tmp_path)
+    runs = []
+    finals = {("I=4,J=0", 0): 0.3, ("I=2,J=2", 0): 0.3, ("I=4,J=0", 1): 0.4, ("I=2,J=2", 1): 0.35}
+    for (name, seed), final in finals.items():
+        sapo = bench.Sapo.parse(name)
+        _write_run(bench, args, sapo, seed, [[0.1, 0.2, final], [0.1, 0.2, final]], [final, final])
+        runs.append(bench.summarize(args, tmp_path, sapo, seed, "complete", 2.0))
+    result = bench.report(args, runs, 8.0)
+    assert result["heldout"]["config"] == "I=2,J=2"
+    assert result["heldout"]["round0"] == pytest.approx(0.1)
+    assert result["heldout"]["final"] == pytest.approx(0.325)
+    [comparison] = result["comparisons"]
+    assert comparison["heldout_final_delta"] == [pytest.approx(0.0), pytest.approx(-0.05)]
+    assert comparison["seeds_shared_at_least_solo"] == 1  # a tie counts as "at least"
+    assert {(r["config"], r["seed"]) for r in result["swarm_vs_solo"]} == set(finals)
+    assert result["per_config"]["I=4,J=0"]["heldout_final_sd"] == pytest.approx(0.0707, abs=1e-3)
+    json.dumps(result)  # the results file is plain JSON
+
+
+def test_resume_keeps_runs_of_the_same_settings_only(bench, tmp_path):
+    args = _args(bench, tmp_path)
+    path = tmp_path / "learning.json"
+    bench.save(path, bench.report(args, [{"complete": True, "config": "I=4,J=0", "seed": 0, "minutes": 5.0,
+                                          "heldout_round0": 0.1, "heldout_final": 0.2, "cumulative_reward": 1.0,
+                                          "wellformed_round0": 0.5, "wellformed_round10": None, "curves": []}], 5.0))
+    runs, minutes = bench.load_previous(path, args)
+    assert [r["seed"] for r in runs] == [0] and minutes == 5.0
+    assert bench.load_previous(path, _args(bench, tmp_path, rounds=6)) == ([], 0.0)
+    assert bench.load_previous(path, _args(bench, tmp_path, fresh=True)) == ([], 0.0)
+
+
+def test_node_settings_differ_between_configurations_only_in_i_and_j(bench, tmp_path):
+    args = _args(bench, tmp_path, set=["training.learning_rate=1e-5"])
+    solo = bench.node_config(args, tmp_path, bench.Sapo(4, 0), 1, 1, "bundled", [])
+    shared = bench.node_config(args, tmp_path, bench.Sapo(2, 2), 1, 1, "bundled", ["/ip4/127.0.0.1/tcp/1/p2p/Qm"])
+    assert (solo.training.local_questions, solo.training.external_groups) == (4, 0)
+    assert (shared.training.local_questions, shared.training.external_groups) == (2, 2)
+    assert solo.tasks.seed == shared.tasks.seed == 1001
+    assert solo.run.seed == shared.run.seed == 1 and solo.run.threads == 1
+    assert solo.training.learning_rate == 1e-5
+    assert solo.evaluation == shared.evaluation
+    differing = {
+        section for section in ("training", "tasks", "evaluation")
+        if getattr(solo, section).model_dump(exclude={"local_questions", "external_groups"})
+        != getattr(shared, section).model_dump(exclude={"local_questions", "external_groups"})
+    }
+    assert not differing
+
+
+def test_curves_are_drawn_from_finished_and_cut_short_runs(bench, tmp_path):
+    pytest.importorskip("matplotlib")
+    args = _args(bench, tmp_path)
+    runs = []
+    for name, seed, accuracies in (("I=4,J=0", 0, [0.1, 0.2, 0.3]), ("I=2,J=2", 0, [0.1, 0.3, 0.4]),
+                                   ("I=4,J=0", 1, [0.1, 0.2]), ("I=2,J=2", 1, [0.1, 0.25])):
+        sapo = bench.Sapo.parse(name)
+        _write_run(bench, args, sapo, seed, [accuracies, accuracies], [0.2, 0.3])
+        runs.append(bench.summarize(args, tmp_path, sapo, seed, "complete" if seed == 0 else "out_of_time", 2.0))
+    result = bench.report(args, runs, 8.0)
+    assert [(r["seed"], r["config"]) for r in result["swarm_vs_solo"]] == [(0, "I=4,J=0"), (0, "I=2,J=2")]
+    [partial] = result["partial_comparisons"]
+    assert (partial["seed"], partial["rounds"]) == (1, 2)
+    assert partial["heldout_shared"] == pytest.approx(0.25) and partial["heldout_solo"] == pytest.approx(0.2)
+    paths = bench.draw(result, tmp_path)
+    assert [p.name for p in paths] == ["learning_heldout.png", "learning_signals.png"]
+    assert all(p.stat().st_size > 10_000 for p in paths)
