@@ -103,7 +103,7 @@ def test_recommends_the_bundled_model_for_this_cpu():
     hw = this_cpu()
     rec = recommend(hw)
     assert (rec.model, rec.device, rec.train_dtype) == (BUNDLED, "cpu", "float32")
-    assert rec.generation_dtype == ("bfloat16" if hw.bf16_supported else "float32")
+    assert rec.generation_dtype == "float32"  # bf16 sampling on a CPU was measured slower than float32
     assert rec.micro_batch_groups == 0
     assert (rec.num_generations, rec.local_questions, rec.external_groups, rec.max_new_tokens) == (4, 2, 2, 48)
     assert rec.threads == max(1, hw.physical_cores - 1)
