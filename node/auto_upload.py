@@ -81,7 +81,9 @@ class AutoUploader:
             result = upload_run(self.config, token=token, progress=progress, cancel=self._cancel)
         except NodeError as exc:
             log.warning("automatic upload failed: %s", exc)
-            self.bus.emit(UploadFailed(repo_id=repo_id, message=exc.message, hint=exc.hint, code=exc.code))
+            # Whatever went wrong (the token check included), an automatic upload never stops training.
+            hint = exc.hint if "training goes on" in exc.hint else f"{exc.hint}; training goes on meanwhile"
+            self.bus.emit(UploadFailed(repo_id=repo_id, message=exc.message, hint=hint, code=exc.code))
             return
         except Exception as exc:  # noqa: BLE001 - an upload bug must never take the node down
             log.exception("automatic upload crashed")
