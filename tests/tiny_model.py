@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-from node.models import ResolvedModel, _prepare_for_generation
+from node.models import LOADING, ResolvedModel, _prepare_for_generation
 
 
 def tiny_random(
@@ -34,7 +34,7 @@ def tiny_random(
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
-    with torch.random.fork_rng(devices=[]):
+    with LOADING, torch.random.fork_rng(devices=[]):  # not while a load in another thread has tying switched off
         torch.manual_seed(0)
         model = LlamaForCausalLM(config)
     model.save_pretrained(out_dir)
