@@ -18,6 +18,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Protocol
 
+from node.errors import NodeError
 from node.game import STAGES
 from node.game.records import (
     MAX_STAGE_RECORD_BYTES, StageRecord, decode_stage_record, encode_stage_record,
@@ -242,4 +243,11 @@ def game_exchange_for(exchange) -> GameExchange:
         with _HUB_LOCK:  # the nodes of one board share one hub
             hub = exchange.board.__dict__.setdefault("game_hub", InMemoryGameHub())
         return hub.exchange(exchange.peer_id)
-    return DhtGameExchange(exchange)
+    # DhtGameExchange writes keys of the first swarm protocol; protocol v2's validator stores only SAPO's own key
+    # shapes, so the game's records would be refused by every peer. Refuse clearly until it speaks v2.
+    raise NodeError(
+        "The multi-stage game cannot run over the swarm network yet: this version's swarm protocol has no keys "
+        "for its stage records.",
+        hint="start or join the swarm with the SAPO game (swarm.game = \"sapo\", the default)",
+        code="game_unavailable",
+    )
