@@ -200,6 +200,10 @@ class ChainSettings(_Section):
     coordinator: str | None = Field(
         None, pattern=r"^0x[0-9a-fA-F]{40}$", description="SwarmCoordinator contract address; empty = the preset's"
     )
+    coordinator_version: Literal["auto", "0.4.2", "0.4.3", "0.5.1", "0.6.0"] = Field(
+        "auto", description="the SwarmCoordinator interface the swarm runs; auto = detect it, a version = detect and "
+        "refuse to start on any other",
+    )
     wallet: str = Field("default", pattern=r"^[a-z0-9][a-z0-9_-]{0,31}$", description="wallet name in the data folder")
     rpc_timeout_s: float = Field(10.0, gt=0.0, le=300.0, description="timeout of each RPC call")
     follow_round: bool = Field(True, description="jump to the chain's current round when it is ahead")

@@ -187,6 +187,29 @@ def test_node_refuses_a_chain_with_another_id(devchain, tmp_path, monkeypatch): 
     assert refused.value.code == "wrong_chain" and "685685" in refused.value.message
 
 
+def test_node_refuses_a_coordinator_of_another_version_than_configured(devchain, tmp_path, monkeypatch):  # noqa: F811
+    monkeypatch.setenv(PASSPHRASE_ENV, PASS)
+    target, _ = deployed(devchain, funded_account(devchain), "0.5.1")
+    node_wallet(devchain, tmp_path)
+
+    def participant(version):
+        return ChainParticipant(NodeConfig.build({
+            "run": {"data_dir": str(tmp_path)},
+            "chain": chain_settings(devchain, target.coordinator, coordinator_version=version, submit=False),
+        }), PEER, EventBus())
+
+    wrong = participant("0.6.0")
+    with pytest.raises(NodeError) as refused:
+        wrong.start()
+    wrong.stop()
+    assert refused.value.code == "chain_version" and "speaks the 0.5.1 interface, not 0.6.0" in refused.value.message
+    for version in ("0.5.1", "auto"):
+        right = participant(version)
+        right.start()
+        right.stop()
+        assert right.client.version.name == "0.5.1"
+
+
 def test_locked_wallet_is_a_clear_start_error(devchain, tmp_path, monkeypatch):  # noqa: F811
     monkeypatch.delenv(PASSPHRASE_ENV, raising=False)
     target, _ = deployed(devchain, funded_account(devchain))

@@ -97,7 +97,8 @@ class ChainParticipant:
         self.peer_id = peer_id
         self.bus = bus
         self.account = account or unlock_node_wallet(config)
-        self.client = CoordinatorClient(target, self.account, w3=w3)
+        expected = config.chain.coordinator_version
+        self.client = CoordinatorClient(target, self.account, w3=w3, version=None if expected == "auto" else expected)
         self.queue = SubmissionQueue(queue_path(config))
         self.coordinator = target.coordinator
         self._enabled = config.chain.submit
