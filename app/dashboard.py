@@ -13,7 +13,7 @@ from PySide6.QtWidgets import QGridLayout, QHBoxLayout, QLabel, QPushButton, QVB
 
 from app.charts import Chart
 from app.history import FATES, MOVING_AVERAGE_ROUNDS, PHASES, RunHistory
-from node.events import EvalFinished, RoundMetrics
+from node.events import EvalFinished, RoundFinished
 from node.game import STAGES
 
 # Okabe-Ito: distinguishable for colour-blind users and on dark and light backgrounds.
@@ -137,11 +137,11 @@ class Dashboard(QWidget):
 
     # -- data ----------------------------------------------------------------------------------------------
 
-    def load_history(self, metrics: list[RoundMetrics], evaluations: list[EvalFinished] = ()) -> None:
+    def load_history(self, metrics: list[RoundFinished], evaluations: list[EvalFinished] = ()) -> None:
         self.history = RunHistory.from_metrics(metrics, evaluations)
         self._redraw()
 
-    def add_round(self, metrics: RoundMetrics) -> None:
+    def add_round(self, metrics: RoundFinished) -> None:
         if self.history.rounds and metrics.round <= self.history.rounds[-1]:
             return  # a replay of a round we already show (e.g. history loaded after the event was queued)
         self.history.add(metrics)

@@ -7,17 +7,14 @@ happens to be free; when free RAM is short right now, a separate note says to cl
 
 from __future__ import annotations
 
-from node.api import ModelFit
+from node.api import Hardware, ModelFit
 from node.units import format_bytes
 
 TIGHT = 0.7  # past 70 % of the memory it is "tight": fragmentation and other programs eat the rest (node.models)
 
 
-def budget(hardware: dict) -> int:
-    gpus = hardware.get("gpus") or []
-    if hardware.get("kind") == "cuda" and gpus:
-        return int(gpus[0]["total_memory_bytes"])
-    return int(hardware.get("total_ram_bytes") or 0)
+def budget(hardware: Hardware | None) -> int:
+    return hardware.budget_bytes if hardware else 0
 
 
 def label(required: int, available: int) -> str:
@@ -35,23 +32,23 @@ def required(model: ModelFit, *, sequences_per_pass: int, max_new_tokens: int) -
     return model.base_bytes + model.bytes_per_token * sequences_per_pass * (model.prompt_tokens + max_new_tokens)
 
 
-def free_ram_note(hardware: dict, need: int) -> str:
+def free_ram_note(hardware: Hardware | None, need: int) -> str:
     """A note when the RAM free right now is less than the node needs (only where the model trains in RAM)."""
-    if hardware.get("kind") == "cuda":
+    if hardware is None or hardware.kind == "cuda":
         return ""
-    free = int(hardware.get("available_ram_bytes") or 0)
+    free = hardware.available_ram_bytes
     if free and need > free:
         return (f"Only {format_bytes(free)} of RAM is free right now: close other programs before training, "
                 f"or choose a smaller round.")
     return ""
 
 
-def describe(model: ModelFit, hardware: dict, *, sequences_per_pass: int, max_new_tokens: int) -> tuple[str, str]:
+def describe(model: ModelFit, hardware: Hardware | None, *, sequences_per_pass: int, max_new_tokens: int) -> tuple[str, str]:
     """(label, one line for the user) for ``model`` with this round shape."""
     need = required(model, sequences_per_pass=sequences_per_pass, max_new_tokens=max_new_tokens)
     total = budget(hardware)
     verdict = label(need, total)
-    where = "GPU memory" if hardware.get("kind") == "cuda" else "RAM"
+    where = "GPU memory" if hardware and hardware.kind == "cuda" else "RAM"
     text = f"Needs about {format_bytes(need)} of {format_bytes(total)} {where}: {verdict}."
     note = free_ram_note(hardware, need)
     return verdict, f"{text} {note}".strip()

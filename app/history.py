@@ -6,7 +6,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 
-from node.events import EvalFinished, RoundMetrics
+from node.events import EvalFinished, RoundFinished
 from node.game import STAGE_MAX_REWARD, STAGES
 
 MOVING_AVERAGE_ROUNDS = 10
@@ -53,10 +53,10 @@ class RunHistory:
     stage_accuracy: dict[str, list[float]] = field(default_factory=lambda: {"answer": [], "swarm_final": []})
     totals: Counter = field(default_factory=Counter)
     evaluations: list[EvalFinished] = field(default_factory=list)
-    last: RoundMetrics | None = None
+    last: RoundFinished | None = None
 
     @classmethod
-    def from_metrics(cls, metrics: list[RoundMetrics], evaluations: list[EvalFinished] = ()) -> RunHistory:
+    def from_metrics(cls, metrics: list[RoundFinished], evaluations: list[EvalFinished] = ()) -> RunHistory:
         history = cls()
         for row in metrics:
             history.add(row)
@@ -64,7 +64,7 @@ class RunHistory:
             history.add_evaluation(result)
         return history
 
-    def add(self, m: RoundMetrics) -> None:
+    def add(self, m: RoundFinished) -> None:
         self.rounds.append(m.round)
         self.reward_local.append(m.reward_local)
         self.reward_external.append(_nan(m.reward_external))
@@ -133,7 +133,7 @@ class RunHistory:
         return why + advice
 
 
-def fates_of(m: RoundMetrics) -> dict[str, int]:
+def fates_of(m: RoundFinished) -> dict[str, int]:
     """Received peer groups by fate; whatever the node did not account for counts as not needed."""
     known = {"used": m.groups_used, "dropped": m.groups_zero_advantage, "rejected": m.groups_rejected}
     not_needed = max(m.groups_not_needed, m.groups_received - sum(known.values()))

@@ -30,7 +30,7 @@ from app.worker import Worker
 from node.api import HardwareReport
 from node.config import NodeConfig
 from node.events import (
-    CheckpointSaved, EvalFinished, Event, NodeFailed, NodeStarted, PeerJoined, PeerLeft, RolloutSample, RoundMetrics,
+    CheckpointSaved, EvalFinished, Event, ErrorReported, NodeStarted, PeerJoined, PeerLeft, RolloutSample, RoundFinished,
     RoundProgress, UploadFailed, UploadFinished,
 )
 from node.hub_auth import PASSPHRASE_ENV
@@ -192,7 +192,7 @@ class MainWindow(QMainWindow):
             self.account.set_peer(event.peer_id)
             if event.resumed_from_round is not None:
                 self.load_run_history()  # the node cut its history back to the checkpoint
-        elif isinstance(event, RoundMetrics):
+        elif isinstance(event, RoundFinished):
             self.dashboard.add_round(event)
             self.header.progress.on_round(event)
             self.header.set_totals(self.dashboard.history)
@@ -206,7 +206,7 @@ class MainWindow(QMainWindow):
             self.dashboard.add_evaluation(event)
         elif isinstance(event, RolloutSample):
             self.gossip.add_samples([event])
-        elif isinstance(event, NodeFailed):
+        elif isinstance(event, ErrorReported):
             problem = Problem(event.message, event.hint)
             self.statusBar().showMessage(problem.text(), 15000)
             self.notify("RL Swarm: problem", problem.text(), critical=event.fatal)

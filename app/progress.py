@@ -8,7 +8,7 @@ import time
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QWidget
 
-from node.events import RoundMetrics, RoundProgress
+from node.events import RoundFinished, RoundProgress
 
 RECENT_ROUNDS = 5
 ROUND_PHASES = ("generating", "sharing", "waiting_for_peers", "training")  # the ones inside a round: an ETA applies
@@ -52,7 +52,7 @@ def phase_text(progress: RoundProgress) -> str:
 
 
 class RoundProgressView(QWidget):
-    """Fed with the node's RoundProgress and RoundMetrics events; idle (hidden bar) between runs."""
+    """Fed with the node's RoundProgress and RoundFinished events; idle (hidden bar) between runs."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -81,7 +81,7 @@ class RoundProgressView(QWidget):
         self.timer.start()
         self.idle()
 
-    def load(self, metrics: list[RoundMetrics]) -> None:
+    def load(self, metrics: list[RoundFinished]) -> None:
         self.round_seconds = [m.seconds_total for m in metrics][-RECENT_ROUNDS:]
 
     def on_progress(self, progress: RoundProgress) -> None:
@@ -97,7 +97,7 @@ class RoundProgressView(QWidget):
         self.bar.show()
         self._update_eta(self.clock())
 
-    def on_round(self, metrics: RoundMetrics) -> None:
+    def on_round(self, metrics: RoundFinished) -> None:
         self.round_seconds = (self.round_seconds + [metrics.seconds_total])[-RECENT_ROUNDS:]
         self.current = None
         self.round_started = None

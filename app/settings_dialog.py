@@ -15,7 +15,7 @@ from PySide6.QtWidgets import (
 from app import fit
 from app.errors import ErrorLabel, Problem
 from app.node_query import NodeQuery
-from node.api import HardwareReport
+from node.api import HardwareReport, default_threads
 from node.config import NodeConfig
 from node.errors import NodeError
 
@@ -34,7 +34,6 @@ class SettingsDialog(QDialog):
         self.result_config: NodeConfig | None = None
         self.wizard_requested = False
         self.hardware: HardwareReport | None = None
-        cores = psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
         t = config.training
 
         self.model = QComboBox()
@@ -58,7 +57,7 @@ class SettingsDialog(QDialog):
         self.model.currentIndexChanged.connect(self.update_fit)
 
         self.threads = QSpinBox(minimum=0, maximum=max(1, psutil.cpu_count() or 1))
-        self.threads.setSpecialValueText(f"automatic ({max(1, cores - 1)}: all cores but one)")
+        self.threads.setSpecialValueText(f"automatic ({default_threads()}: all cores but one)")
         self.threads.setValue(config.run.threads or 0)
         self.gpu_cap = QSpinBox(minimum=0, maximum=100, suffix=" %")
         self.gpu_cap.setSpecialValueText("no cap")

@@ -18,7 +18,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
 from node.config import NodeConfig
-from node.events import Event, NodeFailed, StateChanged
+from node.events import Event, ErrorReported, StateChanged
 from node.process_client import EventStreamParser, NodeProcess, describe_exit
 from node.platform_support import wsl_config
 
@@ -64,7 +64,7 @@ class NodeSupervisor(QObject):
         self.stop_timeout_s = stop_timeout_s
         self.state: SupervisorState = "stopped"
         self.detail = ""
-        self.last_error: NodeFailed | None = None
+        self.last_error: ErrorReported | None = None
         self.last_exit_code: int | None = None
         self.environment: dict[str, str] = {}  # extra variables for the node (e.g. the secret-store passphrase)
         self._process: NodeProcess | None = None
@@ -186,7 +186,7 @@ class NodeSupervisor(QObject):
             # still shuts its swarm down after saying "stopped").
             if not self._stop_requested:
                 self._set_state(event.state, detail)
-        elif isinstance(event, NodeFailed):
+        elif isinstance(event, ErrorReported):
             self.last_error = event
         self.event.emit(event)
 

@@ -15,7 +15,7 @@ from PySide6.QtWidgets import (
 )
 
 from app import fit
-from app.networks import Network, load_networks, save_network
+from app.saved_swarms import Network, load_networks, save_network
 from app.node_query import NodeQuery
 from app.wallet_page import WalletPage
 from node.api import HardwareReport, ModelFit
@@ -166,7 +166,7 @@ class HardwarePage(QWizardPage):
         self.data = report
         rec = report.recommendation
         kind = {"cuda": "NVIDIA GPU (CUDA)", "mps": "Apple GPU (Metal)", "cpu": "CPU only"}[report.kind]
-        self.found.setText(f"<b>{kind}</b><br>{report.hardware.get('description', '')}")
+        self.found.setText(f"<b>{kind}</b><br>{report.hardware.description if report.hardware else ''}")
         recommended = report.model(rec.model)
         threads = f"{rec.threads} CPU thread" + ("s" if rec.threads != 1 else "")
         self.advice.setText(
@@ -180,7 +180,7 @@ class HardwarePage(QWizardPage):
 
     def _failed(self, message: str) -> None:
         self.found.setText(f"Hardware detection failed: {message}. The node will fall back to the CPU.")
-        self.data = HardwareReport({}, None, [])  # no advice: the node decides at start
+        self.data = HardwareReport(None, None, [])  # no advice: the node decides at start
         self.completeChanged.emit()
 
     def isComplete(self) -> bool:  # noqa: N802
@@ -213,7 +213,7 @@ class ModelPage(QWizardPage):
 
     def initializePage(self) -> None:  # noqa: N802
         report = self.hardware.data
-        self.hardware_info = report.hardware if report else {}
+        self.hardware_info = report.hardware if report else None
         # Labels follow total memory, so they do not change between runs with what happens to be free.
         total = fit.budget(self.hardware_info)
         self.models = [dataclasses.replace(m, label=fit.label(m.required_bytes, total)) if total else m

@@ -33,7 +33,7 @@ from app.gui import app_icon, setup_app_logging  # noqa: E402
 from app.main_window import MainWindow  # noqa: E402
 from app.supervisor import NodeSupervisor  # noqa: E402
 from node.config import NodeConfig  # noqa: E402
-from node.events import RoundMetrics  # noqa: E402
+from node.events import RoundFinished  # noqa: E402
 
 TICK_MS = 10
 
@@ -109,8 +109,8 @@ def main() -> int:
 
     sampler = QTimer(interval=1000)
     sampler.timeout.connect(sample_memory)
-    rounds: list[RoundMetrics] = []
-    supervisor.event.connect(lambda e: rounds.append(e) if isinstance(e, RoundMetrics) else None)
+    rounds: list[RoundFinished] = []
+    supervisor.event.connect(lambda e: rounds.append(e) if isinstance(e, RoundFinished) else None)
     supervisor.event.connect(lambda e: happenings.append((clock.nsecsElapsed() / 1e9, e.kind)))
     supervisor.stateChanged.connect(lambda state, _: app.quit() if state in ("finished", "failed", "crashed") else None)
     started = time.monotonic()

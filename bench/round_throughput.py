@@ -35,7 +35,7 @@ from node import models  # noqa: E402
 from node.grpo import GrpoLearner, Policy, TrainGroup  # noqa: E402
 from node.identity import load_or_create  # noqa: E402
 from node.records import RoundRecord, SharedGroup  # noqa: E402
-from node.swarm import Swarm  # noqa: E402
+from node.swarm import DhtExchange  # noqa: E402
 from node.taskref import DEFAULT_FAMILIES  # noqa: E402
 from node.tasks import TaskSource, build_messages, score  # noqa: E402
 
@@ -85,7 +85,7 @@ def ours(base, tokenizer, rounds, work: Path, generation_dtype, *, num_generatio
         loss_type="grpo", max_grad_norm=1.0, seed=0,
     )
     identity = load_or_create(work / f"identity-{generation_dtype}".replace("torch.", ""))
-    swarm = Swarm(identity, swarm_name="bench", host="127.0.0.1")
+    swarm = DhtExchange(identity, swarm_name="bench", host="127.0.0.1")
     swarm.start()
     rows = []
     try:

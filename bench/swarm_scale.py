@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from node.errors import NodeError  # noqa: E402
 from node.identity import load_or_create  # noqa: E402
 from node.records import GroupRecord, RoundRecord, SharedGroup, encode_group_record  # noqa: E402
-from node.swarm import Swarm  # noqa: E402
+from node.swarm import DhtExchange  # noqa: E402
 from node.taskref import TaskRef  # noqa: E402
 
 J = 8
@@ -70,7 +70,7 @@ def full_record(peer_id: str, round_: int) -> RoundRecord:
     )
 
 
-def daemon_read(swarm: Swarm) -> int:
+def daemon_read(swarm: DhtExchange) -> int:
     """Bytes the peer's p2pd read: from the network (replicas stored on us, routing, framing) and from us."""
     try:
         return swarm._daemon.io_counters().read_chars
@@ -88,11 +88,11 @@ def rss_of(process: psutil.Process) -> int:
 def run_size(n: int, rounds: int, folder: Path, pool: ThreadPoolExecutor) -> list[dict]:
     me = psutil.Process()
     rss_before = rss_of(me)
-    peers: list[Swarm] = []
+    peers: list[DhtExchange] = []
     started = time.monotonic()
     for i in range(n):
         bootstrap = random.choice(peers).invite() if peers else ()
-        swarm = Swarm(load_or_create(folder / f"p{i}.key"), swarm_name=f"bench{n}", host="127.0.0.1",
+        swarm = DhtExchange(load_or_create(folder / f"p{i}.key"), swarm_name=f"bench{n}", host="127.0.0.1",
                       initial_peers=bootstrap, call_timeout=10.0, groups_wanted=J)
         swarm.start()
         peers.append(swarm)
@@ -105,7 +105,7 @@ def run_size(n: int, rounds: int, folder: Path, pool: ThreadPoolExecutor) -> lis
             before = {id(p): p.traffic.copy() for p in alive}
             io_before = {id(p): daemon_read(p) for p in alive}
 
-            def publish(swarm: Swarm) -> float:
+            def publish(swarm: DhtExchange) -> float:
                 t0 = time.monotonic()
                 ok = swarm.publish(full_record(swarm.peer_id, round_))
                 swarm.announce_round(round_)
@@ -119,7 +119,7 @@ def run_size(n: int, rounds: int, folder: Path, pool: ThreadPoolExecutor) -> lis
                     victim._daemon.kill()  # a crash: its p2pd vanishes mid-round, nothing says goodbye
                 alive = [p for p in alive if p not in killed]
 
-            def gather(swarm: Swarm) -> tuple[float, int]:
+            def gather(swarm: DhtExchange) -> tuple[float, int]:
                 t0 = time.monotonic()
                 got = 0
                 while True:

@@ -47,7 +47,7 @@ if str(REPO) not in sys.path:
 
 from node.config import NodeConfig  # noqa: E402
 from node.demo import DEMO_MAX_NEW_TOKENS, demo_config  # noqa: E402
-from node.events import EvalFinished, RoundMetrics, event_from_json  # noqa: E402
+from node.events import EvalFinished, RoundFinished, event_from_json  # noqa: E402
 from node.launch import kill_tree, node_command, popen_options  # noqa: E402
 from node.runstore import RunStore  # noqa: E402
 
@@ -328,7 +328,7 @@ def _one_per_round(evaluations: list[EvalFinished]) -> list[EvalFinished]:
     return [by_round[n] for n in sorted(by_round)]
 
 
-def _diagnostics(metrics: list[RoundMetrics]) -> dict:
+def _diagnostics(metrics: list[RoundFinished]) -> dict:
     """Why sharing helps or not: what happened to peer groups, and how many rounds had a gradient at all."""
     if not metrics:
         return {}

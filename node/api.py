@@ -20,6 +20,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
+import psutil
+
 from node.errors import NodeError
 
 # The model id of SmolLM2-135M-Instruct shipped with the app (see node.models).
@@ -72,23 +74,55 @@ class ModelFit:
 
 
 @dataclass(frozen=True)
+class Gpu:
+    name: str
+    total_memory_bytes: int
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """What the node detected (``node.hardware.HardwareInfo`` as the app reads it)."""
+
+    kind: Literal["cuda", "mps", "cpu"]
+    description: str  # one line for people: the device, cores, memory
+    physical_cores: int
+    total_ram_bytes: int
+    available_ram_bytes: int
+    gpus: tuple[Gpu, ...] = ()
+
+    @property
+    def budget_bytes(self) -> int:
+        """The memory a model trains in: the first GPU's with CUDA, else the computer's total RAM (MPS shares it)."""
+        if self.kind == "cuda" and self.gpus:
+            return self.gpus[0].total_memory_bytes
+        return self.total_ram_bytes
+
+    @classmethod
+    def from_json(cls, data: Any) -> Hardware:
+        hardware = decode(cls, data)
+        if not isinstance(hardware.gpus, (list, tuple)):
+            raise _unreadable("gpus is not a list")
+        return dataclasses.replace(hardware, gpus=tuple(decode(Gpu, gpu) for gpu in hardware.gpus))
+
+
+@dataclass(frozen=True)
 class HardwareReport:
     """The answer of ``rl-swarm-node hardware --json``."""
 
-    hardware: dict[str, Any]  # node.hardware.HardwareInfo.to_dict(): kind, cores, RAM, GPUs, description
-    recommendation: Recommendation | None  # None when detection failed: the node then decides at start
+    hardware: Hardware | None  # None when detection failed: the node then decides at start
+    recommendation: Recommendation | None
     models: list[ModelFit] = field(default_factory=list)
 
     @property
     def kind(self) -> Literal["cuda", "mps", "cpu"]:
-        return self.hardware.get("kind", "cpu")
+        return self.hardware.kind if self.hardware else "cpu"
 
     def model(self, model_id: str) -> ModelFit | None:
         return next((fit for fit in self.models if fit.id == model_id), None)
 
     def to_json(self) -> dict[str, Any]:
         advice = dataclasses.asdict(self.recommendation) if self.recommendation else None
-        return {"hardware": self.hardware, "recommendation": advice,
+        return {"hardware": dataclasses.asdict(self.hardware) if self.hardware else None, "recommendation": advice,
                 "models": [dataclasses.asdict(fit) for fit in self.models]}
 
     @classmethod
@@ -103,8 +137,15 @@ class HardwareReport:
         if not isinstance(models, list):
             raise _unreadable("models is not a list")
         advice = data.get("recommendation")
-        return cls(hardware, None if advice is None else decode(Recommendation, advice),
+        return cls(Hardware.from_json(hardware), None if advice is None else decode(Recommendation, advice),
                    [decode(ModelFit, model) for model in models])
+
+
+def default_threads(physical_cores: int | None = None) -> int:
+    """Torch threads when ``[run] threads`` is unset: all physical cores but one, so the desktop stays responsive
+    while the node trains."""
+    cores = physical_cores or psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
+    return max(1, cores - 1)
 
 
 T = TypeVar("T")

@@ -306,12 +306,12 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def _cmd_hardware(args: argparse.Namespace) -> int:
     from node import hardware
-    from node.api import HardwareReport
+    from node.api import Hardware, HardwareReport
 
     info = hardware.detect()
     advice = hardware.recommend(info)
     if args.json:
-        report = HardwareReport(info.to_dict(), advice, hardware.catalog_fits(info, advice))
+        report = HardwareReport(Hardware.from_json(info.to_dict()), advice, hardware.catalog_fits(info, advice))
         print(json.dumps(report.to_json(), indent=2))
         return 0
     print(info.describe())

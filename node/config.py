@@ -21,6 +21,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from node.errors import NodeError
 from node.records import MAX_ROUND
 
+# A swarm or run name: it becomes part of DHT keys, invites and folder names.
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+
 APP_NAME = "rl-swarm"
 
 
@@ -111,7 +114,7 @@ GAMES: tuple[str, ...] = get_args(Game)
 class SwarmSettings(_Section):
     """How this node finds and talks to its peers, and which game the swarm plays."""
 
-    swarm_name: str = Field("local", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+    swarm_name: str = Field("local", pattern=NAME_PATTERN)
     game: Game = Field(
         "sapo",
         description="sapo = share rollouts, one GRPO update per round; multistage = answer, critique peers' answers, "
@@ -180,7 +183,7 @@ class RunSettings(_Section):
     """Where results go, how long to run and how much of the machine to use."""
 
     data_dir: Path = Field(default_factory=default_data_dir)
-    run_name: str = Field("default", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+    run_name: str = Field("default", pattern=NAME_PATTERN)
     identity_file: Path | None = Field(None, description="libp2p peer key; empty = <data_dir>/identity/swarm.key")
     rounds: int | None = Field(None, ge=1, description="stop after this many rounds; empty = run until stopped")
     checkpoint_every: int = Field(5, ge=1, description="save model, optimizer and round every N rounds")

@@ -53,7 +53,7 @@ class StateChanged(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
-class RoundMetrics(Event):
+class RoundFinished(Event):
     """Everything measured in one round; also the row persisted in the run's metrics.jsonl."""
 
     kind: ClassVar[str] = "round_finished"
@@ -174,7 +174,7 @@ class CheckpointSaved(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
-class NodeFailed(Event):
+class ErrorReported(Event):
     """A problem the user should see; ``fatal`` ones stop the node."""
 
     kind: ClassVar[str] = "error"
@@ -253,7 +253,7 @@ class UploadFailed(Event):
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls
     for cls in (
-        NodeStarted, StateChanged, RoundMetrics, RolloutSample, RoundProgress, EvalFinished, PeerJoined, PeerLeft, CheckpointSaved, NodeFailed,
+        NodeStarted, StateChanged, RoundFinished, RolloutSample, RoundProgress, EvalFinished, PeerJoined, PeerLeft, CheckpointSaved, ErrorReported,
         ChainStatus, ChainTransaction,
         UploadProgress, UploadFinished, UploadFailed,
     )

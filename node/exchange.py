@@ -1,6 +1,6 @@
 """What a round needs from the rollout exchange, and an in-memory exchange to play rounds without a network.
 
-:class:`node.swarm.Swarm` (the exchange over hivemind's DHT) is the real implementation; :class:`InMemoryExchange`
+:class:`node.swarm.DhtExchange` (the exchange over hivemind's DHT) is the real implementation; :class:`InMemoryExchange`
 is the same contract over a dictionary shared by the nodes of one process, for tests and experiments.
 """
 

@@ -32,7 +32,7 @@ from typing import Literal
 import psutil
 import torch
 
-from node.api import ModelFit, Recommendation
+from node.api import ModelFit, Recommendation, default_threads
 from node.models import BUNDLED, CATALOG, GIB, estimate_training_bytes, fit_label
 
 PROMPT_TOKENS = 256  # a reasoning-gym question in the chat template; completions come on top
@@ -249,6 +249,6 @@ def recommend(hw: HardwareInfo) -> Recommendation:
         external_groups=j,
         max_new_tokens=max_new_tokens,
         micro_batch_groups=micro,
-        threads=max(1, hw.physical_cores - 1),
+        threads=default_threads(hw.physical_cores),
         reason=reason,
     )

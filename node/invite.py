@@ -15,14 +15,14 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 import psutil
 
-from node.config import GAMES
+from node.config import GAMES, NAME_PATTERN
 from node.errors import NodeError
 
 PREFIX = "rl-swarm:join?"
 _MULTIADDR = re.compile(
     r"^/(ip4|ip6|dns|dns4|dns6)/[^/\s]+/(tcp|udp)/\d{1,5}(/quic(-v1)?)?/p2p/[1-9A-HJ-NP-Za-km-z]{40,60}$"
 )
-_SWARM = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_SWARM = re.compile(NAME_PATTERN)
 
 
 @dataclass(frozen=True)

@@ -5,16 +5,10 @@ from __future__ import annotations
 import contextlib
 import os
 
-import psutil
 import torch
 
+from node.api import default_threads
 from node.errors import NodeError
-
-
-def default_threads() -> int:
-    """All physical cores but one, so the desktop stays responsive while the node trains."""
-    physical = psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
-    return max(1, physical - 1)
 
 
 def apply_resource_limits(*, threads: int | None, gpu_memory_fraction: float | None, device: str) -> dict:

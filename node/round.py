@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from node.curriculum import Curriculum
-from node.events import RolloutSample, RoundMetrics, RoundProgress
+from node.events import RolloutSample, RoundFinished, RoundProgress
 from node.exchange import Exchange
 from node.grpo import Completion, GrpoLearner, Policy, StepStats, TrainGroup
 from node.identity import peer_name
@@ -101,7 +101,7 @@ class Gathering:
 
 @dataclass
 class RoundOutcome:
-    metrics: RoundMetrics
+    metrics: RoundFinished
     samples: list[RolloutSample]
     peers: set[str]
     rewards_by_peer: dict[str, list[float]]  # for the chain's reward submission
@@ -173,7 +173,7 @@ def play_round(
     external_rewards = [r for group in selection.chosen for r in group.rewards]
     rejected = Counter(r.reason for r in gathering.rejected) + gathering.undecodable
     received = len(gathering.candidates) + sum(rejected.values())
-    metrics = RoundMetrics(
+    metrics = RoundFinished(
         round=number,
         rounds_trained=rounds_trained + 1,
         reward_local=_mean(local_rewards),

@@ -25,7 +25,7 @@ from node.curriculum import Curriculum, TaskMix, default_mix
 from node.errors import NodeError
 from node.evaluation import EvalCancelled, EvalSettings, Evaluator
 from node.events import (
-    CheckpointSaved, EventBus, NodeFailed, NodeStarted, NodeState, PeerJoined, PeerLeft, RoundProgress,
+    CheckpointSaved, EventBus, ErrorReported, NodeStarted, NodeState, PeerJoined, PeerLeft, RoundProgress,
     StateChanged,
 )
 from node.exchange import Exchange
@@ -98,12 +98,12 @@ class SwarmNode:
             self._setup()
             self._loop()
         except NodeError as exc:
-            self.bus.emit(NodeFailed(message=exc.message, hint=exc.hint, fatal=True))
+            self.bus.emit(ErrorReported(message=exc.message, hint=exc.hint, fatal=True))
             self._set_state("error", exc.message)
             raise
         except Exception as exc:
             log.exception("node crashed")
-            self.bus.emit(NodeFailed(message=f"node crashed: {exc!r}", hint="see the node log", fatal=True))
+            self.bus.emit(ErrorReported(message=f"node crashed: {exc!r}", hint="see the node log", fatal=True))
             self._set_state("error", repr(exc))
             raise
         finally:
@@ -194,7 +194,7 @@ class SwarmNode:
                 # e.g. saved by a version that followed a hostile round clock: keep the weights, rejoin the swarm
                 message = f"the checkpoint's round {state.round!r} is out of bounds (0..{MAX_ROUND}): repaired"
                 log.warning("%s; the node follows the swarm's round instead", message)
-                self.bus.emit(NodeFailed(message=message, hint="the node follows the swarm's round", fatal=False))
+                self.bus.emit(ErrorReported(message=message, hint="the node follows the swarm's round", fatal=False))
                 self.last_round = None
             self.rounds_trained = state.rounds_trained
             log.info("resumed from the checkpoint of round %d (%d rounds trained)", state.round, state.rounds_trained)
@@ -384,9 +384,9 @@ def task_mix(cfg: NodeConfig, params: int | None) -> TaskMix:
 
 def _dht_exchange(cfg: NodeConfig, identity: Identity, initial_peers: list[str]) -> Exchange:
     from node.clock import ClockPolicy
-    from node.swarm import Swarm  # hivemind loads only for nodes that use the DHT
+    from node.swarm import DhtExchange  # hivemind loads only for nodes that use the DHT
 
-    return Swarm(
+    return DhtExchange(
         identity, swarm_name=cfg.swarm.swarm_name, initial_peers=initial_peers, host=cfg.swarm.host,
         port=cfg.swarm.port, record_ttl=cfg.swarm.record_ttl_s, call_timeout=cfg.swarm.call_timeout_s,
         groups_wanted=cfg.training.external_groups, max_fetches_per_round=cfg.swarm.max_fetches_per_round,

@@ -14,7 +14,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from node.events import EvalFinished, RolloutSample, RoundMetrics, event_from_json
+from node.events import EvalFinished, RolloutSample, RoundFinished, event_from_json
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ class RunStore:
         self.samples_path = run_dir / SAMPLES_FILE
         self.evaluations_path = run_dir / EVALUATIONS_FILE
 
-    def append_round(self, metrics: RoundMetrics, samples: Iterable[RolloutSample]) -> None:
+    def append_round(self, metrics: RoundFinished, samples: Iterable[RolloutSample]) -> None:
         # Samples first: a crash between the two writes leaves samples of a round without metrics, which
         # truncate_after() removes on resume, never metrics that point at missing samples.
         _append_lines(self.samples_path, [sample.to_json() for sample in samples])
@@ -43,8 +43,8 @@ class RunStore:
     def evaluations(self) -> list[EvalFinished]:
         return [event for event in _read_events(self.evaluations_path) if isinstance(event, EvalFinished)]
 
-    def metrics(self) -> list[RoundMetrics]:
-        return [event for event in _read_events(self.metrics_path) if isinstance(event, RoundMetrics)]
+    def metrics(self) -> list[RoundFinished]:
+        return [event for event in _read_events(self.metrics_path) if isinstance(event, RoundFinished)]
 
     def samples(self, *, last: int | None = None) -> list[RolloutSample]:
         events = [event for event in _read_events(self.samples_path) if isinstance(event, RolloutSample)]

@@ -5,7 +5,7 @@ Why we do not use ``hivemind.DHT``: it runs a ``DHTNode`` in a forked child proc
 ~16 KiB makes the child's ``recv()`` raise; the child's loop dies and the caller blocks forever. Instead we run
 ``hivemind.dht.node.DHTNode`` directly, on our own asyncio loop in a daemon thread of the node process. Public methods
 are synchronous: each submits a coroutine to that loop and waits with a timeout, so a stuck network can delay the
-caller by at most ``call_timeout`` (counted in :attr:`Swarm.timeouts`), never hang it.
+caller by at most ``call_timeout`` (counted in :attr:`DhtExchange.timeouts`), never hang it.
 
 Layout (protocol v2) for a swarm ``S`` with ``D`` directory shards; a peer's shard is a hash of its peer id:
 
@@ -26,7 +26,7 @@ per key, with the record shape that key holds and an expiry at most ``MAX_ENTRY_
 :class:`BoundedStorage` caps the bytes a node stores and caches and the entries per key, so that no response (and
 no push of our storage to a newcomer) can exceed the message cap.
 
-The p2pd daemon is a child process of the node: :meth:`Swarm.shutdown` (also run at exit) stops it, killing it if it
+The p2pd daemon is a child process of the node: :meth:`DhtExchange.shutdown` (also run at exit) stops it, killing it if it
 does not stop in time, so no daemon or unix socket under /tmp outlives the node.
 """
 
@@ -45,7 +45,7 @@ import socket
 import threading
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -65,6 +65,7 @@ from hivemind.utils.timed_storage import get_dht_time
 
 from node.clock import ClockPolicy, follow_round
 from node.errors import NodeError
+from node.game.records import decode_stage_record
 from node.identity import Identity, peer_id_from_public_key
 from node.records import (
     MAX_GROUP_RECORD_BYTES, MAX_ROUND, GroupRecord, Pointer, RecordRejected, RoundRecord,
@@ -78,6 +79,7 @@ T = TypeVar("T")
 PROTOCOL = "v2"
 MAX_ENTRY_TTL_S = 3600.0  # no entry lives longer, whatever its signer asks for
 _CLOCK_SKEW_S = 60.0
+MAX_GAME_POSITION = 3 * MAX_ROUND + 2  # the multi-stage game's clock value of round MAX_ROUND's third stage
 MAX_ENTRIES_PER_KEY = 256  # directory and clock shards: 256 x ~1 KB signed entries
 # Bounds on what one node keeps: storage + cache stay below the message cap, so neither a lookup response nor
 # hivemind's push of our storage to a newcomer can exceed it (an oversized message drops the peer from routing).
@@ -132,8 +134,9 @@ def shard_of(peer_id: str, shards: int) -> int:
     return int.from_bytes(hashlib.sha256(peer_id.encode()).digest()[:8], "big") % shards
 
 
-class Swarm:
-    """This node's membership in one swarm: publishes and gathers round records through the DHT."""
+class DhtExchange:
+    """The rollout exchange of :mod:`node.exchange` over hivemind's DHT: this node's membership in one swarm, which
+    publishes and gathers round records (the in-memory exchange is the same interface without a network)."""
 
     def __init__(
         self,
@@ -561,7 +564,54 @@ class Swarm:
         _remove_stale_sockets(_daemon_sockets() - self._sockets_before)
         logger.info("Swarm %r: left", self._swarm_name)
 
+    # ---------------------------------------------------------------------------------- the multi-stage game
+    def publish_stage(self, round: int, stage: int, value: bytes) -> bool:
+        """Store our encoded stage record (:mod:`node.game.records`) for ``(round, stage)``."""
+        key, subkey = stage_key(self._namespace, round, stage, self.peer_id), self._subkey("s", round, stage)
+        expiration = get_dht_time() + self._record_ttl
+        self.traffic["publish_bytes"] += len(value)
+        return bool(self._call("publish", lambda node: node.store(key, value, expiration, subkey=subkey)))
+
+    def stage_entries(self, round: int, stage: int, authors: Iterable[str]) -> list[tuple[str | None, Any]]:
+        """(signer or None, raw value) of the stage records these peers stored for ``(round, stage)``: one key per
+        author, read in one batch of at most :data:`MAX_ENTRIES_PER_KEY` authors (a sample beyond that)."""
+        authors = sorted(set(authors) - {self.peer_id})
+        if len(authors) > MAX_ENTRIES_PER_KEY:
+            authors = self._rng.sample(authors, MAX_ENTRIES_PER_KEY)
+        if not authors:
+            return []
+        keys = [stage_key(self._namespace, round, stage, author) for author in authors]
+        found = self._call("gather", lambda node: _latest_many(node, keys)) or {}
+        self.traffic["lookups"] += len(keys)
+        return [(signer, entry.value) for key in keys for signer, entry in self._dictionary_entries(found.get(key))]
+
+    def announce_position(self, position: int) -> None:
+        """Tell the swarm which stage of which round we play (``node.game.exchange.clock_value``)."""
+        if not 0 <= position <= MAX_GAME_POSITION:
+            raise ValueError(f"game position {position} is out of bounds (0..{MAX_GAME_POSITION})")
+        expiration = get_dht_time() + self._record_ttl
+        shard = shard_of(self.peer_id, self._shards)
+        key, subkey = self._position_key(shard), self._subkey("p", shard)
+        if not self._call("announce", lambda node: node.store(key, position, expiration, subkey=subkey)):
+            logger.warning("Could not announce game position %d to the swarm", position)
+
+    def announced_positions(self) -> dict[str, int]:
+        """The game position every live peer, us included, announced last (all shards: the game reads every peer)."""
+        keys = [self._position_key(shard) for shard in range(self._shards)]
+        found = self._call("clock", lambda node: _latest_many(node, keys)) or {}
+        self.traffic["lookups"] += len(keys)
+        positions: dict[str, int] = {}
+        for shard, key in enumerate(keys):
+            for author, entry in self._dictionary_entries(found.get(key)):
+                if (author is not None and type(entry.value) is int and 0 <= entry.value <= MAX_GAME_POSITION
+                        and shard_of(author, self._shards) == shard):
+                    positions[author] = entry.value
+        return positions
+
     # -------------------------------------------------------------------------------------------------- keys
+    def _position_key(self, shard: int) -> str:
+        return f"{self._namespace}/p/{shard}"
+
     def _group_key(self, round: int, peer: str, index: int) -> str:
         return group_key(self._namespace, round, peer, index)
 
@@ -688,6 +738,11 @@ def group_key(namespace: str, round: int, peer: str, index: int) -> str:
     return f"{namespace}/g/{round}/{peer}/{index}"
 
 
+def stage_key(namespace: str, round: int, stage: int, peer: str) -> str:
+    """The multi-stage game: one key per (round, stage, author), so a read never returns more than one record."""
+    return f"{namespace}/s/{round}/{stage}/{peer}"
+
+
 class SwarmValidator(RecordValidatorBase):
     """Accept only the swarm's own keys, each with the one shape it holds, one entry per signer, bounded expiry.
 
@@ -735,6 +790,17 @@ class SwarmValidator(RecordValidatorBase):
                 (shard,) = numbers
                 key = f"{self._namespace}/c/{shard}"
                 ok = type(value) is int and 0 <= value <= MAX_ROUND and shard == shard_of(author, self._shards)
+            elif kind == "s" and len(numbers) == 2:
+                round_, stage = numbers
+                key = stage_key(self._namespace, round_, stage, author)
+                stage_record = decode_stage_record(value) if type(value) is bytes else None
+                ok = (stage_record is not None
+                      and (stage_record.peer_id, stage_record.round, stage_record.stage) == (author, round_, stage))
+            elif kind == "p" and len(numbers) == 1:
+                (shard,) = numbers
+                key = f"{self._namespace}/p/{shard}"
+                ok = (type(value) is int and 0 <= value <= MAX_GAME_POSITION
+                      and shard == shard_of(author, self._shards))
             else:
                 return False
         except RecordRejected:

@@ -22,7 +22,7 @@ from app.settings_dialog import SettingsDialog
 from app.wizard import SwarmPage
 from node.config import NodeConfig
 from node.events import (
-    EvalFinished, NodeFailed, NodeStarted, RolloutSample, RoundMetrics, RoundProgress, StateChanged, event_from_json,
+    EvalFinished, ErrorReported, NodeStarted, RolloutSample, RoundFinished, RoundProgress, StateChanged, event_from_json,
 )
 from tests.apphelpers import make_window
 
@@ -75,13 +75,13 @@ def test_empty_charts_say_why(qtbot, tmp_path):
     charts = window.dashboard.charts
     assert charts["accuracy"].empty.isVisible() and "round 0" in charts["accuracy"].empty.text()
     assert charts["groups"].empty.isVisible() and "peer" in charts["groups"].empty.text()
-    window.supervisor.feed(of(RoundMetrics)[0])
+    window.supervisor.feed(of(RoundFinished)[0])
     assert not charts["reward"].empty.isVisible()
     assert charts["accuracy"].empty.isVisible()  # still no evaluation
 
 
 def test_flat_rewards_are_explained_in_one_line(qtbot, tmp_path):
-    first = of(RoundMetrics)[0]
+    first = of(RoundFinished)[0]
     flat = [dataclasses.replace(first, round=r, groups_with_spread=0.0, update_skipped=True, wellformed_rate=0.05,
                                 accuracy_local=0.0) for r in range(FLAT_ROUNDS_WARNING)]
     window = played(qtbot, tmp_path, flat[:-1])
@@ -99,7 +99,7 @@ def test_flat_rewards_are_explained_in_one_line(qtbot, tmp_path):
 
 
 def test_round_and_count_axes_have_whole_ticks_and_no_si_prefix(qtbot, tmp_path):
-    window = played(qtbot, tmp_path, of(RoundMetrics)[:1])
+    window = played(qtbot, tmp_path, of(RoundFinished)[:1])
     window.show()
     for name, chart in window.dashboard.charts.items():
         bottom = chart.item.getAxis("bottom")
@@ -122,7 +122,7 @@ def test_round_and_count_axes_have_whole_ticks_and_no_si_prefix(qtbot, tmp_path)
 
 def test_gossip_shows_expected_reason_and_every_fate_with_counters_that_add_up(qtbot, tmp_path):
     window = played(qtbot, tmp_path)
-    samples, rounds = of(RolloutSample), of(RoundMetrics)
+    samples, rounds = of(RolloutSample), of(RoundFinished)
     gossip = window.gossip
     assert gossip.model.rowCount() == len(samples)
     fates = gossip.fate_counts()
@@ -230,11 +230,11 @@ def test_header_invite_pastes_into_the_wizard(qtbot, tmp_path):
 
 
 def test_round_progress_shows_phase_bar_and_eta(qtbot, tmp_path):
-    window = played(qtbot, tmp_path, of(RoundMetrics)[:3])
+    window = played(qtbot, tmp_path, of(RoundFinished)[:3])
     progress = window.header.progress
     now = [100.0]
     progress.clock = lambda: now[0]
-    median = sorted(m.seconds_total for m in of(RoundMetrics)[:3])[1]
+    median = sorted(m.seconds_total for m in of(RoundFinished)[:3])[1]
     window.supervisor.feed(RoundProgress(round=3, phase="generating", done=12, total=48))
     assert progress.label.text() == "Round 3: Generating answers (12/48 tokens)"
     assert (progress.bar.value(), progress.bar.maximum()) == (12, 48)
@@ -368,14 +368,15 @@ def test_settings_show_the_fit_live_and_save_the_round_size(qtbot, tmp_path):
 
 def test_fit_labels_follow_total_memory_with_a_note_when_free_ram_is_short():
     from app import fit
-    from node.api import ModelFit
+    from node.api import Hardware, ModelFit
 
-    hardware = {"kind": "cpu", "total_ram_bytes": 16 * 2**30, "available_ram_bytes": 2 * 2**30, "gpus": []}
+    hardware = Hardware(kind="cpu", description="", physical_cores=4, total_ram_bytes=16 * 2**30,
+                        available_ram_bytes=2 * 2**30)
     model = ModelFit(id="m", name="m", description="", download_bytes=0, required_bytes=0, label="fits",
                      base_bytes=2**30, bytes_per_token=1_000_000, prompt_tokens=256)
     verdict, text = fit.describe(model, hardware, sequences_per_pass=8, max_new_tokens=128)
     assert verdict == "fits" and "close other programs" in text
-    hardware["available_ram_bytes"] = 15 * 2**30
+    hardware = dataclasses.replace(hardware, available_ram_bytes=15 * 2**30)
     assert "close other programs" not in fit.describe(model, hardware, sequences_per_pass=8, max_new_tokens=128)[1]
 
 
@@ -384,7 +385,7 @@ def test_sentences_are_capitalised_and_end_with_a_stop():
     assert sentence("Done!") == "Done!"
     problem = Problem.of(ValueError("boom"))
     assert problem.summary == "Something unexpected went wrong." and "boom" in problem.details
-    assert NodeFailed  # the node's own error event carries message and hint the same way
+    assert ErrorReported  # the node's own error event carries message and hint the same way
 
 
 def test_missing_xcb_libraries_print_the_apt_line(monkeypatch):

@@ -15,7 +15,7 @@ from app.logs_panel import LogTail
 from app.policies import BATTERY, USER_ACTIVE, PausePolicies
 from app.settings_dialog import SettingsDialog
 from node.config import DesktopSettings, NodeConfig
-from node.events import NodeStarted, RolloutSample, RoundMetrics, StateChanged
+from node.events import NodeStarted, RolloutSample, RoundFinished, StateChanged
 from node.invite import parse_invite
 from node.runstore import RunStore
 from tests.apphelpers import make_window, recorded_events
@@ -37,7 +37,7 @@ def test_dashboard_plays_a_recorded_event_stream(qtbot, tmp_path):
     events = recorded_events()
     for event in events:
         window.supervisor.feed(event)
-    rounds = [e for e in events if isinstance(e, RoundMetrics)]
+    rounds = [e for e in events if isinstance(e, RoundFinished)]
     samples = [e for e in events if isinstance(e, RolloutSample)]
     assert window.dashboard.point_count("local") == len(rounds) == 5
     assert window.dashboard.point_count("local_avg") == len(rounds)
@@ -64,13 +64,13 @@ def test_plots_load_the_run_history_at_start(qtbot, tmp_path):
     store = RunStore(config.run_dir)
     events = recorded_events()
     samples = [e for e in events if isinstance(e, RolloutSample)]
-    for metrics in (e for e in events if isinstance(e, RoundMetrics)):
+    for metrics in (e for e in events if isinstance(e, RoundFinished)):
         store.append_round(metrics, [s for s in samples if s.round == metrics.round])
     window = make_window(qtbot, config)
     assert window.dashboard.point_count("local") == 5
     assert window.gossip.model.rowCount() == len(samples)
     # A replayed event for a round already shown does not add a second point.
-    window.supervisor.feed(next(e for e in events if isinstance(e, RoundMetrics)))
+    window.supervisor.feed(next(e for e in events if isinstance(e, RoundFinished)))
     assert window.dashboard.point_count("local") == 5
     window.dashboard.plots["seconds"].getPlotItem().getViewBox().scaleBy((0.1, 0.1))
     window.dashboard.reset_button.click()
@@ -108,7 +108,7 @@ def test_tray_menu_and_close_to_tray(qtbot, tmp_path):
     assert "paused by you" in window.status_label.text()
     tray.resume_action.trigger()
     assert "user" not in window.supervisor.holds
-    rounds = [e for e in recorded_events() if isinstance(e, RoundMetrics)]
+    rounds = [e for e in recorded_events() if isinstance(e, RoundFinished)]
     window.supervisor.feed(rounds[-1])
     assert f"round {rounds[-1].round}" in tray.toolTip() and "Paused" in tray.toolTip()
     window.close()  # with a tray, closing hides the window and training goes on
@@ -218,7 +218,7 @@ def test_autostart_entry_is_opt_in_and_removable(tmp_path, monkeypatch):
 
 
 def test_history_totals():
-    rounds = [e for e in recorded_events() if isinstance(e, RoundMetrics)]
+    rounds = [e for e in recorded_events() if isinstance(e, RoundFinished)]
     history = RunHistory.from_metrics(rounds)
     assert history.totals["rounds"] == 5 and history.totals["shared"] == sum(r.groups_shared for r in rounds)
 

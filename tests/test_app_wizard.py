@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QLabel
 
-from app.networks import load_networks
+from app.saved_swarms import load_networks
 from app.wizard import SetupWizard
 from node.api import BUNDLED, SMOLLM2_135M, HardwareReport
 from node.config import NodeConfig
@@ -17,7 +17,8 @@ GIB = 2**30
 # What `rl-swarm-node hardware --json` answers on a CPU-only laptop: fixed here, so the model page is tested the same
 # on every machine (the real answer depends on this machine's GPU and free memory).
 CPU_LAPTOP = {
-    "hardware": {"kind": "cpu", "description": "8 cores, 16.0 GiB RAM", "a_field_from_a_newer_node": 1},
+    "hardware": {"kind": "cpu", "description": "8 cores, 16.0 GiB RAM", "physical_cores": 8,
+                 "total_ram_bytes": 16 * GIB, "available_ram_bytes": 12 * GIB, "gpus": [], "a_field_from_a_newer_node": 1},
     "recommendation": {"model": BUNDLED, "device": "cpu", "train_dtype": "float32", "generation_dtype": "bfloat16",
                        "num_generations": 4, "local_questions": 3, "external_groups": 2, "max_new_tokens": 64,
                        "micro_batch_groups": 1, "threads": 7, "reason": "no GPU: the bundled model"},

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from node.events import EvalFinished, RoundMetrics
+from node.events import EvalFinished, RoundFinished
 from node.runstore import RunStore
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,8 +40,8 @@ def _args(bench, tmp_path: Path, **changes) -> argparse.Namespace:
     return argparse.Namespace(**args)
 
 
-def _metrics(round_: int, reward: float, wellformed: float, *, used: int = 0, equal: int = 0) -> RoundMetrics:
-    return RoundMetrics(
+def _metrics(round_: int, reward: float, wellformed: float, *, used: int = 0, equal: int = 0) -> RoundFinished:
+    return RoundFinished(
         round=round_, rounds_trained=round_ + 1, reward_local=reward, reward_external=None, reward_train=reward,
         loss=0.0, kl=None, completion_length=9.0, tokens_generated=100, generation_tokens_per_s=10.0,
         seconds_generate=1.0, seconds_share=0.1, seconds_gather=0.5, seconds_train=1.0, seconds_total=3.0,

@@ -130,3 +130,10 @@ def test_the_hardware_answer_round_trips_through_the_seam_codec_and_tolerates_sk
     older = {**CPU_LAPTOP, "recommendation": {k: v for k, v in CPU_LAPTOP["recommendation"].items() if k != "threads"}}
     with pytest.raises(NodeError, match="Recommendation lacks threads"):
         HardwareReport.from_json(older)
+    assert report.hardware.kind == "cpu" and report.hardware.budget_bytes == CPU_LAPTOP["hardware"]["total_ram_bytes"]
+    gpu = {"name": "RTX 4090", "total_memory_bytes": 24 * 2**30, "compute_capability": [8, 9], "index": 0}
+    cuda = HardwareReport.from_json({**CPU_LAPTOP, "hardware": {**CPU_LAPTOP["hardware"], "kind": "cuda", "gpus": [gpu]}})
+    assert cuda.kind == "cuda" and cuda.hardware.budget_bytes == 24 * 2**30  # a model trains in GPU memory there
+    no_ram = {k: v for k, v in CPU_LAPTOP["hardware"].items() if k != "total_ram_bytes"}
+    with pytest.raises(NodeError, match="Hardware lacks total_ram_bytes"):
+        HardwareReport.from_json({**CPU_LAPTOP, "hardware": no_ram})

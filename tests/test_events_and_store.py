@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from node.events import EventBus, JsonLinesWriter, NodeFailed, RolloutSample, RoundMetrics, StateChanged, event_from_json
+from node.events import EventBus, JsonLinesWriter, ErrorReported, RolloutSample, RoundFinished, StateChanged, event_from_json
 from node.runstore import RunStore
 
 
-def metrics(round_: int, reward: float = 0.5) -> RoundMetrics:
-    return RoundMetrics(
+def metrics(round_: int, reward: float = 0.5) -> RoundFinished:
+    return RoundFinished(
         round=round_, rounds_trained=round_ + 1, reward_local=reward, reward_external=None, reward_train=reward,
         loss=0.1, kl=None, completion_length=12.0, tokens_generated=96, generation_tokens_per_s=40.0,
         seconds_generate=2.0, seconds_share=0.1, seconds_gather=0.2, seconds_train=1.0, seconds_total=3.3,
@@ -27,7 +27,7 @@ def sample(round_: int) -> RolloutSample:
 
 def test_every_event_roundtrips_through_json_lines():
     for event in (metrics(3), sample(3), StateChanged(state="paused", detail="by user"),
-                  NodeFailed(message="boom", hint="fix it", fatal=True)):
+                  ErrorReported(message="boom", hint="fix it", fatal=True)):
         line = event.to_json()
         assert json.loads(line)["kind"] == event.kind
         assert event_from_json(line) == event

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from app.dashboard import Dashboard
-from node.events import RoundMetrics
+from node.events import RoundFinished
 from node.invite import format_invite, parse_invite
 from tests.test_app_wizard import PEER, open_wizard
 
 
-def metrics(number: int, **game) -> RoundMetrics:
-    return RoundMetrics(
+def metrics(number: int, **game) -> RoundFinished:
+    return RoundFinished(
         round=number, rounds_trained=number + 1, reward_local=0.5, reward_external=None, reward_train=0.5, loss=0.0,
         kl=None, completion_length=10.0, tokens_generated=10, generation_tokens_per_s=1.0, seconds_generate=1.0,
         seconds_share=0.1, seconds_gather=0.1, seconds_train=1.0, seconds_total=2.2, peers_seen=2, groups_shared=2,

@@ -15,7 +15,7 @@ from node import hub_auth, hub_upload
 from node.checkpoint import Checkpointer, CheckpointState
 from node.config import NodeConfig
 from node.errors import NodeError
-from node.events import RoundMetrics, UploadFailed, UploadFinished, UploadProgress, event_from_json
+from node.events import RoundFinished, UploadFailed, UploadFinished, UploadProgress, event_from_json
 from node.identity import load_or_create
 from node.runstore import RunStore
 from tests.hubserver import HubServer, Token
@@ -39,8 +39,8 @@ def hub(tmp_path):
         yield server
 
 
-def metrics(round_: int, reward: float, peers: int = 2) -> RoundMetrics:
-    return RoundMetrics(
+def metrics(round_: int, reward: float, peers: int = 2) -> RoundFinished:
+    return RoundFinished(
         round=round_, rounds_trained=round_ + 1, reward_local=reward, reward_external=None, reward_train=reward,
         loss=0.1, kl=None, completion_length=12.0, tokens_generated=96, generation_tokens_per_s=40.0,
         seconds_generate=2.0, seconds_share=0.1, seconds_gather=0.2, seconds_train=1.0, seconds_total=3.3,

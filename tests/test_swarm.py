@@ -1,4 +1,4 @@
-"""Swarm over real hivemind peers on loopback: each Swarm runs its own p2pd daemon."""
+"""Swarm over real hivemind peers on loopback: each DhtExchange runs its own p2pd daemon."""
 
 import asyncio
 import random
@@ -25,13 +25,17 @@ from node.records import (
     MAX_GROUP_RECORD_BYTES, MAX_ROUND, GroupRecord, Pointer, RoundRecord, SharedGroup, encode_group_record,
     encode_pointer, encode_record,
 )
-from node.swarm import BoundedStorage, Swarm, group_key, shard_of
+from node.game.records import StageItem, StageRecord, encode_stage_record
+from node.swarm import BoundedStorage, DhtExchange, group_key, shard_of, stage_key
 from node.taskref import TaskRef
 
 pytestmark = pytest.mark.timeout(120)
 
 SWARM = "test-swarm"
 CALL_TIMEOUT = 6.0
+# What a bounded call may take beyond its timeout on a loaded 2-core machine (scheduling, the daemon's own RPC
+# deadline). An unbounded call hangs for good, so a bound this loose still fails every call that ignores its timeout.
+SLACK_S = 5.0
 VOCABULARY = (
     "the of and to in is that for it as with we so then first next step answer total number value each "
     "row column grid cell left right shift move copy pattern rule input output example sum count legs "
@@ -129,7 +133,7 @@ def swarms(tmp_path, count, **kwargs):
     started = []
     try:
         for i in range(count):
-            swarm = Swarm(
+            swarm = DhtExchange(
                 load_or_create(tmp_path / f"peer{i}" / "identity.key"),
                 swarm_name=SWARM,
                 host="127.0.0.1",
@@ -177,7 +181,7 @@ def test_real_size_records_are_shared_reliably(trio):
         for swarm in trio:
             started = time.monotonic()
             assert swarm.publish(mine[swarm.peer_id])
-            assert time.monotonic() - started < CALL_TIMEOUT
+            assert time.monotonic() - started < CALL_TIMEOUT + SLACK_S
         for swarm in trio:
             result = swarm.gather(round_)
             others = {peer for peer in mine if peer != swarm.peer_id}
@@ -289,6 +293,8 @@ def test_honest_storage_accepts_only_the_swarms_own_keys_and_shapes(trio):
         shard = shard_of(me, a._shards)
         other_shard = (shard + 1) % a._shards
         pointer = encode_pointer(Pointer(me, 50, 1, (0,)))
+        answer = encode_stage_record(StageRecord(me, 50, 1, (StageItem(TaskRef("chain_sum", "fbef8694bfd2", 5, 17),
+                                                                        "1 + 2 =", "<answer>3</answer>"),)))
         attempts = {
             "junk key": (f"{SWARM}/anything", b"|g/50/0", group, soon),
             "long expiry": (group_key(ns, 50, me, 0), b"|g/50/0", group, years),
@@ -299,17 +305,26 @@ def test_honest_storage_accepts_only_the_swarms_own_keys_and_shapes(trio):
             "pointer in another shard": (f"{ns}/d/50/{other_shard}", f"|d/50/{other_shard}".encode(), pointer, soon),
             "far-future clock": (f"{ns}/c/{shard}", f"|c/{shard}".encode(), MAX_ROUND + 1, soon),
             "clock in another shard": (f"{ns}/c/{other_shard}", f"|c/{other_shard}".encode(), 5, soon),
+            "stage record under another peer's key": (stage_key(ns, 50, 1, a.peer_id), b"|s/50/1", answer, soon),
+            "stage record of another stage": (stage_key(ns, 50, 2, me), b"|s/50/2", answer, soon),
+            "round record as a stage record": (stage_key(ns, 50, 1, me), b"|s/50/1", group, soon),
+            "game position in another shard": (f"{ns}/p/{other_shard}", f"|p/{other_shard}".encode(), 7, soon),
+            "game position past the last round": (f"{ns}/p/{shard}", f"|p/{shard}".encode(), 3 * MAX_ROUND + 3, soon),
         }
         try:
             results = {name: await signed_store(node, validator, a, *args) for name, args in attempts.items()}
-            valid = await signed_store(node, validator, a, group_key(ns, 50, me, 0), b"|g/50/0", group, soon)
+            valid = [await signed_store(node, validator, a, *args) for args in (
+                (group_key(ns, 50, me, 0), b"|g/50/0", group, soon),
+                (stage_key(ns, 50, 1, me), b"|s/50/1", answer, soon),
+                (f"{ns}/p/{shard}", f"|p/{shard}".encode(), 3 * 50, soon),
+            )]
             return results, valid
         finally:
             await node.shutdown()
 
     results, valid = asyncio.run(attack())
     assert results == {name: [False] for name in results}
-    assert valid == [True]  # the same identity's well-formed entry, for contrast
+    assert valid == [[True]] * 3  # the same identity's well-formed entries, for contrast
 
 
 def test_entries_hivemind_could_choke_on_are_refused(trio):
@@ -338,7 +353,7 @@ def test_entries_hivemind_could_choke_on_are_refused(trio):
     assert b.publish(honest)
     started = time.monotonic()
     assert a.gather(40).records == (honest,)
-    assert time.monotonic() - started < CALL_TIMEOUT
+    assert time.monotonic() - started < CALL_TIMEOUT + SLACK_S
 
 
 def test_storage_is_bounded_in_bytes_and_entries_per_key():
@@ -362,20 +377,20 @@ def test_unresponsive_and_stopped_peers_cost_at_most_the_timeout(tmp_path):
             for call in (lambda: b.gather(1), lambda: b.publish(record(b.peer_id, 1, groups=2)), b.swarm_round):
                 started = time.monotonic()
                 call()
-                assert time.monotonic() - started < 3.0 + 0.5
+                assert time.monotonic() - started < 3.0 + SLACK_S
         finally:
             daemon.send_signal(signal.SIGCONT)
         a.shutdown()
         for call in (lambda: b.gather(2), lambda: b.publish(record(b.peer_id, 2, groups=2)), b.swarm_round):
             started = time.monotonic()
             call()
-            assert time.monotonic() - started < 3.0 + 0.5
+            assert time.monotonic() - started < 3.0 + SLACK_S
 
 
 def test_shutdown_stops_the_daemon_and_is_idempotent(tmp_path):
     stale_before = stale_sockets()
     identity = load_or_create(tmp_path / "identity.key")
-    swarm = Swarm(identity, swarm_name=SWARM, host="127.0.0.1")
+    swarm = DhtExchange(identity, swarm_name=SWARM, host="127.0.0.1")
     swarm.start()
     assert len(daemons_of(identity)) == 1
     assert swarm.swarm_round() is None
@@ -390,13 +405,13 @@ def test_shutdown_stops_the_daemon_and_is_idempotent(tmp_path):
 
 def test_shutdown_kills_a_hung_daemon(tmp_path):
     identity = load_or_create(tmp_path / "identity.key")
-    swarm = Swarm(identity, swarm_name=SWARM, host="127.0.0.1", call_timeout=1.0)
+    swarm = DhtExchange(identity, swarm_name=SWARM, host="127.0.0.1", call_timeout=1.0)
     swarm.start()
     (daemon,) = daemons_of(identity)
     freeze(daemon)
     started = time.monotonic()
     swarm.shutdown()
-    assert time.monotonic() - started < 2 * 1.0 + 2
+    assert time.monotonic() - started < 2 * 1.0 + SLACK_S
     assert wait_until_gone(identity)
     assert swarm.timeouts["shutdown"] >= 1
 
@@ -412,7 +427,7 @@ def test_shutdown_kills_a_hung_daemon(tmp_path):
 )
 def test_a_garbage_invite_is_refused_before_starting(tmp_path, invite):
     identity = load_or_create(tmp_path / "identity.key")
-    swarm = Swarm(identity, swarm_name=SWARM, initial_peers=[invite])
+    swarm = DhtExchange(identity, swarm_name=SWARM, initial_peers=[invite])
     with pytest.raises(NodeError) as info:
         swarm.start()
     assert info.value.code == "bad_invite" and "/p2p/" in info.value.hint
@@ -423,18 +438,18 @@ def test_an_unreachable_invite_fails_fast_with_a_hint(tmp_path):
     stale_before = stale_sockets()
     identity = load_or_create(tmp_path / "identity.key")
     nobody = load_or_create(tmp_path / "nobody.key").peer_id
-    swarm = Swarm(identity, swarm_name=SWARM, host="127.0.0.1", initial_peers=[f"/ip4/127.0.0.1/tcp/9/p2p/{nobody}"])
+    swarm = DhtExchange(identity, swarm_name=SWARM, host="127.0.0.1", initial_peers=[f"/ip4/127.0.0.1/tcp/9/p2p/{nobody}"])
     started = time.monotonic()
     with pytest.raises(NodeError) as info:
         swarm.start()
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 10 + SLACK_S
     assert info.value.code == "swarm_join_failed" and "firewall" in info.value.hint
     assert wait_until_gone(identity)
     assert stale_sockets() <= stale_before
 
 
 def test_a_bad_host_is_refused(tmp_path):
-    swarm = Swarm(load_or_create(tmp_path / "identity.key"), swarm_name=SWARM, host="localhost")
+    swarm = DhtExchange(load_or_create(tmp_path / "identity.key"), swarm_name=SWARM, host="localhost")
     with pytest.raises(NodeError) as info:
         swarm.start()
     assert info.value.code == "bad_host"
@@ -443,7 +458,7 @@ def test_a_bad_host_is_refused(tmp_path):
 def test_an_identity_already_online_is_refused(trio, tmp_path):
     # Bootstrapping through the owner itself makes hivemind's best-effort "is this identity online?" probe
     # deterministic; through a third peer it depends on p2pd's routing having converged.
-    twin = Swarm(trio[0]._identity, swarm_name=SWARM, host="127.0.0.1", initial_peers=trio[0].invite())
+    twin = DhtExchange(trio[0]._identity, swarm_name=SWARM, host="127.0.0.1", initial_peers=trio[0].invite())
     with pytest.raises(NodeError) as info:
         twin.start()
     assert info.value.code == "identity_in_use"
@@ -451,13 +466,13 @@ def test_an_identity_already_online_is_refused(trio, tmp_path):
 
 def test_equally_seeded_peers_still_see_each_other(tmp_path, monkeypatch):
     """hivemind draws DHT ids from the global `random`, which trainers seed: the ids must not depend on it."""
-    real_start = Swarm.start
+    real_start = DhtExchange.start
 
     def start_with_seeded_random(self):
         random.seed(0)  # what TRL's set_seed(0) does in every node process
         real_start(self)
 
-    monkeypatch.setattr(Swarm, "start", start_with_seeded_random)
+    monkeypatch.setattr(DhtExchange, "start", start_with_seeded_random)
     with swarms(tmp_path, 2) as (first, second):
         assert first._node.node_id != second._node.node_id
         for swarm in (first, second):

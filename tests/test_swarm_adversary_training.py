@@ -16,7 +16,7 @@ import pytest
 
 from node.identity import load_or_create
 from node.records import MAX_ROUND, GroupRecord, Pointer, RoundRecord, SharedGroup, encode_group_record, encode_pointer
-from node.swarm import Swarm, shard_of
+from node.swarm import DhtExchange, shard_of
 from tests.nodes import NodeProcess, tiny_config
 from tests.test_swarm_attack import PAYLOAD, store_as, sybils
 
@@ -36,7 +36,7 @@ def _config(tiny_model_dir, data_dir, *, rounds, join=()):
 class Adversary:
     """Attacks in a thread until stopped: clock, flood of payload groups copied from honest tasks, junk keys."""
 
-    def __init__(self, swarm: Swarm, targets: list[str], identities: int = 12) -> None:
+    def __init__(self, swarm: DhtExchange, targets: list[str], identities: int = 12) -> None:
         self.swarm = swarm
         self.targets = [SimpleNamespace(peer_id=p) for p in targets]
         self.identities = sybils(identities)
@@ -99,7 +99,7 @@ def test_honest_nodes_keep_training_under_attack_and_a_restarted_node_runs(tiny_
         started_b = b.wait_for(lambda e: e.kind == "node_started")
         for node in nodes:
             node.wait_for(lambda e: e.kind == "state_changed" and e.state == "paused")
-        attacker = Swarm(load_or_create(tmp_path / "attacker.key"), swarm_name="test", host="127.0.0.1",
+        attacker = DhtExchange(load_or_create(tmp_path / "attacker.key"), swarm_name="test", host="127.0.0.1",
                          initial_peers=started_a.invite, groups_wanted=1, call_timeout=5.0)
         attacker.start()
         adversary = Adversary(attacker, [started_a.peer_id, started_b.peer_id])

@@ -7,7 +7,7 @@ import pytest
 
 from node.identity import load_or_create
 from node.records import GroupRecord, encode_group_record
-from node.swarm import Swarm
+from node.swarm import DhtExchange
 from tests.test_swarm import CALL_TIMEOUT, record
 
 pytestmark = pytest.mark.timeout(300)
@@ -22,7 +22,7 @@ def sixteen(tmp_path_factory):
     started = []
     try:
         for i in range(PEERS):
-            swarm = Swarm(
+            swarm = DhtExchange(
                 load_or_create(folder / f"p{i}.key"), swarm_name="scale", host="127.0.0.1",
                 initial_peers=rng.choice(started).invite() if started else (),  # through any earlier peer
                 record_ttl=300.0, call_timeout=CALL_TIMEOUT, groups_wanted=J,
@@ -86,7 +86,7 @@ def test_one_peer_announcing_a_far_future_round_is_ignored(sixteen):
 
 def test_late_join_and_churn(sixteen, tmp_path):
     swarms, published = sixteen
-    late = Swarm(
+    late = DhtExchange(
         load_or_create(tmp_path / "late.key"), swarm_name="scale", host="127.0.0.1",
         initial_peers=swarms[3].invite() + swarms[9].invite(), call_timeout=CALL_TIMEOUT, groups_wanted=J,
     )

@@ -40,7 +40,7 @@ from node.chain.coordinator import ERROR_MESSAGES, ChainRevert, CoordinatorClien
 from node.chain.submissions import NO_ROUND, Submission, SubmissionQueue
 from node.config import NodeConfig
 from node.errors import NodeError
-from node.events import ChainStatus, ChainTransaction, EventBus, NodeFailed
+from node.events import ChainStatus, ChainTransaction, EventBus, ErrorReported
 
 log = logging.getLogger(__name__)
 
@@ -338,7 +338,7 @@ class ChainParticipant:
         message = (f"this wallet also runs peer {', '.join(others)} on this coordinator, which takes one reward per "
                    "wallet, round and stage: only the first of your nodes to submit is rewarded each stage")
         log.warning("%s", message)
-        self.bus.emit(NodeFailed(message=message, hint=ONE_REWARD_PER_WALLET_HINT, fatal=False))
+        self.bus.emit(ErrorReported(message=message, hint=ONE_REWARD_PER_WALLET_HINT, fatal=False))
 
     def _finish(self, item: Submission, status, tx_hash: str | None, message: str) -> None:
         self.queue.finish(item, status, tx_hash=tx_hash, message=message)
@@ -357,13 +357,13 @@ class ChainParticipant:
         self._registered = False
         message, hint = ERROR_MESSAGES["PeerIdAlreadyRegistered"]
         who = f" ({owner})" if owner else ""
-        self.bus.emit(NodeFailed(
+        self.bus.emit(ErrorReported(
             message=f"{message}{who}; training goes on, but nothing is submitted to the chain", hint=hint, fatal=False,
         ))
 
     def _warn(self, message: str) -> None:
         log.warning("%s", message)
-        self.bus.emit(NodeFailed(message=message, hint="check the RPC URL and your connection", fatal=False))
+        self.bus.emit(ErrorReported(message=message, hint="check the RPC URL and your connection", fatal=False))
 
     def _emit_status(self) -> None:
         pending = self.queue.pending_count(self.coordinator, self.peer_id)

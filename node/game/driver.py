@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from node.events import EventBus, RolloutSample, RoundMetrics, RoundProgress
+from node.events import EventBus, RolloutSample, RoundFinished, RoundProgress
 from node.game import GAME_FAMILIES, STAGES
 from node.game.exchange import GameExchange, Position
 from node.game.prompts import (
@@ -54,7 +54,7 @@ class GameCancelled(Exception):
 class GameOutcome:
     """One round of the game, as the node persists and reports it."""
 
-    metrics: RoundMetrics
+    metrics: RoundFinished
     samples: list[RolloutSample]
     peers: frozenset[str]  # the other peers whose work we saw this round
 
@@ -445,11 +445,11 @@ class GameDriver:
             fate=fate or ("trained" if local else "shown"),
         )
 
-    def _metrics(self, state: _Round, rounds_trained: int, seconds: float) -> RoundMetrics:
+    def _metrics(self, state: _Round, rounds_trained: int, seconds: float) -> RoundFinished:
         everything = [x for r in state.rewards.values() for x in r]
         mean = sum(everything) / len(everything) if everything else 0.0
         generate = state.seconds["generate"]
-        return RoundMetrics(
+        return RoundFinished(
             round=state.number, rounds_trained=rounds_trained,
             reward_local=mean, reward_external=None, reward_train=mean,
             loss=state.loss, kl=None,

@@ -18,10 +18,9 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Protocol
 
-from node.errors import NodeError
 from node.game import STAGES
 from node.game.records import (
-    MAX_STAGE_RECORD_BYTES, StageRecord, decode_stage_record, encode_stage_record,
+    StageRecord, decode_stage_record, encode_stage_record,
 )
 from node.records import RecordRejected
 
@@ -167,19 +166,17 @@ class InMemoryGameExchange:
 
 
 class DhtGameExchange:
-    """The game's records in the swarm's DHT, signed and authenticated exactly like round records.
+    """The game's records in the swarm's DHT (protocol v2), signed and validated like the rollout exchange's.
 
-    Keys, for a swarm called ``S``: ``S/game/<round>/<stage>`` holds one entry per peer (subkey: the peer's owner
-    marker, value: its stage record), ``S/game/clock`` one entry per peer (the position it announced, as
-    ``round * 3 + stage - 1``). It rides on :class:`node.swarm.Swarm`'s DHT node, validators and timeouts; the
-    swarm's validators already accept exactly these entries (owned bytes up to the record limit, owned integers).
+    Each author's stage record has its own key, and every node announces its position in the game (``round * 3 +
+    stage - 1``) in its shard of the game clock; :class:`node.swarm.DhtExchange` owns the key shapes, and its validator
+    refuses any other shape, a record under another author's key, or a position in another shard. A gather reads the
+    clock, then the records of the peers that have reached that stage (a bounded sample in a very large swarm).
     """
 
-    def __init__(self, swarm) -> None:  # node.swarm.Swarm: imported lazily, it pulls in hivemind
-        from node.records import MAX_RECORD_BYTES
+    def __init__(self, swarm) -> None:  # node.swarm.DhtExchange: imported lazily, it pulls in hivemind
         from node.swarm import _SIGNATURE_MARKER
 
-        assert MAX_STAGE_RECORD_BYTES <= MAX_RECORD_BYTES, "the swarm's validator must accept stage records"
         self._swarm = swarm
         self._marker = _SIGNATURE_MARKER
 
@@ -188,48 +185,26 @@ class DhtGameExchange:
         return self._swarm.peer_id
 
     def publish(self, record: StageRecord) -> bool:
-        from hivemind.utils.timed_storage import get_dht_time
-
         if record.peer_id != self.peer_id:
             raise ValueError(f"record of {record.peer_id} cannot be published by {self.peer_id}")
         value = encode_stage_record(record)
         if self._marker in value:
             log.warning("Stage %d record not shared: its text contains %r", record.stage, self._marker)
             return False
-        key = self._key(record.round, record.stage)
-        expiration = get_dht_time() + self._swarm._record_ttl
-        owner = self._swarm._owner
-        stored = self._swarm._call("publish", lambda node: node.store(key, value, expiration, subkey=owner))
-        return bool(stored)
+        return self._swarm.publish_stage(record.round, record.stage, value)
 
     def gather(self, round: int, stage: int) -> StageGather:
-        entries = [(author, entry.value) for author, entry in self._swarm._entries("gather", self._key(round, stage))]
-        return _collect(entries, self.peer_id, round, stage)
+        reached = [peer for peer, position in self.positions().items() if position >= (round, stage)]
+        return _collect(self._swarm.stage_entries(round, stage, reached), self.peer_id, round, stage)
 
     def announce(self, round: int, stage: int) -> None:
-        from hivemind.utils.timed_storage import get_dht_time
-
-        key, value = self._clock_key(), clock_value(round, stage)
-        expiration = get_dht_time() + self._swarm._record_ttl
-        owner = self._swarm._owner
-        if not self._swarm._call("announce", lambda node: node.store(key, value, expiration, subkey=owner)):
-            log.warning("Could not announce round %d stage %d to the swarm", round, stage)
+        self._swarm.announce_position(clock_value(round, stage))
 
     def positions(self) -> dict[str, Position]:
-        return {
-            author: clock_position(entry.value)
-            for author, entry in self._swarm._entries("clock", self._clock_key())
-            if author is not None and type(entry.value) is int and entry.value >= 0
-        }
+        return {author: clock_position(value) for author, value in self._swarm.announced_positions().items()}
 
     def peers(self) -> int:
         return max(self._swarm.peers_seen(), self._swarm.connected_peers())
-
-    def _key(self, round: int, stage: int) -> str:
-        return f"{self._swarm._swarm_name}/game/{round}/{stage}"
-
-    def _clock_key(self) -> str:
-        return f"{self._swarm._swarm_name}/game/clock"
 
 
 _HUB_LOCK = threading.Lock()
@@ -243,11 +218,4 @@ def game_exchange_for(exchange) -> GameExchange:
         with _HUB_LOCK:  # the nodes of one board share one hub
             hub = exchange.board.__dict__.setdefault("game_hub", InMemoryGameHub())
         return hub.exchange(exchange.peer_id)
-    # DhtGameExchange writes keys of the first swarm protocol; protocol v2's validator stores only SAPO's own key
-    # shapes, so the game's records would be refused by every peer. Refuse clearly until it speaks v2.
-    raise NodeError(
-        "The multi-stage game cannot run over the swarm network yet: this version's swarm protocol has no keys "
-        "for its stage records.",
-        hint="start or join the swarm with the SAPO game (swarm.game = \"sapo\", the default)",
-        code="game_unavailable",
-    )
+    return DhtGameExchange(exchange)

@@ -13,7 +13,7 @@ import random
 from pathlib import Path
 
 from node.events import (
-    EvalFinished, NodeStarted, PeerJoined, RolloutSample, RoundMetrics, RoundProgress, StateChanged,
+    EvalFinished, NodeStarted, PeerJoined, RolloutSample, RoundFinished, RoundProgress, StateChanged,
 )
 
 OUT = Path(__file__).with_name("learning_events.jsonl")
@@ -120,7 +120,7 @@ def main() -> None:
         seconds = {"generate": 24 + rng.random() * 4, "share": 0.4, "gather": 4 + rng.random() * 6 if round_ >= 3
                    else 0.2, "train": 9 + rng.random() * 2}
         events += samples
-        events.append(RoundMetrics(
+        events.append(RoundFinished(
             time=now, round=round_, rounds_trained=round_ + 1, reward_local=sum(local_rewards) / 8,
             reward_external=sum(external) / len(external) if external else None,
             reward_train=sum(local_rewards + external) / (8 + len(external)), loss=0.0, kl=None,

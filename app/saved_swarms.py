@@ -9,6 +9,7 @@ import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from app.paths import resource_path
+from node.config import NAME_PATTERN
 from node.errors import NodeError
 
 
@@ -17,7 +18,7 @@ class Network(BaseModel):
 
     name: str = Field(min_length=1, max_length=80)
     description: str = ""
-    swarm_name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+    swarm_name: str = Field(pattern=NAME_PATTERN)
     host: str = "0.0.0.0"
     initial_peers: list[str] = Field(default_factory=list)
 
