@@ -128,7 +128,7 @@ def probe(args) -> None:
     import random
 
     from node.game.prompts import (
-        CriticView, ShownAnswer, answer_messages, canonical, critique_messages, revise_messages,
+        CriticView, ShownAnswer, canonical, critique_messages, revise_messages,
     )
     from node.game.rewards import answer_reward, critique_reward, is_exact, majority_is_right, revise_reward
 
@@ -149,7 +149,7 @@ def probe(args) -> None:
         critics = [CriticView(frozenset({canonical(task.answer)}), "it checks out")] * 2
         right = majority_is_right(task, canonical(task.answer), [a.value for a in shown])
         prompts = {
-            "answer": answer_messages(task.question),
+            "answer": tasks.messages(task),
             "critique": critique_messages(task.question, shown),
             "revise": revise_messages(task.question, shown, critics),
         }

@@ -13,6 +13,7 @@ import importlib.util
 import logging
 import math
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -263,6 +264,11 @@ LOGIT_TILE_ELEMENTS = 4 * 2**20
 _LOGIT_SCALES = ("logit_scale", "output_multiplier", "lm_head_multiplier", "logits_scaling")
 
 
+# accelerate keeps one AcceleratorState per process, which every TrainingArguments and Trainer resets and rebuilds:
+# two learners set up at once in one process (nodes in threads) can catch it half rebuilt. Set-ups take turns.
+SETTING_UP = threading.Lock()
+
+
 class SapoGRPOTrainer(GRPOTrainer):
     """TRL's GRPOTrainer with the per-token log-probs computed over the completion tokens only, in bounded tiles.
 
@@ -329,56 +335,57 @@ class GrpoLearner:
         self.policy = policy
         self.micro_batch_groups = micro_batch_groups
         self.adapter = RoundAdapter(eos_id=policy.eos_ids[0])
-        args = GRPOConfig(
-            output_dir=str(output_dir),
-            report_to=[],
-            use_cpu=device == "cpu",
-            bf16=mixed_bf16,
-            per_device_train_batch_size=num_generations,
-            num_generations=num_generations,
-            steps_per_generation=1,
-            gradient_accumulation_steps=1,
-            num_iterations=1,
-            max_completion_length=max_new_tokens,
-            learning_rate=learning_rate,
-            lr_scheduler_type="constant",
-            max_grad_norm=max_grad_norm,
-            beta=beta,
-            epsilon=epsilon,
-            epsilon_high=epsilon_high,
-            loss_type=loss_type,
-            # On CUDA an 8-bit AdamW (bitsandbytes) quarters the optimizer states, the largest full fine-tune item.
-            optim="adamw_bnb_8bit" if device == "cuda" and _has_bitsandbytes() else "adamw_torch",
-            disable_dropout=True,
-            save_strategy="no",
-            logging_steps=1,
-            seed=seed,
-        )
-        model, peft_config = policy.model, None
-        if adapter_dir is not None:
-            from peft import PeftModel
-
-            model = PeftModel.from_pretrained(policy.model, adapter_dir, is_trainable=True)
-        elif lora is not None:
-            peft_config = lora.peft_config()
-        self.trainer = SapoGRPOTrainer(
-            model=model,
-            peft_config=peft_config,
-            reward_funcs=[self.adapter],
-            args=args,
-            train_dataset=Dataset.from_dict({"prompt": ["unused: rounds are fed by the adapter"]}),
-            processing_class=policy.tokenizer,
-            rollout_func=self.adapter.rollout,
-        )
-        # Trainer.train() would switch activation checkpointing on (TRL's default); without it every layer's
-        # activations of the whole pass stay alive for the backward: ~13 GB instead of ~3 for a bundled round.
-        if args.activation_checkpointing:
-            self.trainer.model.activation_checkpointing_enable(
-                activation_checkpointing_kwargs=args.activation_checkpointing_kwargs or None
+        with SETTING_UP:
+            args = GRPOConfig(
+                output_dir=str(output_dir),
+                report_to=[],
+                use_cpu=device == "cpu",
+                bf16=mixed_bf16,
+                per_device_train_batch_size=num_generations,
+                num_generations=num_generations,
+                steps_per_generation=1,
+                gradient_accumulation_steps=1,
+                num_iterations=1,
+                max_completion_length=max_new_tokens,
+                learning_rate=learning_rate,
+                lr_scheduler_type="constant",
+                max_grad_norm=max_grad_norm,
+                beta=beta,
+                epsilon=epsilon,
+                epsilon_high=epsilon_high,
+                loss_type=loss_type,
+                # On CUDA an 8-bit AdamW (bitsandbytes) quarters the optimizer states, the largest full fine-tune item.
+                optim="adamw_bnb_8bit" if device == "cuda" and _has_bitsandbytes() else "adamw_torch",
+                disable_dropout=True,
+                save_strategy="no",
+                logging_steps=1,
+                seed=seed,
             )
-        self.trainer.create_optimizer_and_scheduler(num_training_steps=_SCHEDULE_STEPS)
-        # Trainer.train() would set this; step() sets it per forward/backward pass.
-        self.trainer.current_gradient_accumulation_steps = 1
+            model, peft_config = policy.model, None
+            if adapter_dir is not None:
+                from peft import PeftModel
+
+                model = PeftModel.from_pretrained(policy.model, adapter_dir, is_trainable=True)
+            elif lora is not None:
+                peft_config = lora.peft_config()
+            self.trainer = SapoGRPOTrainer(
+                model=model,
+                peft_config=peft_config,
+                reward_funcs=[self.adapter],
+                args=args,
+                train_dataset=Dataset.from_dict({"prompt": ["unused: rounds are fed by the adapter"]}),
+                processing_class=policy.tokenizer,
+                rollout_func=self.adapter.rollout,
+            )
+            # Trainer.train() would switch activation checkpointing on (TRL's default); without it every layer's
+            # activations of the whole pass stay alive for the backward: ~13 GB instead of ~3 for a bundled round.
+            if args.activation_checkpointing:
+                self.trainer.model.activation_checkpointing_enable(
+                    activation_checkpointing_kwargs=args.activation_checkpointing_kwargs or None
+                )
+            self.trainer.create_optimizer_and_scheduler(num_training_steps=_SCHEDULE_STEPS)
+            # Trainer.train() would set this; step() sets it per forward/backward pass.
+            self.trainer.current_gradient_accumulation_steps = 1
         self.num_generations = num_generations
 
     @property

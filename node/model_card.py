@@ -15,7 +15,7 @@ from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 
 from node.config import NodeConfig
-from node.events import RoundMetrics
+from node.events import RoundFinished
 
 if TYPE_CHECKING:
     from node.checkpoint import CheckpointState
@@ -41,7 +41,7 @@ def base_model_id(model_ref: str) -> str | None:
 def build_model_card(
     config: NodeConfig,
     state: CheckpointState,
-    metrics: Sequence[RoundMetrics],
+    metrics: Sequence[RoundFinished],
     *,
     repo_id: str,
     peer_name: str,
@@ -125,7 +125,7 @@ def build_model_card(
     return "\n".join(header + lines)
 
 
-def reward_curve_png(metrics: Sequence[RoundMetrics], *, width: int = 800, height: int = 400) -> bytes:
+def reward_curve_png(metrics: Sequence[RoundFinished], *, width: int = 800, height: int = 400) -> bytes:
     """A line chart of reward per round (raw and moving average) as PNG bytes."""
     from PIL import Image, ImageDraw, ImageFont
 

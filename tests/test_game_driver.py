@@ -13,16 +13,17 @@ import pytest
 
 from node.events import EventBus, RoundProgress
 from node.game import STAGES
-from node.game.prompts import ANSWER_SYSTEM, CRITIQUE_SYSTEM, REVISE_SYSTEM
+from node.game.prompts import CRITIQUE_SYSTEM, REVISE_SYSTEM
 from node.game.driver import ALONE_DETAIL, GameCancelled, GameDriver, GameSettings, game_seed
 from node.game.exchange import InMemoryGameHub, clock_value
 from node.game.records import StageItem, StageRecord, encode_stage_record
 from node.grpo import Completion, StepStats
+from node.prompts import SYSTEM_PROMPT
 from node.tasks import TaskSource
 
 FAMILIES = {"chain_sum": 1.0, "basic_arithmetic": 1.0}
 SEED = game_seed("test", None)
-SYSTEMS = [ANSWER_SYSTEM, CRITIQUE_SYSTEM, REVISE_SYSTEM]
+SYSTEMS = [SYSTEM_PROMPT, CRITIQUE_SYSTEM, REVISE_SYSTEM]  # stage 1 asks with SAPO's one-shot chat
 
 
 def tasks() -> TaskSource:

@@ -25,7 +25,10 @@ def wrong(task) -> str:
 def test_answer_reward_is_correctness_plus_format(task):
     good = f"<think>adding up</think><answer>{task.answer}</answer>"
     assert rewards.answer_reward(task, good) == pytest.approx(1.25)
-    assert rewards.answer_reward(task, f"<answer>{task.answer}</answer>") == pytest.approx(1.0)  # no <think>
+    # thinking is optional (the small models' one-shot chat answers without); an answer alone is well formed
+    assert rewards.answer_reward(task, f"<answer>{task.answer}</answer>") == pytest.approx(1.25)
+    assert rewards.answer_reward(task, f"<answer>{wrong(task)}</answer>") == pytest.approx(0.25)
+    assert rewards.answer_reward(task, f"<answer>{task.answer}</answer><think>x</think>") == pytest.approx(1.0)
     assert rewards.answer_reward(task, f"<think>x</think><answer>{wrong(task)}</answer>") == pytest.approx(0.25)
     assert rewards.answer_reward(task, "") == 0.0
     assert rewards.answer_reward(task, f"<think>x</think><answer>{task.answer}") == 0.0  # cut off: no answer

@@ -9,7 +9,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOTrainer
 
-from node import grpo
+from node import grpo, models
 from node.grpo import Completion, GrpoLearner, Policy, SapoGRPOTrainer, TrainGroup
 
 G = 4
@@ -18,7 +18,8 @@ REWARDS = [(0.0, 1.0, 0.5, 0.0), (1.0, 1.0, 0.0, 0.25)]
 
 def _learner(model_dir: Path, tmp_path: Path, loss_type: str, micro_batch_groups: int = 0) -> GrpoLearner:
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    with models.LOADING:  # learners may be set up in threads (below)
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     policy = Policy(model, tokenizer, generation_dtype=torch.float32, max_prompt_tokens=64)
     return GrpoLearner(
@@ -252,3 +253,35 @@ def test_bf16_sampler_is_a_cast_copy_with_tied_weights(tiny_model_dir, tmp_path)
     fresh = policy.sampling_model()  # each generation samples from the weights as they are now
     assert torch.equal(next(fresh.parameters()), next(model.parameters()).detach().to(torch.bfloat16))
     assert not torch.equal(next(fresh.parameters()), next(sampler.parameters()))
+
+
+def test_learners_set_up_in_one_process_take_turns(tiny_model_dir, tmp_path, monkeypatch):
+    """accelerate's process-wide AcceleratorState is reset by every trainer set-up: two nodes setting up in threads
+    at once crashed one of them ("AcceleratorState has no attribute num_processes")."""
+    import threading
+    import time
+
+    real, inside, most = SapoGRPOTrainer.__init__, [], []
+
+    def slow_init(self, *args, **kwargs):
+        inside.append(1)
+        most.append(len(inside))
+        time.sleep(0.3)  # a window wide enough for the other thread to enter, were set-ups not serialised
+        try:
+            real(self, *args, **kwargs)
+        finally:
+            inside.pop()
+
+    monkeypatch.setattr(SapoGRPOTrainer, "__init__", slow_init)
+    learners, start = [], threading.Barrier(2, timeout=60)
+
+    def set_up(name):
+        start.wait()
+        learners.append(_learner(tiny_model_dir, tmp_path / name, "grpo"))
+
+    threads = [threading.Thread(target=set_up, args=(n,)) for n in "ab"]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(300)
+    assert max(most) == 1 and len(learners) == 2

@@ -27,7 +27,7 @@ from node.events import EventBus, RolloutSample, RoundFinished, RoundProgress
 from node.game import GAME_FAMILIES, STAGES
 from node.game.exchange import GameExchange, Position
 from node.game.prompts import (
-    CriticView, ShownAnswer, answer_messages, answer_value, answer_well_formed, canonical, critic_view,
+    CriticView, ShownAnswer, answer_value, answer_well_formed, canonical, critic_view,
     NONE, critique_messages, excerpt, majority, parse_critique, revise_messages,
 )
 from node.game.records import MAX_TEXT_CHARS, StageItem, StageRecord
@@ -203,7 +203,7 @@ class GameDriver:
 
     # ------------------------------------------------------------------------------------------- the stages
     def _answer(self, state: _Round) -> None:
-        prompts = [self.policy.prompt_ids(answer_messages(t.question)) for t in state.questions]
+        prompts = [self.policy.prompt_ids(self.tasks.messages(t)) for t in state.questions]
         completions = self._generate(state, ANSWER, prompts)
         rewards = [[answer_reward(t, c.text) for c in group] for t, group in zip(state.questions, completions, strict=True)]
         exact = [is_exact(t, c.text) for t, group in zip(state.questions, completions, strict=True) for c in group]

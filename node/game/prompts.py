@@ -2,7 +2,8 @@
 
 Formats (tags are matched exactly, case-sensitive; the parsers never raise on hostile text):
 
-- answer: ``<think>...</think><answer>...</answer>``
+- answer: ``<answer>...</answer>``, optionally after one ``<think>...</think>``. Stage 1 asks with SAPO's own chat
+  (:meth:`node.tasks.TaskSource.messages`: a worked example of the same family), the one a small model follows
 - critique: ``<correct>A, C</correct><why>...</why>``, the letters of every answer judged correct, or
   ``<correct>none</correct>``
 - revise: ``<majority>...</majority><think>...</think><answer>...</answer>``, the majority being the answer value
@@ -34,10 +35,6 @@ _MAX_EXPONENT = 30  # numbers beyond 1e30 are compared as text (and cannot blow 
 _TAG = re.compile(r"</?[A-Za-z_]+>")
 _LIST_SPLIT = re.compile(r"[\s,;/]+|\band\b")
 
-ANSWER_SYSTEM = (
-    "You are a careful problem solver. Think briefly inside <think>...</think>, then give only the final answer "
-    "inside <answer>...</answer>."
-)
 CRITIQUE_SYSTEM = (
     "You check other solvers' answers. Work out the right answer yourself, then name the letters of every "
     "correct answer inside <correct>...</correct> (or <correct>none</correct> if none is correct), and give one "
@@ -50,7 +47,6 @@ REVISE_SYSTEM = (
 )
 
 # One worked example per stage, in the chat before the real question: small models learn the format from it.
-_ANSWER_EXAMPLE = ("What is 7 + 5?", "<think>7 + 5 = 12</think>\n<answer>12</answer>")
 _CRITIQUE_EXAMPLE = (
     "Question:\nWhat is 6 * 3?\n\nAnswers:\nA: 18 (6 * 3 = 18)\nB: 9 (6 + 3 = 9)\n\nWhich answers are correct?",
     "<correct>A</correct>\n<why>6 * 3 is 18; B added instead of multiplying.</why>",
@@ -123,10 +119,6 @@ def excerpt(completion: str) -> str:
 
 
 # --------------------------------------------------------------------------------------------------- prompts
-def answer_messages(question: str) -> list[dict[str, str]]:
-    return _chat(ANSWER_SYSTEM, _ANSWER_EXAMPLE, question)
-
-
 def critique_messages(question: str, shown: Sequence[ShownAnswer]) -> list[dict[str, str]]:
     if not 0 < len(shown) <= len(LETTERS):
         raise ValueError(f"a critic sees 1 to {len(LETTERS)} answers, not {len(shown)}")
@@ -227,7 +219,9 @@ def stated_majority(text: str) -> str | None:
 
 
 def answer_well_formed(text: str) -> bool:
-    return _in_order(text, ("think", "answer")) and extract_answer(text) is not None
+    """One answer block, after one thinking block if there is one (small models answer without)."""
+    shape = ("think", "answer") if "<think>" in text or "</think>" in text else ("answer",)
+    return _in_order(text, shape) and extract_answer(text) is not None
 
 
 def revise_well_formed(text: str) -> bool:
