@@ -93,7 +93,10 @@ _SIGNATURE_BYTES = 356  # "[signature:" + base64 of a 2048-bit RSA signature + "
 # p2pd's control sockets (hivemind's P2P._UNIX_SOCKET_PREFIX); a daemon that fails to start leaves its own behind
 _SOCKET_DIR, _SOCKET_GLOB = Path("/tmp"), "hivemind-*.sock"
 _RPCS_PER_CALL = 3  # a single unanswered RPC may cost a third of call_timeout, so the call still completes
-_ROUNDS_KEPT = 4  # gather state of this many recent rounds
+_ROUNDS_KEPT = 4
+# Directory reads of one round, in shards: one full pass, then one shard a call, in turn, so a peer still generating
+# when we first looked is found on a later pass within the gather deadline. Each read is at most one shard's entries.
+DIRECTORY_READS_PER_SHARD = 6  # gather state of this many recent rounds
 _STRIKES_BEFORE_BACKOFF = 2
 _BACKOFF_S = (60.0, 3600.0)  # first and longest time a repeatedly rejected peer is ignored
 _REBOOTSTRAP_EVERY_S = 15.0
@@ -113,7 +116,7 @@ class GatherResult:
     rejected: Counter[str]  # reason -> count: RecordRejected reasons, "peer_mismatch", "backoff", ...
     peers: frozenset[str]  # other peers that published and that we sampled (fetched or tried) for that round
     published: int = 0  # other peers found in the directory shards read (a sample of those that published)
-    exhausted: bool = False  # this round's fetch budget is spent, or every peer found was tried
+    exhausted: bool = False  # this round's fetch budget is spent
 
 
 @dataclasses.dataclass
@@ -122,6 +125,7 @@ class _RoundGather:
 
     pool: dict[str, Pointer] = dataclasses.field(default_factory=dict)
     shards_read: set[int] = dataclasses.field(default_factory=set)
+    reread: list[int] = dataclasses.field(default_factory=list)  # shards due for a second look, in turn
     directory_reads: int = 0
     fetched: dict[str, GroupRecord] = dataclasses.field(default_factory=dict)
     tried: set[str] = dataclasses.field(default_factory=set)
@@ -298,8 +302,9 @@ class DhtExchange:
         records = tuple(sorted((g.as_round_record() for g in state.fetched.values()), key=lambda r: r.peer_id))
         if state.rejected:
             logger.info("Round %d: rejected entries %s", round, dict(state.rejected))
-        exhausted = (state.fetches >= self._max_fetches or state.bytes >= self._max_fetch_bytes
-                     or (len(state.shards_read) == self._shards and state.tried >= state.pool.keys()))
+        # Only the budget ends a round's gather: a directory read to the end now may hold a peer that is still
+        # generating on the next read (the caller knows who is live and when its deadline is).
+        exhausted = state.fetches >= self._max_fetches or state.bytes >= self._max_fetch_bytes
         return GatherResult(records=records, rejected=state.rejected.copy(), peers=frozenset(state.tried),
                             published=len(state.pool), exhausted=exhausted)
 
@@ -317,11 +322,13 @@ class DhtExchange:
         target = max(4 * self._wanted, 16)
         unread = [s for s in range(self._shards) if s not in state.shards_read]
         self._rng.shuffle(unread)
-        if not unread or state.directory_reads >= 3 * self._shards:
-            # every shard read once: re-read a few, for peers that published since
-            unread = self._rng.sample(range(self._shards), min(2, self._shards))
+        if not unread:
+            # every shard read once: re-read one, for peers that published since
+            if not state.reread:
+                state.reread = self._rng.sample(range(self._shards), self._shards)
+            unread, state.reread = state.reread[:1], state.reread[1:]
         batch = 2 if state.shards_read else min(4, len(unread))
-        while unread and state.directory_reads < 3 * self._shards:
+        while unread and state.directory_reads < DIRECTORY_READS_PER_SHARD * self._shards:
             shards, unread = unread[:batch], unread[batch:]
             keys = [self._directory_key(round, shard) for shard in shards]
             found = self._call("gather", lambda node: _latest_many(node, keys))

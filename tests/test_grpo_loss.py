@@ -11,6 +11,7 @@ from trl import GRPOTrainer
 
 from node import grpo, models
 from node.grpo import Completion, GrpoLearner, Policy, SapoGRPOTrainer, TrainGroup
+from tests.overlap import count_overlap, run_at_once
 
 G = 4
 REWARDS = [(0.0, 1.0, 0.5, 0.0), (1.0, 1.0, 0.0, 0.25)]
@@ -258,30 +259,6 @@ def test_bf16_sampler_is_a_cast_copy_with_tied_weights(tiny_model_dir, tmp_path)
 def test_learners_set_up_in_one_process_take_turns(tiny_model_dir, tmp_path, monkeypatch):
     """accelerate's process-wide AcceleratorState is reset by every trainer set-up: two nodes setting up in threads
     at once crashed one of them ("AcceleratorState has no attribute num_processes")."""
-    import threading
-    import time
-
-    real, inside, most = SapoGRPOTrainer.__init__, [], []
-
-    def slow_init(self, *args, **kwargs):
-        inside.append(1)
-        most.append(len(inside))
-        time.sleep(0.3)  # a window wide enough for the other thread to enter, were set-ups not serialised
-        try:
-            real(self, *args, **kwargs)
-        finally:
-            inside.pop()
-
-    monkeypatch.setattr(SapoGRPOTrainer, "__init__", slow_init)
-    learners, start = [], threading.Barrier(2, timeout=60)
-
-    def set_up(name):
-        start.wait()
-        learners.append(_learner(tiny_model_dir, tmp_path / name, "grpo"))
-
-    threads = [threading.Thread(target=set_up, args=(n,)) for n in "ab"]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(300)
+    most = count_overlap(monkeypatch, SapoGRPOTrainer, "__init__")
+    learners = run_at_once(lambda name: _learner(tiny_model_dir, tmp_path / name, "grpo"), "ab")
     assert max(most) == 1 and len(learners) == 2

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
-import time
 from pathlib import Path
 
 import gguf
@@ -28,6 +26,7 @@ from node.models import (
     load,
     resolve,
 )
+from tests.overlap import count_overlap, run_at_once
 from tests.tiny_model import tiny_random
 
 QWEN_1_5B = "Qwen/Qwen2.5-1.5B-Instruct"
@@ -230,30 +229,9 @@ def test_loads_in_one_process_take_turns(tiny_model_dir, tmp_path, monkeypatch):
     threads) used to leave it off for the whole process, and every later model had a meta lm_head."""
     from node import models
 
-    real, inside, most = AutoModelForCausalLM.from_pretrained, [], []
-
-    def slow_from_pretrained(*args, **kwargs):
-        inside.append(1)
-        most.append(len(inside))
-        time.sleep(0.3)  # a window wide enough for the other thread to enter, were loads not serialised
-        try:
-            return real(*args, **kwargs)
-        finally:
-            inside.pop()
-
-    monkeypatch.setattr(models.AutoModelForCausalLM, "from_pretrained", slow_from_pretrained)
-    loaded, start = [], threading.Barrier(3, timeout=60)
-
-    def load_one(name):
-        start.wait()
-        loaded.append(load(resolve(str(tiny_model_dir)), cache_dir=tmp_path / name, dtype=torch.float32,
-                           device="cpu")[0])
-
-    threads = [threading.Thread(target=load_one, args=(n,)) for n in "abc"]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(120)
+    most = count_overlap(monkeypatch, models.AutoModelForCausalLM, "from_pretrained")
+    loaded = run_at_once(lambda name: load(resolve(str(tiny_model_dir)), cache_dir=tmp_path / name,
+                                           dtype=torch.float32, device="cpu")[0], "abc")
     assert max(most) == 1 and len(loaded) == 3
     for model in loaded:
         assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()

@@ -217,6 +217,19 @@ def test_nothing_published_gathers_nothing(trio):
     assert trio[0].gather(MAX_ROUND + 1).records == ()
 
 
+def test_a_round_read_before_a_peer_publishes_still_finds_it_later(trio):
+    """Reading the whole directory before a peer has published is not the end of the round: the node kept no wait for
+    peers still generating, so two nodes a few seconds apart never trained on each other's groups."""
+    a, b, _ = trio
+    early = a.gather(70)
+    assert early.records == () and not early.exhausted
+    assert b.publish(record(b.peer_id, 70, groups=2))
+    deadline = time.monotonic() + 60
+    while not (later := a.gather(70)).records and not later.exhausted and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert [r.peer_id for r in later.records] == [b.peer_id]
+
+
 def test_publishing_someone_elses_record_is_a_bug(trio):
     with pytest.raises(ValueError):
         trio[0].publish(record(trio[1].peer_id, 11, groups=1))
