@@ -21,6 +21,7 @@ class Gathered(Protocol):
     records: tuple[RoundRecord, ...]  # valid records of OTHER peers, sorted by peer id
     rejected: Counter[str]  # records refused before they were decoded, by reason
     peers: frozenset[str]  # other peers that published for the round
+    exhausted: bool  # the round's fetch budget is spent: asking again brings nothing new
 
 
 class Exchange(Protocol):
@@ -52,6 +53,7 @@ class InMemoryGathered:
     records: tuple[RoundRecord, ...]
     rejected: Counter[str]
     peers: frozenset[str]
+    exhausted: bool = False  # everything on the board is read at every call: no budget to spend
 
 
 @dataclass

@@ -270,7 +270,7 @@ def _gather(parts: RoundParts, number: int, local: list[ScoredGroup], should_sto
             result = parts.exchange.gather(round_)
             peers |= result.peers
             undecodable[round_] = result.rejected
-            exhausted = exhausted and getattr(result, "exhausted", False)
+            exhausted = exhausted and result.exhausted
             if round_ == number:
                 published_now = result.peers
             for record in result.records:
@@ -305,10 +305,13 @@ def _gather(parts: RoundParts, number: int, local: list[ScoredGroup], should_sto
 def _cap_peer_text(accepted: list[ScoredGroup], rejected: list[RejectedGroup],
                    limit: int) -> tuple[list[ScoredGroup], list[RejectedGroup]]:
     """Move groups whose text outside <answer> exceeds ``limit`` from accepted to rejected."""
-    kept = [g for g in accepted if within_limit(g.texts, limit)]
-    dropped = [RejectedGroup(peer_id=g.peer_id, round=g.round, reason="payload_outside_answer",
-                             group=SharedGroup(g.task.ref, g.task.question, g.texts, g.finished))
-               for g in accepted if not within_limit(g.texts, limit)]
+    kept, dropped = [], []
+    for g in accepted:
+        if within_limit(g.texts, limit):
+            kept.append(g)
+        else:
+            dropped.append(RejectedGroup(peer_id=g.peer_id, round=g.round, reason="payload_outside_answer",
+                                         group=SharedGroup(g.task.ref, g.task.question, g.texts, g.finished)))
     return kept, rejected + dropped
 
 

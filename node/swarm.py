@@ -93,10 +93,10 @@ _SIGNATURE_BYTES = 356  # "[signature:" + base64 of a 2048-bit RSA signature + "
 # p2pd's control sockets (hivemind's P2P._UNIX_SOCKET_PREFIX); a daemon that fails to start leaves its own behind
 _SOCKET_DIR, _SOCKET_GLOB = Path("/tmp"), "hivemind-*.sock"
 _RPCS_PER_CALL = 3  # a single unanswered RPC may cost a third of call_timeout, so the call still completes
-_ROUNDS_KEPT = 4
+_ROUNDS_KEPT = 4  # gather state of this many recent rounds
 # Directory reads of one round, in shards: one full pass, then one shard a call, in turn, so a peer still generating
 # when we first looked is found on a later pass within the gather deadline. Each read is at most one shard's entries.
-DIRECTORY_READS_PER_SHARD = 6  # gather state of this many recent rounds
+DIRECTORY_READS_PER_SHARD = 6
 _STRIKES_BEFORE_BACKOFF = 2
 _BACKOFF_S = (60.0, 3600.0)  # first and longest time a repeatedly rejected peer is ignored
 _REBOOTSTRAP_EVERY_S = 15.0
@@ -437,10 +437,7 @@ class DhtExchange:
         if not 0 <= round <= MAX_ROUND:
             raise ValueError(f"round {round} is out of bounds (0..{MAX_ROUND})")
         self._last_announced = round
-        expiration = get_dht_time() + self._record_ttl
-        shard = shard_of(self.peer_id, self._shards)
-        key, subkey = self._clock_key(shard), self._subkey("c", shard)
-        if not self._call("announce", lambda node: node.store(key, round, expiration, subkey=subkey)):
+        if not self._announce("c", clock_key, round):
             logger.warning("Could not announce round %d to the swarm", round)
 
     def announced_rounds(self) -> dict[str, int]:
@@ -453,14 +450,8 @@ class DhtExchange:
         batch = 4
         while shards and len(rounds) < CLOCK_SAMPLE:
             reading, shards = shards[:batch], shards[batch:]
-            keys = [self._clock_key(shard) for shard in reading]
-            found = self._call("clock", lambda node: _latest_many(node, keys)) or {}
-            self.traffic["lookups"] += len(keys)
-            for shard, key in zip(reading, keys):
-                for author, entry in self._dictionary_entries(found.get(key)):
-                    if (author is not None and author != self.peer_id and type(entry.value) is int
-                            and 0 <= entry.value <= MAX_ROUND and shard_of(author, self._shards) == shard):
-                        rounds[author] = entry.value
+            rounds.update(self._announced(reading, clock_key, MAX_ROUND))
+            rounds.pop(self.peer_id, None)
         return rounds
 
     def swarm_round(self, current: int | None = None) -> int | None:
@@ -596,37 +587,41 @@ class DhtExchange:
         """Tell the swarm which stage of which round we play (``node.game.exchange.clock_value``)."""
         if not 0 <= position <= MAX_GAME_POSITION:
             raise ValueError(f"game position {position} is out of bounds (0..{MAX_GAME_POSITION})")
-        expiration = get_dht_time() + self._record_ttl
-        shard = shard_of(self.peer_id, self._shards)
-        key, subkey = self._position_key(shard), self._subkey("p", shard)
-        if not self._call("announce", lambda node: node.store(key, position, expiration, subkey=subkey)):
+        if not self._announce("p", position_key, position):
             logger.warning("Could not announce game position %d to the swarm", position)
 
     def announced_positions(self) -> dict[str, int]:
         """The game position every live peer, us included, announced last (all shards: the game reads every peer)."""
-        keys = [self._position_key(shard) for shard in range(self._shards)]
+        return self._announced(range(self._shards), position_key, MAX_GAME_POSITION)
+
+    # ------------------------------------------------------------------------------------------- the clocks
+    def _announce(self, kind: str, key_of: Callable[[str, int], str], value: int) -> bool:
+        """Store ``value`` as our entry in our shard of a clock (``key_of``: :func:`clock_key`, ...)."""
+        shard = shard_of(self.peer_id, self._shards)
+        key, subkey = key_of(self._namespace, shard), self._subkey(kind, shard)
+        expiration = get_dht_time() + self._record_ttl
+        return bool(self._call("announce", lambda node: node.store(key, value, expiration, subkey=subkey)))
+
+    def _announced(self, shards: Iterable[int], key_of: Callable[[str, int], str], maximum: int) -> dict[str, int]:
+        """Every authenticated peer's value (0..``maximum``, us included) in these shards of a clock, in one read."""
+        shards = list(shards)
+        keys = [key_of(self._namespace, shard) for shard in shards]
         found = self._call("clock", lambda node: _latest_many(node, keys)) or {}
         self.traffic["lookups"] += len(keys)
-        positions: dict[str, int] = {}
-        for shard, key in enumerate(keys):
+        values: dict[str, int] = {}
+        for shard, key in zip(shards, keys):
             for author, entry in self._dictionary_entries(found.get(key)):
-                if (author is not None and type(entry.value) is int and 0 <= entry.value <= MAX_GAME_POSITION
+                if (author is not None and type(entry.value) is int and 0 <= entry.value <= maximum
                         and shard_of(author, self._shards) == shard):
-                    positions[author] = entry.value
-        return positions
+                    values[author] = entry.value
+        return values
 
     # -------------------------------------------------------------------------------------------------- keys
-    def _position_key(self, shard: int) -> str:
-        return f"{self._namespace}/p/{shard}"
-
     def _group_key(self, round: int, peer: str, index: int) -> str:
         return group_key(self._namespace, round, peer, index)
 
     def _directory_key(self, round: int, shard: int) -> str:
-        return f"{self._namespace}/d/{round}/{shard}"
-
-    def _clock_key(self, shard: int) -> str:
-        return f"{self._namespace}/c/{shard}"
+        return directory_key(self._namespace, round, shard)
 
     def _subkey(self, kind: str, *numbers: int) -> bytes:
         return self._owner + b"|" + kind.encode() + b"/" + "/".join(map(str, numbers)).encode()
@@ -745,6 +740,19 @@ def group_key(namespace: str, round: int, peer: str, index: int) -> str:
     return f"{namespace}/g/{round}/{peer}/{index}"
 
 
+def directory_key(namespace: str, round: int, shard: int) -> str:
+    return f"{namespace}/d/{round}/{shard}"
+
+
+def clock_key(namespace: str, shard: int) -> str:
+    return f"{namespace}/c/{shard}"
+
+
+def position_key(namespace: str, shard: int) -> str:
+    """The multi-stage game's clock: each peer's position (``round * 3 + stage - 1``) in its shard."""
+    return f"{namespace}/p/{shard}"
+
+
 def stage_key(namespace: str, round: int, stage: int, peer: str) -> str:
     """The multi-stage game: one key per (round, stage, author), so a read never returns more than one record."""
     return f"{namespace}/s/{round}/{stage}/{peer}"
@@ -789,13 +797,13 @@ class SwarmValidator(RecordValidatorBase):
                 ok = group is not None and (group.peer_id, group.round, group.index) == (author, round_, index)
             elif kind == "d" and len(numbers) == 2:
                 round_, shard = numbers
-                key = f"{self._namespace}/d/{round_}/{shard}"
+                key = directory_key(self._namespace, round_, shard)
                 pointer = decode_pointer(value) if type(value) is bytes else None
                 ok = (pointer is not None and (pointer.peer_id, pointer.round) == (author, round_)
                       and shard == shard_of(author, self._shards))
             elif kind == "c" and len(numbers) == 1:
                 (shard,) = numbers
-                key = f"{self._namespace}/c/{shard}"
+                key = clock_key(self._namespace, shard)
                 ok = type(value) is int and 0 <= value <= MAX_ROUND and shard == shard_of(author, self._shards)
             elif kind == "s" and len(numbers) == 2:
                 round_, stage = numbers
@@ -805,7 +813,7 @@ class SwarmValidator(RecordValidatorBase):
                       and (stage_record.peer_id, stage_record.round, stage_record.stage) == (author, round_, stage))
             elif kind == "p" and len(numbers) == 1:
                 (shard,) = numbers
-                key = f"{self._namespace}/p/{shard}"
+                key = position_key(self._namespace, shard)
                 ok = (type(value) is int and 0 <= value <= MAX_GAME_POSITION
                       and shard == shard_of(author, self._shards))
             else:

@@ -129,7 +129,9 @@ def stale_sockets():
 
 @contextmanager
 def swarms(tmp_path, count, **kwargs):
-    """``count`` started swarms on 127.0.0.1, each joining through the previous one's invite."""
+    """``count`` started swarms on 127.0.0.1, each joining through the previous one's invite; ``kwargs`` go to
+    :class:`DhtExchange` over this module's defaults."""
+    settings = {"record_ttl": 120.0, "call_timeout": CALL_TIMEOUT, **kwargs}
     started = []
     try:
         for i in range(count):
@@ -138,8 +140,7 @@ def swarms(tmp_path, count, **kwargs):
                 swarm_name=SWARM,
                 host="127.0.0.1",
                 initial_peers=started[-1].invite() if started else (),
-                record_ttl=120.0,
-                call_timeout=kwargs.get("call_timeout", CALL_TIMEOUT),
+                **settings,
             )
             swarm.start()
             started.append(swarm)

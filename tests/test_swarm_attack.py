@@ -21,7 +21,7 @@ from hivemind.utils.timed_storage import get_dht_time
 from node.identity import load_or_create, peer_id_from_public_key
 from node.records import GroupRecord, Pointer, encode_group_record, encode_pointer
 from node.swarm import DIRECTORY_READS_PER_SHARD, STORAGE_BYTES, DhtExchange, shard_of
-from tests.test_swarm import CALL_TIMEOUT, SWARM, raw_node, realistic_text, record
+from tests.test_swarm import CALL_TIMEOUT, SWARM, raw_node, realistic_text, record, swarms
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -82,19 +82,8 @@ def flood_entries(swarm, peer, round_):
 
 @pytest.fixture(scope="module")
 def honest(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("honest")
-    started = []
-    try:
-        for i in range(4):
-            swarm = DhtExchange(load_or_create(folder / f"h{i}.key"), swarm_name=SWARM, host="127.0.0.1",
-                          initial_peers=started[-1].invite() if started else (), call_timeout=CALL_TIMEOUT,
-                          groups_wanted=J)
-            swarm.start()
-            started.append(swarm)
+    with swarms(tmp_path_factory.mktemp("honest"), 4, record_ttl=600.0, groups_wanted=J) as started:
         yield started
-    finally:
-        for swarm in started:
-            swarm.shutdown()
 
 
 def timed_gather(swarm, round_):
