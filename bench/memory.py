@@ -5,8 +5,9 @@ Each model and mode runs in its own child process, started with the node's envir
 another's heap. A sampling thread reads the child's RSS every few milliseconds; per round it reports the peak of
 the generation phase, the peak of the training step and the RSS kept after the round.
 
-The round is the default round shape (I local questions x G completions generated here, and J "peer" groups made of
-the same completion texts re-tokenized under other questions, as a peer's texts are), so it needs no swarm.
+The round is the demo's round (:func:`node.demo.demo_config`: I local questions x G completions generated here with
+the node's prompts and worked examples, and J "peer" groups made of the same completion texts re-tokenized under
+other questions, as a peer's texts are), so it needs no swarm.
 
     python bench/memory.py                               # catalog models that fit here, full and LoRA, 20 rounds
     python bench/memory.py --models bundled --modes full --rounds 3 --no-save
@@ -78,9 +79,9 @@ def child(model_ref: str, mode: str, rounds: int, args: argparse.Namespace) -> N
     import torch
 
     from node import hardware, models
-    from node.grpo import GrpoLearner, LoraSettings, Policy, TrainGroup
-    from node.taskref import DEFAULT_FAMILIES
-    from node.tasks import TaskSource, build_messages, score
+    from node.grpo import GrpoLearner, LoraSettings, Policy, TrainGroup, uses_adamw_8bit
+    from node.runner import task_mix
+    from node.tasks import TaskSource, score
 
     torch.set_num_threads(args.threads)
 
@@ -105,12 +106,14 @@ def child(model_ref: str, mode: str, rounds: int, args: argparse.Namespace) -> N
         policy, output_dir=work / "trl", device="cpu", mixed_bf16=False, num_generations=args.G,
         max_new_tokens=args.max_new_tokens, learning_rate=5e-6, beta=0.0, epsilon=0.2, epsilon_high=0.28,
         loss_type="grpo", max_grad_norm=1.0, seed=0, micro_batch_groups=args.micro_batch_groups, lora=lora,
+        adamw_8bit=uses_adamw_8bit(args.optimizer_states, lora=lora is not None),
     )
     gc.collect()
     emit(phase="ready", rss_gb=sampler.rss() / GB, peak_gb=sampler.take() / GB,
          generation_dtype=str(generation_dtype).removeprefix("torch."))
 
-    tasks = TaskSource({family: 1.0 for family in DEFAULT_FAMILIES}, seed=1234)
+    mix = task_mix(_demo_config(), resolved.params)
+    tasks = TaskSource(mix.weights, seed=1234, ladders=mix.ladders)
     deadline = time.monotonic() + args.max_minutes * 60 if args.max_minutes else None
     for number in range(rounds):
         if deadline is not None and number >= 2 and time.monotonic() > deadline:
@@ -118,7 +121,7 @@ def child(model_ref: str, mode: str, rounds: int, args: argparse.Namespace) -> N
         rng = random.Random(number)
         started = time.perf_counter()
         local = tasks.sample(args.I, rng)
-        prompts = [policy.prompt_ids(build_messages(task.question)) for task in local]
+        prompts = [policy.prompt_ids(tasks.messages(task)) for task in local]
         generated = policy.generate(prompts, num_generations=args.G, max_new_tokens=args.max_new_tokens,
                                     temperature=1.0, top_p=1.0, seed=number)
         generate_s = time.perf_counter() - started
@@ -129,7 +132,7 @@ def child(model_ref: str, mode: str, rounds: int, args: argparse.Namespace) -> N
         ]
         # Peer groups: other questions with texts re-tokenized as the node does with a peer's completions.
         for task, completions in zip(tasks.sample(args.J, rng), generated * args.J, strict=False):
-            prompt = policy.prompt_ids(build_messages(task.question))
+            prompt = policy.prompt_ids(tasks.messages(task))
             encoded = tuple(
                 policy.encode_completion(c.text, finished=c.finished, max_new_tokens=args.max_new_tokens)
                 for c in completions
@@ -161,7 +164,8 @@ def run_child(model: str, mode: str, args: argparse.Namespace) -> list[dict]:
                "--threads", str(args.threads), "-I", str(args.I), "-J", str(args.J), "-G", str(args.G),
                "--max-new-tokens", str(args.max_new_tokens), "--micro-batch-groups", str(args.micro_batch_groups),
                "--lora-rank", str(args.lora_rank), "--cache-dir", args.cache_dir,
-               "--generation-dtype", args.generation_dtype, "--max-minutes", str(args.max_minutes)]
+               "--generation-dtype", args.generation_dtype, "--optimizer-states", args.optimizer_states,
+               "--max-minutes", str(args.max_minutes)]
     rows = []
     with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True) as process:
         for line in process.stdout:
@@ -173,7 +177,13 @@ def run_child(model: str, mode: str, args: argparse.Namespace) -> list[dict]:
     return rows
 
 
-def summarize(model: str, mode: str, rows: list[dict]) -> dict:
+def _demo_config():
+    from node.demo import demo_config
+
+    return demo_config(Path(tempfile.gettempdir()), 0, model="bundled", threads=1)
+
+
+def summarize(model: str, mode: str, rows: list[dict], requested: int) -> dict:
     rounds = [r for r in rows if r["phase"] == "round"]
     ready = next(r for r in rows if r["phase"] == "ready")
     peaks = [max(r["generate_peak_gb"], r["train_peak_gb"]) for r in rounds]
@@ -193,6 +203,8 @@ def summarize(model: str, mode: str, rows: list[dict]) -> dict:
         "rounds": len(rounds),
         "kept_rss_gb_per_round": [round(r["kept_gb"], 3) for r in rounds],
         "peak_rss_gb_per_round": [round(p, 3) for p in peaks],
+        **({"note": f"partial: {len(rounds)} of {requested} rounds in the time allowed (--max-minutes)"}
+           if len(rounds) < requested else {}),
     }
 
 
@@ -206,30 +218,31 @@ def main() -> None:
     parser.add_argument("-I", type=int, default=2, help="local questions per round")
     parser.add_argument("-J", type=int, default=2, help="peer groups per round")
     parser.add_argument("-G", type=int, default=4, help="completions per question")
-    parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--micro-batch-groups", type=int, default=None,
-                        help="default: the node's default (node.config.TrainingSettings)")
+    parser.add_argument("--max-new-tokens", type=int, default=None, help="default: the demo's")
+    parser.add_argument("--micro-batch-groups", type=int, default=None, help="default: the demo's")
     parser.add_argument("--lora-rank", type=int, default=16)
-    parser.add_argument("--generation-dtype", default="auto", choices=["auto", "float32", "bfloat16"])
+    parser.add_argument("--generation-dtype", default=None, choices=["auto", "float32", "bfloat16"],
+                        help="default: the demo's")
+    parser.add_argument("--optimizer-states", default="auto", choices=["auto", "float32", "8bit"])
     parser.add_argument("--cache-dir", default=str(Path.home() / ".cache" / "rl-swarm-bench"))
     parser.add_argument("--max-minutes", type=float, default=0,
                         help="stop a model's rounds after this long (0 = never); the rounds done are reported")
     parser.add_argument("--env", nargs="*", help="extra KEY=VALUE for the children (e.g. to compare allocators)")
     parser.add_argument("--no-save", action="store_true")
     args = parser.parse_args()
-    if args.micro_batch_groups is None:
-        from node.config import TrainingSettings
-
-        args.micro_batch_groups = TrainingSettings().micro_batch_groups
+    demo = _demo_config().training
+    for name in ("max_new_tokens", "micro_batch_groups", "generation_dtype"):
+        if getattr(args, name) is None:
+            setattr(args, name, getattr(demo, name))
     if args.child:
         child(*args.child, args.rounds, args)
         return
     rows = []
-    settings = {k: getattr(args, k) for k in ("rounds", "threads", "I", "J", "G", "max_new_tokens",
-                                              "micro_batch_groups", "lora_rank", "generation_dtype", "max_minutes")}
+    settings = {k: getattr(args, k) for k in ("rounds", "threads", "I", "J", "G", "max_new_tokens", "micro_batch_groups",
+                                              "lora_rank", "generation_dtype", "optimizer_states", "max_minutes")}
     for model in args.models:
         for mode in args.modes:
-            rows.append(summarize(model, mode, run_child(model, mode, args)))
+            rows.append(summarize(model, mode, run_child(model, mode, args), args.rounds))
             if not args.no_save:
                 RESULTS.parent.mkdir(parents=True, exist_ok=True)
                 RESULTS.write_text(json.dumps({"settings": settings, "rows": rows}, indent=1) + "\n", encoding="utf-8")

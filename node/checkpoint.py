@@ -122,19 +122,30 @@ def _save_optimizer(optimizer: torch.optim.Optimizer, folder: Path) -> None:
     state_dict = optimizer.state_dict()
     tensors: dict[str, torch.Tensor] = {}
     scalars: dict[str, dict[str, float]] = {}
+    storages: set[int] = set()
     for index, param_state in state_dict["state"].items():
-        for key, value in param_state.items():
+        for key, value in _flat(param_state).items():
             if isinstance(value, torch.Tensor):
-                tensors[f"{index}.{key}"] = value.detach().contiguous().cpu()
+                tensor = value.detach().contiguous().cpu()
+                if tensor.untyped_storage().data_ptr() in storages:
+                    tensor = tensor.clone()  # safetensors refuses shared storage: bitsandbytes shares its 256-entry maps
+                storages.add(tensor.untyped_storage().data_ptr())
+                tensors[f"{index}.{key}"] = tensor
             else:
                 scalars.setdefault(str(index), {})[key] = value
     save_file(tensors, folder / "state.safetensors")
-    meta = {"param_groups": state_dict["param_groups"], "scalars": scalars}
+    meta = {"param_groups": state_dict["param_groups"], "scalars": scalars, "optimizer": _kind(optimizer)}
     (folder / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
 
 
 def _load_optimizer(optimizer: torch.optim.Optimizer, folder: Path) -> None:
     meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+    # Checkpoints written before the kind was recorded hold torch's AdamW. Another kind's moments (8-bit vs float32
+    # after optimizer_states changed) cannot be loaded: the weights resume, the moments start afresh like a new run's.
+    saved = meta.get("optimizer", "torch.optim.adamw.AdamW")
+    if saved != _kind(optimizer):
+        log.warning("the checkpoint's optimizer is %s, this run's is %s: its moments start afresh", saved, _kind(optimizer))
+        return
     state: dict[int, dict] = {}
     for name, tensor in load_file(folder / "state.safetensors").items():
         index, key = name.split(".", 1)
@@ -147,6 +158,18 @@ def _load_optimizer(optimizer: torch.optim.Optimizer, folder: Path) -> None:
         for group in meta["param_groups"]
     ]
     optimizer.load_state_dict({"state": state, "param_groups": groups})
+
+
+def _flat(param_state: dict) -> dict:
+    """bitsandbytes nests its quantization state (8-bit moments, scales) in a dict; its load_state_dict takes it flat."""
+    flat = {key: value for key, value in param_state.items() if not isinstance(value, dict)}
+    for nested in (value for value in param_state.values() if isinstance(value, dict)):
+        flat.update(nested)
+    return flat
+
+
+def _kind(optimizer: torch.optim.Optimizer) -> str:
+    return f"{type(optimizer).__module__}.{type(optimizer).__qualname__}"
 
 
 def _write_atomic(path: Path, text: str) -> None:

@@ -85,6 +85,10 @@ class TrainingSettings(_Section):
         description="groups per forward/backward pass; 0 = the whole round at once. Smaller saves memory; "
         "the update stays exact for grpo and dr_grpo",
     )
+    optimizer_states: Literal["auto", "float32", "8bit"] = Field(
+        "auto", description="how AdamW keeps its two moments: 8bit (bitsandbytes, block-wise quantized, float32 update "
+        "math) needs a quarter of float32's memory; auto = 8bit for full fine-tuning where bitsandbytes is installed",
+    )
     lora_rank: int = Field(
         0, ge=0, le=1024,
         description="train a LoRA adapter of this rank (peft) instead of all weights: a fraction of the memory; "

@@ -28,6 +28,8 @@ from accelerate.utils import is_peft_model  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 from trl.kernels import ChunkedLogProbFunction  # noqa: E402
 
+from node.errors import NodeError  # noqa: E402
+
 log = logging.getLogger(__name__)
 
 # The trainer is stepped by hand, one optimizer step per round, so no schedule length is needed; a constant
@@ -329,9 +331,13 @@ class GrpoLearner:
         self, policy: Policy, *, output_dir: Path, device: str, mixed_bf16: bool, num_generations: int,
         max_new_tokens: int, learning_rate: float, beta: float, epsilon: float, epsilon_high: float, loss_type: str,
         max_grad_norm: float, seed: int, micro_batch_groups: int = 0, lora: LoraSettings | None = None,
-        adapter_dir: Path | None = None,
+        adapter_dir: Path | None = None, adamw_8bit: bool = False,
     ) -> None:
-        """``lora`` trains an adapter; ``adapter_dir`` resumes one saved by :meth:`save_adapter`."""
+        """``lora`` trains an adapter; ``adapter_dir`` resumes one saved by :meth:`save_adapter`.
+
+        ``adamw_8bit`` keeps AdamW's two moments block-wise quantized to 8 bits (bitsandbytes; the update itself is
+        computed in float32): 2 bytes per parameter instead of 8, the largest item of a full fine-tune.
+        """
         self.policy = policy
         self.micro_batch_groups = micro_batch_groups
         self.adapter = RoundAdapter(eos_id=policy.eos_ids[0])
@@ -354,8 +360,7 @@ class GrpoLearner:
                 epsilon=epsilon,
                 epsilon_high=epsilon_high,
                 loss_type=loss_type,
-                # On CUDA an 8-bit AdamW (bitsandbytes) quarters the optimizer states, the largest full fine-tune item.
-                optim="adamw_bnb_8bit" if device == "cuda" and _has_bitsandbytes() else "adamw_torch",
+                optim="adamw_bnb_8bit" if adamw_8bit else "adamw_torch",
                 disable_dropout=True,
                 save_strategy="no",
                 logging_steps=1,
@@ -384,6 +389,8 @@ class GrpoLearner:
                     activation_checkpointing_kwargs=args.activation_checkpointing_kwargs or None
                 )
             self.trainer.create_optimizer_and_scheduler(num_training_steps=_SCHEDULE_STEPS)
+            if adamw_8bit:
+                _release_gradients_as_applied(self.trainer.optimizer)
             # Trainer.train() would set this; step() sets it per forward/backward pass.
             self.trainer.current_gradient_accumulation_steps = 1
         self.num_generations = num_generations
@@ -442,8 +449,38 @@ class GrpoLearner:
         )
 
 
-def _has_bitsandbytes() -> bool:
-    return importlib.util.find_spec("bitsandbytes") is not None
+def _release_gradients_as_applied(optimizer) -> None:
+    """Free each gradient as soon as bitsandbytes has applied its parameter's update, the largest parameters last.
+
+    bitsandbytes updates one parameter at a time through float32 temporaries a few times that parameter's size. The
+    vocabulary embedding, the largest, comes first in the model's order: its temporaries came on top of every other
+    gradient, still alive, and made the optimizer step the round's peak. The update is the same: the gradient norm
+    is clipped before the step starts, and gradients are zeroed after it anyway.
+    """
+    for group in optimizer.param_groups:
+        group["params"].sort(key=lambda p: p.numel())  # stable: equal sizes keep the model's order
+    update_step = optimizer.update_step
+
+    def update_and_release(group, p, gindex, pindex):
+        update_step(group, p, gindex, pindex)
+        p.grad = None
+
+    optimizer.update_step = update_and_release
+
+
+def uses_adamw_8bit(optimizer_states: str, *, lora: bool) -> bool:
+    """Whether the learner keeps 8-bit AdamW moments for ``training.optimizer_states``.
+
+    ``auto`` picks them for full fine-tuning, where the moments are the largest item (8 of 16 bytes per parameter);
+    an adapter's moments are a few megabytes, so adapters keep float32 ones.
+    """
+    installed = importlib.util.find_spec("bitsandbytes") is not None
+    if optimizer_states == "8bit" and not installed:
+        raise NodeError(
+            "optimizer_states = 8bit needs bitsandbytes, which is not installed",
+            hint="pip install bitsandbytes, or set optimizer_states to auto or float32",
+        )
+    return optimizer_states == "8bit" or (optimizer_states == "auto" and installed and not lora)
 
 
 def _mean(values) -> float | None:

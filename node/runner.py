@@ -30,7 +30,7 @@ from node.events import (
 )
 from node.exchange import Exchange
 from node.game.driver import GameCancelled, GameDriver, build_driver
-from node.grpo import GrpoLearner, LoraSettings, Policy
+from node.grpo import GrpoLearner, LoraSettings, Policy, uses_adamw_8bit
 from node.identity import Identity, load_or_create, peer_name
 from node.records import MAX_ROUND
 from node.round import RoundCancelled, RoundParts, RoundSettings, play_round
@@ -184,6 +184,7 @@ class SwarmNode:
             learning_rate=train.learning_rate, beta=train.beta, epsilon=train.epsilon,
             epsilon_high=train.epsilon_high, loss_type=train.loss_type, max_grad_norm=train.max_grad_norm,
             seed=cfg.run.seed, micro_batch_groups=train.micro_batch_groups, lora=lora, adapter_dir=adapter_dir,
+            adamw_8bit=uses_adamw_8bit(train.optimizer_states, lora=bool(lora)),
         )
         if latest:
             folder, state = latest

@@ -2,23 +2,28 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
+from bitsandbytes.optim import AdamW8bit
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from node.checkpoint import Checkpointer, CheckpointState
 
+QUANT_STATE = AdamW8bit._FSDP_WRAPPED_QUANT_STATE_KEY
 
-def _trained(model_dir):
+
+def _trained(model_dir, optimizer_class=torch.optim.AdamW):
     model = AutoModelForCausalLM.from_pretrained(model_dir)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    optimizer = optimizer_class(model.parameters(), lr=1e-3)
     loss = model(input_ids=torch.tensor([[1, 2, 3, 4]]), labels=torch.tensor([[1, 2, 3, 4]])).loss
     loss.backward()
     optimizer.step()
     return model, optimizer
 
 
-def test_save_and_restore_model_optimizer_and_round(tiny_model_dir, tmp_path):
-    model, optimizer = _trained(tiny_model_dir)
+@pytest.mark.parametrize("optimizer_class", [torch.optim.AdamW, AdamW8bit], ids=["float32", "8bit"])
+def test_save_and_restore_model_optimizer_and_round(tiny_model_dir, tmp_path, optimizer_class):
+    model, optimizer = _trained(tiny_model_dir, optimizer_class)
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     checkpointer = Checkpointer(tmp_path / "ckpt")
     assert checkpointer.latest() is None
@@ -33,13 +38,35 @@ def test_save_and_restore_model_optimizer_and_round(tiny_model_dir, tmp_path):
     restored = AutoModelForCausalLM.from_pretrained(folder / "model")
     for a, b in zip(model.parameters(), restored.parameters(), strict=True):
         assert torch.equal(a, b)
-    fresh = torch.optim.AdamW(restored.parameters(), lr=1e-3)
+    fresh = optimizer_class(restored.parameters(), lr=1e-3)
     checkpointer.load_optimizer(folder, fresh)
     original, loaded = optimizer.state_dict(), fresh.state_dict()
     assert original["param_groups"] == loaded["param_groups"]
+    assert original["state"].keys() == loaded["state"].keys()
     for index, values in original["state"].items():
-        for key, value in values.items():
-            assert torch.equal(torch.as_tensor(value), torch.as_tensor(loaded["state"][index][key]))
+        assert values.keys() == loaded["state"][index].keys()
+        # bitsandbytes nests its quantized moments and their scales one level down
+        for key, value in [*values.items(), *values.get(QUANT_STATE, {}).items()]:
+            if key != QUANT_STATE:
+                assert torch.equal(torch.as_tensor(value), torch.as_tensor(loaded["state"][index][key]
+                                                                            if key in values else
+                                                                            loaded["state"][index][QUANT_STATE][key]))
+
+
+def test_moments_of_another_optimizer_kind_start_afresh(tiny_model_dir, tmp_path, caplog):
+    """Switching optimizer_states between runs resumes the weights; the saved moments cannot be read as the
+    other kind's (float32 exp_avg vs 8-bit state1 + absmax1), so the new optimizer starts with empty ones."""
+    model, optimizer = _trained(tiny_model_dir)
+    checkpointer = Checkpointer(tmp_path / "ckpt")
+    folder = checkpointer.save(model, AutoTokenizer.from_pretrained(tiny_model_dir), optimizer,
+                               CheckpointState(round=1, rounds_trained=1, global_step=1, model="tiny"))
+    other = AdamW8bit(model.parameters(), lr=1e-3)
+    checkpointer.load_optimizer(folder, other)
+    assert not other.state
+    assert "start afresh" in caplog.text
+    model(input_ids=torch.tensor([[1, 2, 3, 4]]), labels=torch.tensor([[1, 2, 3, 4]])).loss.backward()
+    other.step()
+    assert other.state[model.get_input_embeddings().weight]["state1"].dtype == torch.uint8
 
 
 def test_interrupted_save_leaves_previous_checkpoint(tiny_model_dir, tmp_path):

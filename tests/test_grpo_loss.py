@@ -15,9 +15,12 @@ from tests.overlap import count_overlap, run_at_once
 
 G = 4
 REWARDS = [(0.0, 1.0, 0.5, 0.0), (1.0, 1.0, 0.0, 0.25)]
+# Measured on this test's three rounds: cosine 1.000, relative difference 0.0017.
+COSINE, RELATIVE = 0.999, 0.02
 
 
-def _learner(model_dir: Path, tmp_path: Path, loss_type: str, micro_batch_groups: int = 0) -> GrpoLearner:
+def _learner(model_dir: Path, tmp_path: Path, loss_type: str, micro_batch_groups: int = 0,
+             adamw_8bit: bool = False) -> GrpoLearner:
     torch.manual_seed(0)
     with models.LOADING:  # learners may be set up in threads (below)
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
@@ -26,7 +29,7 @@ def _learner(model_dir: Path, tmp_path: Path, loss_type: str, micro_batch_groups
     return GrpoLearner(
         policy, output_dir=tmp_path / "trl", device="cpu", mixed_bf16=False, num_generations=G, max_new_tokens=8,
         learning_rate=1e-3, beta=0.0, epsilon=0.2, epsilon_high=0.28, loss_type=loss_type, max_grad_norm=1.0, seed=0,
-        micro_batch_groups=micro_batch_groups,
+        micro_batch_groups=micro_batch_groups, adamw_8bit=adamw_8bit,
     )
 
 
@@ -177,6 +180,38 @@ def test_micro_batches_accumulate_exactly_the_whole_batch_gradient(tiny_model_di
     assert len(whole) == len(micro) > 0
     for a, b in zip(whole, micro, strict=True):
         torch.testing.assert_close(b, a, atol=1e-6, rtol=1e-4)
+
+
+def test_8bit_moments_move_the_weights_as_float32_moments_do(tiny_model_dir, tmp_path):
+    """8-bit AdamW changes only how the moments are stored (block-wise quantized, float32 update math): over a few
+    rounds on the same batches the weights move as with float32 moments, to quantization noise."""
+    moved, states, alive = [], [], []
+    for eight_bit in (False, True):
+        learner = _learner(tiny_model_dir, tmp_path / str(eight_bit), "grpo", adamw_8bit=eight_bit)
+        parameters = list(learner.policy.model.parameters())
+        if eight_bit:
+            update_step = learner.optimizer.update_step
+
+            def counting(group, p, *index, update_step=update_step, parameters=parameters):
+                alive.append((p.numel(), sum(q.numel() for q in parameters if q.grad is not None and q is not p)))
+                update_step(group, p, *index)
+
+            learner.optimizer.update_step = counting
+        start = torch.cat([p.detach().flatten() for p in parameters])
+        for _ in range(3):
+            learner.step(_batch(learner.policy))
+        moved.append(torch.cat([p.detach().flatten() for p in parameters]) - start)
+        states.append({value.dtype for state in learner.optimizer.state.values() for value in state.values()
+                       if torch.is_tensor(value) and value.numel() > 1})
+    assert torch.uint8 not in states[0] and torch.uint8 in states[1]
+    # Gradients are freed as their updates are applied, the largest parameter last: its float32 temporaries do not
+    # come on top of the other gradients.
+    largest = max(p.numel() for p in parameters)
+    others_alive = [others for size, others in alive if size == largest]
+    assert len(others_alive) == 3 and max(others_alive) < largest / 100
+    reference, eight_bit = moved
+    assert torch.nn.functional.cosine_similarity(reference, eight_bit, dim=0) > COSINE
+    assert (eight_bit - reference).norm() < RELATIVE * reference.norm()
 
 
 def test_generation_stops_within_a_token_of_cancellation(tiny_model_dir, tmp_path):
