@@ -33,7 +33,14 @@ import psutil
 import torch
 
 from node.api import ModelFit, Recommendation, default_threads
-from node.models import BUNDLED, CATALOG, GIB, estimate_training_bytes, fit_label
+from node.models import (
+    BUNDLED,
+    CATALOG,
+    GIB,
+    estimate_training_bytes,
+    fit_label,
+    uses_adamw_8bit,
+)
 
 PROMPT_TOKENS = 256  # a reasoning-gym question in the chat template; completions come on top
 
@@ -161,6 +168,7 @@ def _required_bytes(
         seq_len=PROMPT_TOKENS + max_new_tokens,
         vocab_size=spec.vocab_size,
         lora_rank=lora_rank,
+        adamw_8bit=uses_adamw_8bit("auto", lora=bool(lora_rank)),  # the node's default optimizer_states
     )
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import importlib.util
 import json
 import os
 import shutil
@@ -135,7 +136,7 @@ _RUNTIME_OVERHEAD_BYTES = 600 * 2**20
 # across the catalog, and the recomputed layer's MLP and attention add the rest).
 _ACTIVATION_FACTOR = 1
 # The log-prob pass's [tokens x vocabulary] tiles (node.grpo.LOGIT_TILE_ELEMENTS) and their temporaries.
-_LOGIT_TILE_BYTES = 8 * 4 * 2**22
+_LOGIT_TILE_BYTES = 8 * 4 * 2**20
 # Hidden size is ~sqrt(params) / 22 across the catalog (SmolLM2 20, Qwen2.5 25): sizes the output layer's gradient.
 _HIDDEN_PER_SQRT_PARAMS = 1 / 22
 # LoRA on every linear layer adds ~25 * rank * sqrt(params) parameters (sum of in + out features over the layers).
@@ -144,17 +145,19 @@ _LORA_PARAMS_PER_RANK_SQRT = 25
 
 def estimate_training_bytes(
     params: int, *, train_dtype: str, num_sequences: int, seq_len: int, vocab_size: int = QWEN_VOCAB,
-    lora_rank: int = 0,
+    lora_rank: int = 0, adamw_8bit: bool = False,
 ) -> int:
     """Peak memory of a round (the larger of sampling and the GRPO step), as the node runs it.
 
     Full fine-tuning keeps float32 master weights, their gradients and two AdamW moments (16 bytes a parameter);
+    ``adamw_8bit`` keeps the moments in 8 bits (2 bytes a parameter) except the input embedding's, which
+    transformers keeps in float32 for stability (8 bytes a parameter of the vocabulary x hidden matrix);
     ``train_dtype="bfloat16"`` means autocast (activations in 2 bytes, a bfloat16 weight cache). With ``lora_rank``
     the base weights are frozen (4 bytes a parameter) and only the adapter has gradients and optimizer states.
     Sampling uses a bfloat16 copy of the weights that lives only while completions are generated. With
     ``n = num_sequences * seq_len`` tokens in one forward/backward pass and ``b`` bytes per activation::
 
-        full:  16 * params  [+ 2 * params bfloat16 cache]  + output-layer gradient + activations + tiles
+        full:  8 * params + moments  [+ 2 * params bfloat16 cache]  + output-layer gradient + activations + tiles
         LoRA:  max(4 * params + activations + tiles, 6 * params (sampling)) + 16 * adapter params
         activations = b * n * sqrt(params); tiles = 128 MiB; plus 600 MiB runtime
 
@@ -172,9 +175,26 @@ def estimate_training_bytes(
         peak = max(4 * params + activations, 4 * params + sampler) + 16 * adapter
     else:
         bf16_cache = 2 * params if train_dtype == "bfloat16" else 0
-        head_gradient = 4 * vocab_size * int(root * _HIDDEN_PER_SQRT_PARAMS)
-        peak = max(16 * params + bf16_cache + head_gradient + activations, 12 * params + sampler)
+        embedding = vocab_size * int(root * _HIDDEN_PER_SQRT_PARAMS)
+        moments = 2 * params + 6 * embedding if adamw_8bit else 8 * params
+        head_gradient = 4 * embedding
+        peak = max(8 * params + moments + bf16_cache + head_gradient + activations, 4 * params + moments + sampler)
     return peak + _RUNTIME_OVERHEAD_BYTES
+
+
+def uses_adamw_8bit(optimizer_states: str, *, lora: bool) -> bool:
+    """Whether the learner keeps 8-bit AdamW moments for ``training.optimizer_states``.
+
+    ``auto`` picks them for full fine-tuning, where the moments are the largest item (8 of 16 bytes per parameter);
+    an adapter's moments are a few megabytes, so adapters keep float32 ones.
+    """
+    installed = importlib.util.find_spec("bitsandbytes") is not None
+    if optimizer_states == "8bit" and not installed:
+        raise NodeError(
+            "optimizer_states = 8bit needs bitsandbytes, which is not installed",
+            hint="pip install bitsandbytes, or set optimizer_states to auto or float32",
+        )
+    return optimizer_states == "8bit" or (optimizer_states == "auto" and installed and not lora)
 
 
 def weights_dtype(device: str, *, lora: bool, bf16: bool) -> torch.dtype:
@@ -286,19 +306,21 @@ def _display_name(model: ResolvedModel) -> str:
 
 def check_fits(
     model: ResolvedModel, *, available_bytes: int, train_dtype: str, num_sequences: int, seq_len: int,
-    lora_rank: int = 0,
+    lora_rank: int = 0, adamw_8bit: bool = False,
 ) -> None:
     """Refuse, before anything is loaded, a model whose training step would run out of memory."""
     if model.params is None:
         return
-    settings = {"train_dtype": train_dtype, "num_sequences": num_sequences, "seq_len": seq_len, "lora_rank": lora_rank}
+    settings = {"train_dtype": train_dtype, "num_sequences": num_sequences, "seq_len": seq_len, "lora_rank": lora_rank,
+                "adamw_8bit": adamw_8bit}
     required = estimate_training_bytes(model.params, vocab_size=model.vocab_size or QWEN_VOCAB, **settings)
     if fit_label(required, available_bytes) != "won't fit":
         return
     hint = "lower num_generations or max_new_tokens, or use a machine with more memory"
     if not lora_rank:
         adapter = estimate_training_bytes(
-            model.params, vocab_size=model.vocab_size or QWEN_VOCAB, **{**settings, "lora_rank": 16}
+            model.params, vocab_size=model.vocab_size or QWEN_VOCAB, **{**settings, "lora_rank": 16,
+                                                                          "adamw_8bit": False}
         )
         if fit_label(adapter, available_bytes) != "won't fit":
             hint = f"train a LoRA adapter instead (lora_rank = 16, ~{adapter / GIB:.1f} GiB), or {hint}"

@@ -30,7 +30,7 @@ from node.events import (
 )
 from node.exchange import Exchange
 from node.game.driver import GameCancelled, GameDriver, build_driver
-from node.grpo import GrpoLearner, LoraSettings, Policy, uses_adamw_8bit
+from node.grpo import GrpoLearner, LoraSettings, Policy
 from node.identity import Identity, load_or_create, peer_name
 from node.records import MAX_ROUND
 from node.round import RoundCancelled, RoundParts, RoundSettings, play_round
@@ -148,11 +148,12 @@ class SwarmNode:
         )
         groups = train.local_questions + train.external_groups
         per_pass = min(train.micro_batch_groups or groups, groups) * train.num_generations
+        adamw_8bit = models.uses_adamw_8bit(train.optimizer_states, lora=bool(train.lora_rank))
         models.check_fits(
             resolved, available_bytes=hardware.training_budget(hw), train_dtype="bfloat16" if mixed_bf16 else "float32",
             num_sequences=per_pass,
             seq_len=min(train.max_prompt_tokens, hardware.PROMPT_TOKENS) + train.max_new_tokens,
-            lora_rank=train.lora_rank,
+            lora_rank=train.lora_rank, adamw_8bit=adamw_8bit,
         )
         self.checkpointer = Checkpointer(self.run_dir / "checkpoints")
         latest = self.checkpointer.latest()
@@ -184,7 +185,7 @@ class SwarmNode:
             learning_rate=train.learning_rate, beta=train.beta, epsilon=train.epsilon,
             epsilon_high=train.epsilon_high, loss_type=train.loss_type, max_grad_norm=train.max_grad_norm,
             seed=cfg.run.seed, micro_batch_groups=train.micro_batch_groups, lora=lora, adapter_dir=adapter_dir,
-            adamw_8bit=uses_adamw_8bit(train.optimizer_states, lora=bool(lora)),
+            adamw_8bit=adamw_8bit,
         )
         if latest:
             folder, state = latest

@@ -43,6 +43,6 @@ def test_estimates_are_within_15_percent_of_the_measured_peaks():
         spec = models.CATALOG[row["model"]]
         estimate = models.estimate_training_bytes(
             spec.params, train_dtype="float32", num_sequences=row["sequences"], seq_len=row["seq_len"],
-            vocab_size=spec.vocab_size, lora_rank=row["lora_rank"],
+            vocab_size=spec.vocab_size, lora_rank=row["lora_rank"], adamw_8bit=row["optimizer_states"] == "8bit",
         )
         assert abs(estimate / 1e9 / row["measured_peak_gb"] - 1) <= 0.15, (row["model"], row["mode"], estimate / 1e9)
