@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import torch
 
-from node import allocator, hardware, limits, models
+from node import allocator, hardware, limits, models, swarm_secret
 from node.auto_upload import AutoUploader
 from node.checkpoint import ADAPTER, Checkpointer, CheckpointState
 from node.config import NodeConfig
@@ -392,7 +392,7 @@ def _dht_exchange(cfg: NodeConfig, identity: Identity, initial_peers: list[str])
         groups_wanted=cfg.training.external_groups, max_fetches_per_round=cfg.swarm.max_fetches_per_round,
         directory_shards=cfg.swarm.directory_shards,
         clock=ClockPolicy(cfg.swarm.round_quorum, cfg.swarm.round_quorum_fraction, cfg.swarm.max_round_jump),
-        admission_secret=cfg.swarm.admission_secret, client_mode=cfg.swarm.client_mode,
+        admission_secret=swarm_secret.load(cfg.run.data_dir, cfg.swarm.swarm_name), client_mode=cfg.swarm.client_mode,
     )
 
 
