@@ -226,6 +226,7 @@ class SwarmNode:
                 drop_zero_advantage=train.drop_zero_advantage, gather_timeout_s=cfg.swarm.gather_timeout_s,
                 peer_text_ratio=cfg.swarm.peer_text_ratio,
             ),
+            registry=self.chain,
         )
         if cfg.swarm.game == "multistage":
             self.game = build_driver(
