@@ -192,12 +192,14 @@ class SwarmNode:
             self.last_round: int | None = state.round
             if type(state.round) is not int or not 0 <= state.round <= MAX_ROUND:
                 # e.g. saved by a version that followed a hostile round clock: keep the weights, rejoin the swarm
-                message = f"the checkpoint's round {state.round!r} is out of bounds (0..{MAX_ROUND}): repaired"
-                log.warning("%s; the node follows the swarm's round instead", message)
-                self.bus.emit(ErrorReported(message=message, hint="the node follows the swarm's round", fatal=False))
+                message = (f"The last checkpoint says round {state.round!r}, outside the rounds a swarm uses "
+                           f"(0 to {MAX_ROUND}). Repaired: its trained weights are kept, the round is taken from "
+                           "the swarm again, and the run's round history is cleared.")
+                log.warning("%s", message)
+                self.bus.emit(ErrorReported(message=message, hint="nothing to do: training goes on", fatal=False))
                 self.last_round = None
             self.rounds_trained = state.rounds_trained
-            log.info("resumed from the checkpoint of round %d (%d rounds trained)", state.round, state.rounds_trained)
+            log.info("resumed from the checkpoint of round %s (%d rounds trained)", self.last_round, state.rounds_trained)
         else:
             self.last_round = None
             self.rounds_trained = 0
