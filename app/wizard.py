@@ -463,11 +463,11 @@ class SetupWizard(QWizard):
                 {"network": "none", "rpc_url": None, "chain_id": None, "coordinator": None}
             self.result_config = self.config.update(
                 {"training": training, "swarm": self.swarm_page.swarm_settings(), "chain": chain})
-            if self.swarm_page.join.isChecked():  # a private swarm's invite carries its secret: into the store
-                swarm_secret.follow_invite(
-                    self.result_config.run.data_dir, self.result_config.swarm.swarm_name,
-                    parse_invite(self.swarm_page.invite_text.toPlainText()), passphrase=self.passphrase,
-                )
+            secret = parse_invite(self.swarm_page.invite_text.toPlainText()).admission_secret \
+                if self.swarm_page.join.isChecked() else None
+            if secret:  # a private swarm's invite: its secret goes into the secret store, never the config
+                swarm_secret.remember(self.result_config.run.data_dir, self.result_config.swarm.swarm_name, secret,
+                                      passphrase=self.passphrase)
         except NodeError as exc:
             self.swarm_page.invite_status.setText(f"{exc.message} {exc.hint}")
             return

@@ -81,12 +81,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def admit(args: argparse.Namespace, config: NodeConfig) -> bool:
-    """Store the admission secret the first full invite carries (or drop one it says the swarm no longer has), or
-    make one for a new private swarm (--private); returns whether the swarm is private."""
+    """Store the admission secret an invite carries, make one for a new private swarm (--private) or forget the
+    swarm's (--no-private); returns whether the swarm is private."""
     data_dir, swarm = config.run.data_dir, config.swarm.swarm_name
-    invites = [invite for invite in map(parse_invite, args.join or []) if invite.swarm_name is not None]
-    if invites:
-        swarm_secret.follow_invite(data_dir, swarm, invites[0])
+    invited = [invite.admission_secret for invite in map(parse_invite, args.join or []) if invite.admission_secret]
+    if args.private is False:
+        swarm_secret.forget(data_dir, swarm)
+    elif invited:
+        swarm_secret.remember(data_dir, swarm, invited[0])
     elif args.private:
         swarm_secret.create(data_dir, swarm)
     return swarm_secret.load(data_dir, swarm) is not None
@@ -385,8 +387,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--join", action="append", metavar="INVITE",
                      help="an invite (rl-swarm:join?...) or multiaddr of a swarm member (repeatable)")
     run.add_argument("--families", help="comma-separated reasoning-gym families (default: the 9 SAPO families)")
-    run.add_argument("--private", action="store_true",
-                     help="start a private swarm: only nodes given its invite (which carries a secret) are heard")
+    run.add_argument("--private", action=argparse.BooleanOptionalAction,
+                     help="start a private swarm: only nodes given its invite (which carries a secret) are heard; "
+                     "--no-private forgets the swarm's secret (a node that joined with an invite keeps it)")
     add_config_flags(run)  # every scalar setting of [training], [swarm], [evaluation], [run] and [chain]
     add_event_options(run)
     run.add_argument("--control-stdin", action="store_true", help="accept pause/resume/stop/cancel lines on stdin")

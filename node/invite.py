@@ -65,8 +65,9 @@ def parse_invite(text: str) -> Invite:
         peers = text.split()
     bad = [p for p in peers if not _MULTIADDR.match(p)]
     if bad or not peers:
+        shown = bad[0] if bad else text[:80] if secret is None else "it names no address"  # never echo a secret
         raise NodeError(
-            f"Not a valid invite: {bad[0] if bad else text[:80]!r}.",
+            f"Not a valid invite: {shown!r}.",
             hint="an invite starts with 'rl-swarm:join?' or is an address like /ip4/1.2.3.4/tcp/31337/p2p/Qm...",
             code="bad_invite",
         )

@@ -3,8 +3,9 @@
 In a private swarm every group record carries an HMAC tag made with a key derived from this secret
 (:func:`node.records.admission_key`), so only nodes that were given the secret are heard. It travels in the invite
 (:mod:`node.invite`) and is stored in :mod:`node.secret_store` (the OS keyring, else the passphrase-encrypted file
-store), per data folder and swarm name, when a node joins with an invite or creates a private swarm; the runner
-reads it when it builds the DHT exchange. Configs of earlier versions held it in plaintext as ``[swarm]
+store), per data folder and swarm name, when a node joins with an invite that carries one or creates a private swarm
+(an invite without one leaves it: invites copied from a member's window carry none); the runner reads it when it
+builds the DHT exchange, and ``rl-swarm-node run --no-private`` forgets it. Configs of earlier versions held it in plaintext as ``[swarm]
 admission_secret``: loading such a file moves the secret into the store and removes it from the file.
 """
 
@@ -17,15 +18,11 @@ import re
 import secrets
 import tomllib
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import tomli_w
 
 from node.errors import NodeError
 from node.secret_store import PASSPHRASE_ENV, node_store
-
-if TYPE_CHECKING:
-    from node.invite import Invite
 
 log = logging.getLogger(__name__)
 
@@ -79,16 +76,6 @@ def create(data_dir: Path, swarm_name: str, passphrase: str | None = None) -> st
         secret = new_secret()
         remember(data_dir, swarm_name, secret, passphrase)
     return secret
-
-
-def follow_invite(data_dir: Path, swarm_name: str, invite: Invite, passphrase: str | None = None) -> None:
-    """An invite says whether its swarm is private: its secret is stored, or, when a full invite carries none, a
-    secret stored earlier for a swarm of that name is dropped (a node that kept it would hear nobody). Bare
-    addresses say nothing about it."""
-    if invite.admission_secret is not None:
-        remember(data_dir, swarm_name, invite.admission_secret, passphrase)
-    elif invite.swarm_name is not None:
-        forget(data_dir, swarm_name)
 
 
 def move_out_of_config(path: Path, data_dir: Path, swarm_name: str, secret: object) -> None:

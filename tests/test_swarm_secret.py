@@ -30,8 +30,9 @@ def unlocked(monkeypatch):
     monkeypatch.setenv(PASSPHRASE_ENV, "store passphrase")  # no keyring here: the encrypted file store
 
 
-def join(tmp_path, *invites: str, private: bool = False, swarm: str | None = None):
-    args = _parser().parse_args(["run", "--data-dir", str(tmp_path), *(["--private"] if private else []),
+def join(tmp_path, *invites: str, private: bool | None = None, swarm: str | None = None):
+    flag = {None: [], True: ["--private"], False: ["--no-private"]}[private]
+    args = _parser().parse_args(["run", "--data-dir", str(tmp_path), *flag,
                                  *(["--swarm-name", swarm] if swarm else []),
                                  *(arg for invite in invites for arg in ("--join", invite))])
     config = config_from_args(args)
@@ -52,8 +53,9 @@ def test_an_invite_carries_the_secret_and_joining_stores_it_in_the_store_only(tm
     identity = load_or_create(tmp_path / "swarm.key")
     assert _dht_exchange(config, identity, [])._admission == admission_key(SECRET)
 
-    assert join(tmp_path, ADDR, swarm="Team")[1]  # bare addresses say nothing about privacy: the secret stays
-    config, private = join(tmp_path, format_invite("Team", [ADDR]))  # a full invite without one: a public swarm
+    # an invite without a secret (copied from a member's window) leaves it; --no-private forgets it
+    assert join(tmp_path, format_invite("Team", [ADDR]))[1] and join(tmp_path, ADDR, swarm="Team")[1]
+    config, private = join(tmp_path, format_invite("Team", [ADDR]), private=False)
     assert not private and swarm_secret.load(tmp_path, "Team") is None
     assert _dht_exchange(config, identity, [])._admission is None
 
@@ -70,6 +72,12 @@ def test_an_invite_with_a_bad_secret_is_refused(secret):
     with pytest.raises(NodeError) as e:
         parse_invite(format_invite("team", [ADDR], "sapo", secret))
     assert e.value.code == "bad_admission_secret" and e.value.hint
+
+
+def test_an_invite_error_never_echoes_the_secret():
+    with pytest.raises(NodeError) as e:
+        parse_invite(f"rl-swarm:join?swarm=team&secret={SECRET}")
+    assert e.value.code == "bad_invite" and "kq3V" not in str(e.value)
 
 
 def test_a_locked_store_is_a_plain_error_that_says_how_to_unlock(tmp_path, monkeypatch):
