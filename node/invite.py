@@ -36,7 +36,9 @@ class Invite:
     admission_secret: str | None = field(default=None, repr=False)  # a private swarm's; never in a log line
 
 
-def format_invite(swarm_name: str, addresses: list[str], game: str = "sapo", admission_secret: str | None = None) -> str:
+def format_invite(
+    swarm_name: str, addresses: list[str], game: str = "sapo", admission_secret: str | None = None
+) -> str:
     secret = [("secret", admission_secret)] if admission_secret else []
     return PREFIX + urlencode(
         [("swarm", swarm_name), ("game", game), *secret, *(("peer", a) for a in addresses)], safe="/"

@@ -199,7 +199,8 @@ class SwarmNode:
                 self.bus.emit(ErrorReported(message=message, hint="nothing to do: training goes on", fatal=False))
                 self.last_round = None
             self.rounds_trained = state.rounds_trained
-            log.info("resumed from the checkpoint of round %s (%d rounds trained)", self.last_round, state.rounds_trained)
+            log.info("resumed from the checkpoint of round %s (%s rounds trained)", self.last_round,
+                     state.rounds_trained)
         else:
             self.last_round = None
             self.rounds_trained = 0

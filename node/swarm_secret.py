@@ -5,8 +5,9 @@ In a private swarm every group record carries an HMAC tag made with a key derive
 (:mod:`node.invite`) and is stored in :mod:`node.secret_store` (the OS keyring, else the passphrase-encrypted file
 store), per data folder and swarm name, when a node joins with an invite that carries one or creates a private swarm
 (an invite without one leaves it: invites copied from a member's window carry none); the runner reads it when it
-builds the DHT exchange, and ``rl-swarm-node run --no-private`` forgets it. Configs of earlier versions held it in plaintext as ``[swarm]
-admission_secret``: loading such a file moves the secret into the store and removes it from the file.
+builds the DHT exchange, and ``rl-swarm-node run --no-private`` forgets it. Configs of earlier versions held it in
+plaintext as ``[swarm] admission_secret``: loading such a file moves the secret into the store and removes it from
+the file.
 """
 
 from __future__ import annotations
@@ -46,10 +47,6 @@ def check_secret(secret: object) -> str:
     return secret
 
 
-def new_secret() -> str:
-    return secrets.token_urlsafe(32)
-
-
 def load(data_dir: Path, swarm_name: str, passphrase: str | None = None) -> str | None:
     """The swarm's secret, or None when the swarm is public (none was stored for it)."""
     try:
@@ -73,15 +70,15 @@ def create(data_dir: Path, swarm_name: str, passphrase: str | None = None) -> st
     """The swarm's secret, made and stored now when it has none yet (a new private swarm)."""
     secret = load(data_dir, swarm_name, passphrase)
     if secret is None:
-        secret = new_secret()
+        secret = secrets.token_urlsafe(32)
         remember(data_dir, swarm_name, secret, passphrase)
     return secret
 
 
-def move_out_of_config(path: Path, data_dir: Path, swarm_name: str, secret: object) -> None:
+def move_out_of_config(path: Path, data_dir: Path, swarm_name: str, secret: str) -> None:
     """Store the plaintext secret of an earlier version's config file, then rewrite the file without it (only that
     line when possible, so comments stay)."""
-    remember(data_dir, swarm_name, check_secret(secret))
+    remember(data_dir, swarm_name, secret)
     text = path.read_text(encoding="utf-8")
     data = tomllib.loads(text)
     del data["swarm"][LEGACY_FIELD]
@@ -105,7 +102,6 @@ def _explained(exc: NodeError, what: str) -> NodeError:
         return exc
     return NodeError(
         f"The encrypted secret store is locked, so {what}.",
-        hint=f"set {PASSPHRASE_ENV} to the store's passphrase (the app does this when you unlock it), "
-        "or use a computer with an OS keyring",
+        hint=f"set {PASSPHRASE_ENV} to the store's passphrase for this node, or use a computer with an OS keyring",
         code="locked",
     )

@@ -169,6 +169,7 @@ def test_training_goes_on_while_rpc_is_down_and_queue_delivers_once(tiny_model_d
     for _ in range(2):  # training goes on
         rec.wait_for(lambda e: e.kind == "round_finished")
     assert len(rec.of("round_finished")) >= rounds_before + 2
+    assert all(e.groups_from_registered == 0 for e in rec.of("round_finished"))  # counted with a chain (solo: 0)
     node.stop()  # a restart while submissions are still queued
     thread.join(120)
     assert not thread.is_alive()
