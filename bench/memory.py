@@ -106,7 +106,7 @@ def child(model_ref: str, mode: str, rounds: int, args: argparse.Namespace) -> N
         policy, output_dir=work / "trl", device="cpu", mixed_bf16=False, num_generations=args.G,
         max_new_tokens=args.max_new_tokens, learning_rate=5e-6, beta=0.0, epsilon=0.2, epsilon_high=0.28,
         loss_type="grpo", max_grad_norm=1.0, seed=0, micro_batch_groups=args.micro_batch_groups, lora=lora,
-        adamw_8bit=models.uses_adamw_8bit(args.optimizer_states, lora=lora is not None),
+        adamw_8bit=models.uses_adamw_8bit(args.optimizer_states, lora=lora is not None, device="cpu"),
     )
     gc.collect()
     emit(phase="ready", rss_gb=sampler.rss() / GB, peak_gb=sampler.take() / GB,

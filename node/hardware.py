@@ -158,7 +158,7 @@ LORA_RANK = 16  # the adapter rank the fit figures assume (training.lora_rank)
 
 
 def _required_bytes(
-    model: str, train_dtype: str, sequences_per_pass: int, max_new_tokens: int, lora_rank: int = 0
+    model: str, device: str, train_dtype: str, sequences_per_pass: int, max_new_tokens: int, lora_rank: int = 0
 ) -> int:
     spec = CATALOG[model]
     return estimate_training_bytes(
@@ -168,7 +168,7 @@ def _required_bytes(
         seq_len=PROMPT_TOKENS + max_new_tokens,
         vocab_size=spec.vocab_size,
         lora_rank=lora_rank,
-        adamw_8bit=uses_adamw_8bit("auto", lora=bool(lora_rank)),  # the node's default optimizer_states
+        adamw_8bit=uses_adamw_8bit("auto", lora=bool(lora_rank), device=device),  # the node's default optimizer_states
     )
 
 
@@ -193,10 +193,10 @@ def catalog_fits(hw: HardwareInfo, advice: Recommendation) -> list[ModelFit]:
     per_pass = sequences_per_pass(advice)
     fits = []
     for spec in CATALOG.values():
-        need = _required_bytes(spec.id, advice.train_dtype, per_pass, advice.max_new_tokens)
-        lora = _required_bytes(spec.id, advice.train_dtype, per_pass, advice.max_new_tokens, LORA_RANK)
-        base = _required_bytes(spec.id, advice.train_dtype, 0, 0)
-        per_token = _required_bytes(spec.id, advice.train_dtype, 1, 1 - PROMPT_TOKENS) - base
+        need = _required_bytes(spec.id, advice.device, advice.train_dtype, per_pass, advice.max_new_tokens)
+        lora = _required_bytes(spec.id, advice.device, advice.train_dtype, per_pass, advice.max_new_tokens, LORA_RANK)
+        base = _required_bytes(spec.id, advice.device, advice.train_dtype, 0, 0)
+        per_token = _required_bytes(spec.id, advice.device, advice.train_dtype, 1, 1 - PROMPT_TOKENS) - base
         fits.append(ModelFit(spec.id, spec.name, spec.description, spec.download_bytes, need, fit_label(need, budget),
                              lora, fit_label(lora, budget), base, per_token, PROMPT_TOKENS))
     return fits
@@ -232,7 +232,7 @@ def recommend(hw: HardwareInfo) -> Recommendation:
         micro = 0  # the whole round in one pass: fastest on CPU and it fits
 
     def required(candidate: str) -> int:
-        return _required_bytes(candidate, dtype, (micro or i + j) * g, max_new_tokens)
+        return _required_bytes(candidate, hw.kind, dtype, (micro or i + j) * g, max_new_tokens)
 
     preferred = model
     candidates = _FALLBACKS[_FALLBACKS.index(preferred) :]

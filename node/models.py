@@ -157,7 +157,7 @@ def estimate_training_bytes(
     Sampling uses a bfloat16 copy of the weights that lives only while completions are generated. With
     ``n = num_sequences * seq_len`` tokens in one forward/backward pass and ``b`` bytes per activation::
 
-        full:  8 * params + moments  [+ 2 * params bfloat16 cache]  + output-layer gradient + activations + tiles
+        full:  8 * params + moments  [+ 2 * params bfloat16 cache]  + 2 output-layer gradients + activations + tiles
         LoRA:  max(4 * params + activations + tiles, 6 * params (sampling)) + 16 * adapter params
         activations = b * n * sqrt(params); tiles = 128 MiB; plus 600 MiB runtime
 
@@ -177,16 +177,19 @@ def estimate_training_bytes(
         bf16_cache = 2 * params if train_dtype == "bfloat16" else 0
         embedding = vocab_size * int(root * _HIDDEN_PER_SQRT_PARAMS)
         moments = 2 * params + 6 * embedding if adamw_8bit else 8 * params
-        head_gradient = 4 * embedding
+        # The output layer's weight gradient is computed first in the backward and held until the input embedding's
+        # dense gradient of the same size joins it at the end (the catalog's small models tie the two).
+        head_gradient = 2 * 4 * embedding
         peak = max(8 * params + moments + bf16_cache + head_gradient + activations, 4 * params + moments + sampler)
     return peak + _RUNTIME_OVERHEAD_BYTES
 
 
-def uses_adamw_8bit(optimizer_states: str, *, lora: bool) -> bool:
+def uses_adamw_8bit(optimizer_states: str, *, lora: bool, device: str) -> bool:
     """Whether the learner keeps 8-bit AdamW moments for ``training.optimizer_states``.
 
-    ``auto`` picks them for full fine-tuning, where the moments are the largest item (8 of 16 bytes per parameter);
-    an adapter's moments are a few megabytes, so adapters keep float32 ones.
+    ``auto`` picks them for full fine-tuning, where the moments are the largest item (8 of 16 bytes per parameter),
+    on CPU and CUDA, where bitsandbytes' 8-bit optimizer is known to run; an adapter's moments are a few megabytes,
+    so adapters keep float32 ones.
     """
     installed = importlib.util.find_spec("bitsandbytes") is not None
     if optimizer_states == "8bit" and not installed:
@@ -194,7 +197,9 @@ def uses_adamw_8bit(optimizer_states: str, *, lora: bool) -> bool:
             "optimizer_states = 8bit needs bitsandbytes, which is not installed",
             hint="pip install bitsandbytes, or set optimizer_states to auto or float32",
         )
-    return optimizer_states == "8bit" or (optimizer_states == "auto" and installed and not lora)
+    return optimizer_states == "8bit" or (
+        optimizer_states == "auto" and installed and not lora and device in ("cpu", "cuda")
+    )
 
 
 def weights_dtype(device: str, *, lora: bool, bf16: bool) -> torch.dtype:

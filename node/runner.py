@@ -148,7 +148,7 @@ class SwarmNode:
         )
         groups = train.local_questions + train.external_groups
         per_pass = min(train.micro_batch_groups or groups, groups) * train.num_generations
-        adamw_8bit = models.uses_adamw_8bit(train.optimizer_states, lora=bool(train.lora_rank))
+        adamw_8bit = models.uses_adamw_8bit(train.optimizer_states, lora=bool(train.lora_rank), device=device)
         models.check_fits(
             resolved, available_bytes=hardware.training_budget(hw), train_dtype="bfloat16" if mixed_bf16 else "float32",
             num_sequences=per_pass,

@@ -122,7 +122,7 @@ def test_recommends_the_bundled_model_for_this_cpu():
 def test_recommends_a_qwen_model_in_bf16_for_a_24_gib_gpu():
     rec = recommend(RTX_4090)
     # 1.5B needs ~21 GiB with 8-bit AdamW moments (bitsandbytes, the default where installed), ~27 with float32 ones
-    assert rec.model == ("Qwen/Qwen2.5-1.5B-Instruct" if uses_adamw_8bit("auto", lora=False)
+    assert rec.model == ("Qwen/Qwen2.5-1.5B-Instruct" if uses_adamw_8bit("auto", lora=False, device="cuda")
                          else "Qwen/Qwen2.5-0.5B-Instruct")
     assert (rec.device, rec.train_dtype) == ("cuda", "bfloat16")
     assert (rec.num_generations, rec.local_questions, rec.external_groups) == (8, 4, 4)
@@ -167,7 +167,7 @@ def test_recommended_model_passes_the_fit_check(hw):
         train_dtype=rec.train_dtype,
         num_sequences=sequences_per_pass(rec),  # what the node checks at start, not just G
         seq_len=PROMPT_TOKENS + rec.max_new_tokens,
-        adamw_8bit=uses_adamw_8bit("auto", lora=False),  # what the node's default optimizer_states picks
+        adamw_8bit=uses_adamw_8bit("auto", lora=False, device=rec.device),  # the node's default optimizer_states
     )
 
 
