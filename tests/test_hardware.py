@@ -183,7 +183,8 @@ def test_recommendation_fits_unless_nothing_does(kind, memory_gib, cores, bf16):
     rec = recommend(hw)
     assert rec.model in CATALOG and rec.device == kind and rec.reason
     assert 1 <= rec.threads <= cores
-    settings = {"num_sequences": sequences_per_pass(rec), "seq_len": PROMPT_TOKENS + rec.max_new_tokens}
+    settings = {"num_sequences": sequences_per_pass(rec), "seq_len": PROMPT_TOKENS + rec.max_new_tokens,
+                "adamw_8bit": uses_adamw_8bit("auto", lora=False, device=kind)}
     smallest = estimate_training_bytes(
         CATALOG[BUNDLED].params, train_dtype=rec.train_dtype, vocab_size=CATALOG[BUNDLED].vocab_size, **settings
     )
