@@ -115,8 +115,9 @@ def main() -> None:
 
 def _quantiles(values: list[float]) -> dict[str, float]:
     ordered = sorted(values)
-    pick = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]  # noqa: E731
-    return {"min": ordered[0], "p05": pick(0.05), "median": pick(0.5), "p95": pick(0.95), "max": ordered[-1]}
+    at = {"p05": 0.05, "median": 0.5, "p95": 0.95}
+    return {"min": ordered[0], **{name: ordered[min(len(ordered) - 1, int(q * len(ordered)))] for name, q in at.items()},
+            "max": ordered[-1]}
 
 
 if __name__ == "__main__":

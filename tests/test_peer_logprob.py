@@ -49,7 +49,7 @@ def _confident(policy: Policy) -> Policy:
 class _FloorParts(RoundParts):
     """Grades the first completion of every group right and the rest wrong, so every group has reward spread."""
 
-    firsts: set[str] = set()
+    firsts: frozenset[str] = frozenset()
 
     def grade(self, task: Task, text: str, finished: bool) -> Grade:
         reward = float(text in self.firsts)
@@ -66,17 +66,16 @@ def _round_with_peers(tiny_model_dir: Path, tmp_path: Path, floor: float | None)
     own = a.policy.generate([a.prompt_ids(honest_task)], num_generations=4, max_new_tokens=8, temperature=1.0,
                             top_p=1.0, seed=0)[0]
     payload = [PAYLOAD.format(evil_task.answer), *(f"<answer>{n}</answer>" for n in range(3))]
-    _FloorParts.firsts = {own[0].text, payload[0]}
+    a.firsts = frozenset({own[0].text, payload[0]})
     for peer, task, texts in (("QmHonest", honest_task, [c.text for c in own]), ("QmEvil", evil_task, payload)):
         group = SharedGroup(task=task.ref, question=task.question, completions=tuple(texts), finished=(True,) * 4)
         InMemoryExchange(board, peer).publish(RoundRecord(peer, 0, (group,), prompt_format=PROMPT_FORMAT))
-    outcome = play_round(a, 0, seed="QmNodeA:0", rounds_trained=0, should_stop=lambda: False)
-    return a, outcome
+    return play_round(a, 0, seed="QmNodeA:0", rounds_trained=0, should_stop=lambda: False)
 
 
 @pytest.mark.slow
 def test_a_group_with_text_our_policy_finds_unlikely_is_dropped_and_counted(tiny_model_dir, tmp_path):
-    a, outcome = _round_with_peers(tiny_model_dir, tmp_path, floor=-9.5)
+    outcome = _round_with_peers(tiny_model_dir, tmp_path, floor=-9.5)
     m = outcome.metrics
     assert m.rejected_reasons == {"unlikely_text": 1}
     assert m.groups_received == 2 and m.groups_used == 1  # the policy's own kind of text passes
@@ -91,7 +90,7 @@ def test_the_filter_is_off_when_no_floor_is_set(tiny_model_dir, tmp_path, monkey
         raise AssertionError("scored a peer completion with the filter off")
 
     monkeypatch.setattr(Policy, "completion_logprobs", unexpected)
-    a, outcome = _round_with_peers(tiny_model_dir, tmp_path, floor=None)
+    outcome = _round_with_peers(tiny_model_dir, tmp_path, floor=None)
     assert outcome.metrics.groups_rejected == 0 and outcome.metrics.groups_used == 2
 
 
