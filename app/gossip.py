@@ -218,7 +218,7 @@ class GameThreads(QTreeWidget):
         item = self._questions.get(key)
         if item is not None:
             return item
-        expected = f" — expected {_one_line(s.expected, 60)}" if s.expected is not None else ""
+        expected = f" (expected {_one_line(s.expected, 60)})" if s.expected is not None else ""
         item = QTreeWidgetItem([f"Round {s.round} · {task_name(s.family)} · {_one_line(s.question)}{expected}"])
         item.setData(0, SAMPLE_ROLE, s)
         item.setToolTip(0, plain_tooltip(s.question[:2000]))

@@ -120,7 +120,7 @@ def test_gossip_threads_a_game_round_per_question_and_stage(qtbot):
     authors = {"this node", peer_name("peer-b"), peer_name("peer-m")}
     for question in questions:
         task = question.data(0, SAMPLE_ROLE)
-        assert task.question.split()[0] in question.text(0) and question.text(0).endswith(f"expected {task.expected}")
+        assert task.question.split()[0] in question.text(0) and question.text(0).endswith(f"(expected {task.expected})")
         stages = children(question)
         assert [s.text(0) for s in stages] == ["Answers (3)", "Critiques (3)", "Revisions (3)"]
         for stage in stages:

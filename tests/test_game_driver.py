@@ -23,6 +23,7 @@ from node.grpo import Completion, StepStats
 from node.prompts import SYSTEM_PROMPT
 from node.tasks import TaskSource
 from tests.chain_helpers import VERSIONS, deployed, devchain, funded_account  # noqa: F401 - fixture
+from tests.test_chain_node import Recorder
 from tests.test_chain_versions import PEER_A, PEER_B, STAGES as CHAIN_STAGES, node_config, rows_of, wait_until
 
 FAMILIES = {"chain_sum": 1.0, "basic_arithmetic": 1.0}
@@ -287,7 +288,7 @@ def test_each_stage_is_rewarded_at_its_chain_stage(devchain, tmp_path, version):
     me, _, learner = player(hub, PEER_A, honest(questions, start), chain=participant)
     play_all({"me": me, "peer": player(hub, PEER_B, honest(questions, start))[0]})
     wait_until(lambda: all(r.status != "pending" for r in rows_of(config, target.coordinator).values()),
-               what="every submission settled")
+               what="every submission settled", timeout=120)
     participant.stop()
 
     if CHAIN_STAGES[version] == 3:
@@ -301,6 +302,33 @@ def test_each_stage_is_rewarded_at_its_chain_stage(devchain, tmp_path, version):
     assert {row.status for row in rows.values()} == {"delivered"} and ("winners", 0, 0) in rows
     assert all(admin.reward_submitted(0, stage, PEER_A, account=wallet.address) for stage in expected)
     assert admin.winners_submitted(0, PEER_A)
+
+
+def test_a_stage_played_before_the_chain_reached_it_is_sent_once_the_chain_does(devchain, tmp_path):  # noqa: F811
+    """The swarm can play the critique and the revision while the coordinator is still at the answer stage: their
+    rewards wait, unsent, for the chain's stage (the contract refuses a stage ahead of it), then go through."""
+    target, admin = deployed(devchain, funded_account(devchain), "0.5.1")
+    config = node_config(tmp_path, devchain, target.coordinator)
+    bus = EventBus()
+    recorder = Recorder(bus)
+    participant = ChainParticipant(config, PEER_A, bus, account=funded_account(devchain))
+    participant.start()
+    questions, hub, start = answers_of(0), InMemoryGameHub(), threading.Barrier(2)
+    me, _, _ = player(hub, PEER_A, honest(questions, start), chain=participant)
+    play_all({"me": me, "peer": player(hub, PEER_B, honest(questions, start))[0]})
+
+    def status(stage):
+        return rows_of(config, target.coordinator)[("reward", 0, stage)].status
+
+    wait_until(lambda: status(0) == "delivered", what="the answer stage's reward", timeout=120)
+    for stage in (1, 2):
+        time.sleep(1.0)  # five polls: the rows ahead of the chain stay unsent
+        assert status(stage) == "pending" and rows_of(config, target.coordinator)[("reward", 0, stage)].attempts == 0
+        admin.advance_stage()
+        wait_until(lambda: status(stage) == "delivered", what=f"stage {stage}'s reward once the chain is there", timeout=120)
+    participant.stop()
+    assert not [e for e in recorder.of("chain_transaction") if e.status == "retrying"]
+    assert all(admin.reward_submitted(0, stage, PEER_A) for stage in range(3))
 
 def test_items_whose_question_is_not_what_its_reference_generates_are_rejected():
     questions = answers_of(0)

@@ -199,10 +199,10 @@ class ChainParticipant:
     def stop(self, grace_s: float = 10.0) -> None:
         """Give queued submissions ``grace_s`` to go out; what is left is delivered after the next start."""
         deadline = time.monotonic() + grace_s
-        while (
-            self._connected and self._enabled and time.monotonic() < deadline
-            and self.queue.next_pending(self.coordinator, self.peer_id) is not None
-        ):
+        while self._connected and self._enabled and time.monotonic() < deadline:
+            item = self.queue.next_pending(self.coordinator, self.peer_id)
+            if item is None or self._ahead(item):  # a stage the chain has not reached waits for the next start
+                break
             self._wake.set()
             time.sleep(0.2)
         self._stop.set()
@@ -220,6 +220,12 @@ class ChainParticipant:
                 self._poll()
                 next_poll = time.monotonic() + self.settings.poll_interval_s
             item = self.queue.next_pending(self.coordinator, self.peer_id) if self._enabled and self._connected else None
+            if item is not None and self._ahead(item):
+                # A game stage played before the chain got there: the contract refuses it until then (and due rows
+                # come in (round, stage) order, so the rest are ahead too). It goes once a poll sees the chain there.
+                self._wake.wait(max(0.0, next_poll - time.monotonic()))
+                self._wake.clear()
+                continue
             if item is not None:
                 if self._deliver(item):
                     backoff = 0.0
@@ -234,6 +240,12 @@ class ChainParticipant:
                 wait = min(wait, due - time.time())
             self._wake.wait(max(0.0, wait))
             self._wake.clear()
+
+    def _ahead(self, item: Submission) -> bool:
+        return (
+            item.kind == "reward" and self._chain_round is not None
+            and (item.round, item.stage) > (self._chain_round, self._chain_stage or 0)
+        )
 
     def _poll(self) -> None:
         try:
