@@ -18,6 +18,7 @@ from app import fit
 from app.saved_swarms import Network, load_networks, save_network
 from app.node_query import NodeQuery
 from app.wallet_page import WalletPage
+from node import swarm_secret
 from node.api import HardwareReport, ModelFit
 from node.config import NodeConfig
 from node.errors import NodeError
@@ -374,8 +375,9 @@ class SwarmPage(QWizardPage):
         else:
             swarm = invite.swarm_name or self.config.swarm.swarm_name
             game = GAMES[invite.game or self.config.swarm.game][0]
+            private = " It is private: its secret is kept in the secret store." if invite.admission_secret else ""
             self.invite_status.setText(
-                f"Joining swarm <b>{swarm}</b> through {len(invite.peers)} address(es); it plays {game}.")
+                f"Joining swarm <b>{swarm}</b> through {len(invite.peers)} address(es); it plays {game}.{private}")
         self.completeChanged.emit()
 
     def _game_changed(self, *_: object) -> None:
@@ -461,6 +463,11 @@ class SetupWizard(QWizard):
                 {"network": "none", "rpc_url": None, "chain_id": None, "coordinator": None}
             self.result_config = self.config.update(
                 {"training": training, "swarm": self.swarm_page.swarm_settings(), "chain": chain})
+            secret = parse_invite(self.swarm_page.invite_text.toPlainText()).admission_secret \
+                if self.swarm_page.join.isChecked() else None
+            if secret:  # a private swarm's invite: its secret goes into the secret store, never the config
+                swarm_secret.remember(self.result_config.run.data_dir, self.result_config.swarm.swarm_name, secret,
+                                      passphrase=self.passphrase)
         except NodeError as exc:
             self.swarm_page.invite_status.setText(f"{exc.message} {exc.hint}")
             return

@@ -18,7 +18,7 @@ from typing import Any
 
 import psutil
 
-from node import cli_hub
+from node import cli_hub, swarm_secret
 from node.config import UNSET, NodeConfig, default_data_dir
 from node.errors import NodeError
 from node.invite import format_invite, parse_invite
@@ -50,12 +50,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     config = keep_last_port(config_from_args(args))
     log_path = setup_logging(config.run_dir, verbose=args.verbose)
+    private = admit(args, config)
     bus = EventBus()
     events = event_stream(args)
     if events is not None:
         bus.subscribe(JsonLinesWriter(events))
     else:
-        bus.subscribe(_HumanProgress(log_path))
+        bus.subscribe(_HumanProgress(log_path, private=private))
     invite_path = config.run.data_dir / INVITE_FILE
 
     def remember_invite(event) -> None:
@@ -77,6 +78,20 @@ def _cmd_run(args: argparse.Namespace) -> int:
     finally:
         invite_path.unlink(missing_ok=True)
     return 0
+
+
+def admit(args: argparse.Namespace, config: NodeConfig) -> bool:
+    """Store the admission secret an invite carries, make one for a new private swarm (--private) or forget the
+    swarm's (--no-private); returns whether the swarm is private."""
+    data_dir, swarm = config.run.data_dir, config.swarm.swarm_name
+    invited = [invite.admission_secret for invite in map(parse_invite, args.join or []) if invite.admission_secret]
+    if args.private is False:
+        swarm_secret.forget(data_dir, swarm)
+    elif invited:
+        swarm_secret.remember(data_dir, swarm, invited[0])
+    elif args.private:
+        swarm_secret.create(data_dir, swarm)
+    return swarm_secret.load(data_dir, swarm) is not None
 
 
 def keep_last_port(config: NodeConfig) -> NodeConfig:
@@ -132,8 +147,9 @@ def event_stream(args: argparse.Namespace):
 
 
 class _HumanProgress:
-    def __init__(self, log_path: Path) -> None:
+    def __init__(self, log_path: Path, *, private: bool = False) -> None:
         self.log_path = log_path
+        self.private = private
 
     def __call__(self, event) -> None:
         kind = event.kind
@@ -142,9 +158,13 @@ class _HumanProgress:
             print(f"run folder {event.run_dir}; log {self.log_path}")
             if event.resumed_from_round is not None:
                 print(f"resumed after round {event.resumed_from_round}")
-            invite = format_invite(event.swarm_name, event.invite, event.game)
-            print(f"others join this swarm by pasting this invite into the app, or with\n"
-                  f"  rl-swarm-node run --join '{invite}'")
+            if self.private:  # stdout may be a service's log: the secret is printed only on request
+                print("this swarm is private: `rl-swarm-node invite` prints its invite, which carries the swarm's "
+                      "secret; share it like a password")
+            else:
+                invite = format_invite(event.swarm_name, event.invite, event.game)
+                print(f"others join this swarm by pasting this invite into the app, or with\n"
+                      f"  rl-swarm-node run --join '{invite}'")
         elif kind == "round_finished":
             external = "-" if event.reward_external is None else f"{event.reward_external:.3f}"
             print(
@@ -352,7 +372,8 @@ def _cmd_invite(args: argparse.Namespace) -> int:
             "no node is running with this data folder, so there is no invite yet",
             hint="start one with `rl-swarm-node run` (a fixed --port keeps the invite stable across restarts)",
         )
-    print(format_invite(info["swarm_name"], info["invite"], info.get("game", "sapo")))
+    secret = swarm_secret.load(path.parent, info["swarm_name"])
+    print(format_invite(info["swarm_name"], info["invite"], info.get("game", "sapo"), secret))
     return 0
 
 
@@ -366,6 +387,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--join", action="append", metavar="INVITE",
                      help="an invite (rl-swarm:join?...) or multiaddr of a swarm member (repeatable)")
     run.add_argument("--families", help="comma-separated reasoning-gym families (default: the 9 SAPO families)")
+    run.add_argument("--private", action=argparse.BooleanOptionalAction,
+                     help="start a private swarm: only nodes given its invite (which carries a secret) are heard; "
+                     "--no-private forgets the swarm's secret (a node that joined with an invite keeps it)")
     add_config_flags(run)  # every scalar setting of [training], [swarm], [evaluation], [run] and [chain]
     add_event_options(run)
     run.add_argument("--control-stdin", action="store_true", help="accept pause/resume/stop/cancel lines on stdin")

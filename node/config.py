@@ -18,6 +18,7 @@ import platformdirs
 import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from node import swarm_secret
 from node.errors import NodeError
 from node.records import MAX_ROUND
 
@@ -139,10 +140,6 @@ class SwarmSettings(_Section):
     max_round_jump: int = Field(1000, ge=1, le=MAX_ROUND, description="most rounds the clock moves ahead per step")
     max_fetches_per_round: int | None = Field(
         None, ge=1, le=1024, description="peer groups fetched per round at most; empty = 3 x external_groups"
-    )
-    admission_secret: str | None = Field(
-        None, min_length=16, max_length=256,
-        description="private swarm: only records tagged with this shared secret (from the invite) are accepted",
     )
     client_mode: bool = Field(False, description="behind NAT: publish and gather without serving the DHT")
     peer_text_ratio: float = Field(
@@ -266,7 +263,13 @@ class NodeConfig(_Section):
             raise NodeError(f"config file {path} does not exist", hint="check the path or omit --config") from None
         except tomllib.TOMLDecodeError as exc:
             raise NodeError(f"config file {path} is not valid TOML: {exc}", hint="fix the line it names") from None
-        return cls.build(_apply(data, changes or {}), source=str(path))
+        swarm = data.get("swarm")
+        plaintext = swarm.pop(swarm_secret.LEGACY_FIELD, None) if isinstance(swarm, dict) else None
+        config = cls.build(_apply(data, changes or {}), source=str(path))
+        if plaintext is not None:  # an earlier version kept a private swarm's secret in the file
+            own = cls.build(data, source=str(path))  # the file's own swarm and data folder, not a flag's
+            swarm_secret.move_out_of_config(Path(path), own.run.data_dir, own.swarm.swarm_name, plaintext)
+        return config
 
     def update(self, changes: Changes, *, source: str = "configuration") -> NodeConfig:
         """The one way to change settings (section -> field -> value), validated like :meth:`build`.

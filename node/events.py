@@ -98,6 +98,8 @@ class RoundFinished(Event):
     game: str = "sapo"
     stage_rewards: dict[str, float] = field(default_factory=dict)
     stage_accuracy: dict[str, float] = field(default_factory=dict)
+    # With a chain: how many of groups_used came from peers registered on its coordinator (picked first).
+    groups_from_registered: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -7,16 +7,15 @@ the passphrase-encrypted file store where there is none. It is never written in 
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from node.errors import NodeError
 from node.hub_errors import TOKENS_URL, as_node_error
+from node.secret_store import PASSPHRASE_ENV, SecretStore, node_store  # noqa: F401 - PASSPHRASE_ENV re-exported
 
 TOKEN_SECRET = "hf-token"
-PASSPHRASE_ENV = "RL_SWARM_SECRET_PASSPHRASE"
 
 
 @dataclass(frozen=True)
@@ -99,13 +98,9 @@ def require_write(account: HubAccount, repo_id: str | None = None) -> None:
     )
 
 
-def token_store(data_dir: Path, passphrase: str | None = None):
-    """The secret store holding the token: the OS keyring, else the encrypted file store, unlocked with
-    ``passphrase`` or the ``RL_SWARM_SECRET_PASSPHRASE`` environment variable (how the app hands it to a node it
-    starts; environment variables never reach the disk)."""
-    from node.secret_store import SecretStore
-
-    return SecretStore(data_dir, passphrase=passphrase or os.environ.get(PASSPHRASE_ENV) or None)
+def token_store(data_dir: Path, passphrase: str | None = None) -> SecretStore:
+    """The secret store holding the token (see :func:`node.secret_store.node_store`)."""
+    return node_store(data_dir, passphrase)
 
 
 def load_token(data_dir: Path, passphrase: str | None = None) -> str | None:

@@ -3,20 +3,23 @@
 ``rl-swarm:join?swarm=<name>&game=<game>&peer=<multiaddr>&peer=...`` carries the swarm name and the game with the
 addresses, because a node that joins under another swarm name would share and gather under different keys and
 never see anyone, and one that plays another game would publish what nobody reads. An invite without a game comes
-from a version that only played SAPO. Bare multiaddrs (one per line or separated by spaces) are accepted as well.
+from a version that only played SAPO. A private swarm's invite also carries its admission secret (``&secret=...``,
+see :mod:`node.swarm_secret`): whoever has the invite may take part, so it is shared like a password. Bare multiaddrs
+(one per line or separated by spaces) are accepted as well.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import psutil
 
 from node.config import GAMES, NAME_PATTERN
 from node.errors import NodeError
+from node.swarm_secret import check_secret
 
 PREFIX = "rl-swarm:join?"
 _MULTIADDR = re.compile(
@@ -30,21 +33,28 @@ class Invite:
     swarm_name: str | None  # None for bare addresses: the joiner's own swarm name is used
     peers: tuple[str, ...]
     game: str | None = None  # None for bare addresses: the joiner's own game setting is used
+    admission_secret: str | None = field(default=None, repr=False)  # a private swarm's; never in a log line
 
 
-def format_invite(swarm_name: str, addresses: list[str], game: str = "sapo") -> str:
-    return PREFIX + urlencode([("swarm", swarm_name), ("game", game), *(("peer", a) for a in addresses)], safe="/")
+def format_invite(
+    swarm_name: str, addresses: list[str], game: str = "sapo", admission_secret: str | None = None
+) -> str:
+    secret = [("secret", admission_secret)] if admission_secret else []
+    return PREFIX + urlencode(
+        [("swarm", swarm_name), ("game", game), *secret, *(("peer", a) for a in addresses)], safe="/"
+    )
 
 
 def parse_invite(text: str) -> Invite:
     text = text.strip()
     if not text:
         raise NodeError("The invite is empty.", hint="paste the invite a swarm member copied for you", code="bad_invite")
-    swarm_name = game = None
+    swarm_name = game = secret = None
     if text.startswith(PREFIX):
         query = parse_qs(urlsplit(text).query)
         swarm_name = (query.get("swarm") or [None])[0]
         game = (query.get("game") or ["sapo"])[0]
+        secret = (query.get("secret") or [None])[0]
         peers = query.get("peer", [])
         if swarm_name is not None and not _SWARM.match(swarm_name):
             raise NodeError(f"The invite names an invalid swarm {swarm_name!r}.",
@@ -57,12 +67,15 @@ def parse_invite(text: str) -> Invite:
         peers = text.split()
     bad = [p for p in peers if not _MULTIADDR.match(p)]
     if bad or not peers:
+        shown = bad[0] if bad else text[:80] if secret is None else "it names no address"  # never echo a secret
         raise NodeError(
-            f"Not a valid invite: {bad[0] if bad else text[:80]!r}.",
+            f"Not a valid invite: {shown!r}.",
             hint="an invite starts with 'rl-swarm:join?' or is an address like /ip4/1.2.3.4/tcp/31337/p2p/Qm...",
             code="bad_invite",
         )
-    return Invite(swarm_name, tuple(dict.fromkeys(peers)), game)
+    if secret is not None:
+        check_secret(secret)
+    return Invite(swarm_name, tuple(dict.fromkeys(peers)), game, secret)
 
 
 def local_addresses(peer_id: str, port: int) -> list[str]:

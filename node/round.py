@@ -19,8 +19,9 @@ import random
 import statistics
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from node.curriculum import Curriculum
 from node.events import RolloutSample, RoundFinished, RoundProgress
@@ -61,6 +62,13 @@ class RoundSettings:
     peer_text_ratio: float = 2.0  # cap on peer text outside <answer>, relative to our own (node.peer_text)
 
 
+class PeerRegistry(Protocol):
+    """Which peers are registered on the chain's coordinator (:class:`node.chain.participant.ChainParticipant`);
+    answers from what it knows, never waits for the chain."""
+
+    def registered_peers(self, peer_ids: Iterable[str]) -> set[str]: ...
+
+
 @dataclass
 class RoundParts:
     """Everything a round uses, wired once by :func:`node.runner.build_node` (or by a test)."""
@@ -72,6 +80,7 @@ class RoundParts:
     exchange: Exchange
     curriculum: Curriculum
     settings: RoundSettings
+    registry: PeerRegistry | None = None  # with a chain: groups of registered peers are picked first
 
     def grade(self, task: Task, text: str, finished: bool) -> Grade:
         """The one verifier of this node, for local and peer completions alike."""
@@ -143,8 +152,11 @@ def play_round(
     # 4-5. peers' groups, verified and graded by us; J picked among those with reward spread
     t0 = time.perf_counter()
     gathering = _gather(parts, number, local, should_stop, report, on_wait)
+    registered = None if parts.registry is None else parts.registry.registered_peers(
+        g.peer_id for g in gathering.candidates)
     selection = select_external(
-        gathering.candidates, s.external_groups, rng, current_round=number, drop_zero_advantage=s.drop_zero_advantage
+        gathering.candidates, s.external_groups, rng, current_round=number, drop_zero_advantage=s.drop_zero_advantage,
+        preferred=registered,
     )
     seconds_gather = time.perf_counter() - t0
 
@@ -205,6 +217,7 @@ def play_round(
         entropy=stats.entropy,
         update_skipped=not with_spread,
         difficulty=difficulty,
+        groups_from_registered=None if registered is None else sum(g.peer_id in registered for g in selection.chosen),
     )
     fates = {id(g): TRAINED for g in local} | selection.fates
     samples = [_sample(number, g, fates[id(g)]) for g in local + gathering.candidates]

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import torch
 
-from node import allocator, hardware, limits, models
+from node import allocator, hardware, limits, models, swarm_secret
 from node.auto_upload import AutoUploader
 from node.checkpoint import ADAPTER, Checkpointer, CheckpointState
 from node.config import NodeConfig
@@ -192,12 +192,15 @@ class SwarmNode:
             self.last_round: int | None = state.round
             if type(state.round) is not int or not 0 <= state.round <= MAX_ROUND:
                 # e.g. saved by a version that followed a hostile round clock: keep the weights, rejoin the swarm
-                message = f"the checkpoint's round {state.round!r} is out of bounds (0..{MAX_ROUND}): repaired"
-                log.warning("%s; the node follows the swarm's round instead", message)
-                self.bus.emit(ErrorReported(message=message, hint="the node follows the swarm's round", fatal=False))
+                message = (f"The last checkpoint says round {state.round!r}, outside the rounds a swarm uses "
+                           f"(0 to {MAX_ROUND}). Repaired: its trained weights are kept, the round is taken from "
+                           "the swarm again, and the run's round history is cleared.")
+                log.warning("%s", message)
+                self.bus.emit(ErrorReported(message=message, hint="nothing to do: training goes on", fatal=False))
                 self.last_round = None
             self.rounds_trained = state.rounds_trained
-            log.info("resumed from the checkpoint of round %d (%d rounds trained)", state.round, state.rounds_trained)
+            log.info("resumed from the checkpoint of round %s (%s rounds trained)", self.last_round,
+                     state.rounds_trained)
         else:
             self.last_round = None
             self.rounds_trained = 0
@@ -226,6 +229,7 @@ class SwarmNode:
                 drop_zero_advantage=train.drop_zero_advantage, gather_timeout_s=cfg.swarm.gather_timeout_s,
                 peer_text_ratio=cfg.swarm.peer_text_ratio,
             ),
+            registry=self.chain,
         )
         if cfg.swarm.game == "multistage":
             self.game = build_driver(
@@ -392,7 +396,7 @@ def _dht_exchange(cfg: NodeConfig, identity: Identity, initial_peers: list[str])
         groups_wanted=cfg.training.external_groups, max_fetches_per_round=cfg.swarm.max_fetches_per_round,
         directory_shards=cfg.swarm.directory_shards,
         clock=ClockPolicy(cfg.swarm.round_quorum, cfg.swarm.round_quorum_fraction, cfg.swarm.max_round_jump),
-        admission_secret=cfg.swarm.admission_secret, client_mode=cfg.swarm.client_mode,
+        admission_secret=swarm_secret.load(cfg.run.data_dir, cfg.swarm.swarm_name), client_mode=cfg.swarm.client_mode,
     )
 
 

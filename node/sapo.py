@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 
 from node.records import RoundRecord, SharedGroup
@@ -124,9 +124,12 @@ class Selection:
 
 def select_external(
     candidates: list[ScoredGroup], count: int, rng: random.Random, *, current_round: int, drop_zero_advantage: bool,
+    preferred: Collection[str] | None = None,
 ) -> Selection:
     """Pick ``count`` groups uniformly, current round first, after dropping zero-advantage ones (the one place),
-    at most one per peer: many groups (or two rounds) of one peer cannot fill the J slots."""
+    at most one per peer: many groups (or two rounds) of one peer cannot fill the J slots. Groups of ``preferred``
+    peers (registered on the chain's coordinator: identities that cost a wallet, not free sybils) come first; the
+    others only fill the slots left."""
     fates = {id(g): DROPPED_EQUAL_REWARDS for g in candidates if drop_zero_advantage and g.zero_advantage}
     usable = [g for g in candidates if id(g) not in fates]
     current = [g for g in usable if g.round == current_round]
@@ -134,6 +137,8 @@ def select_external(
     rng.shuffle(current)
     rng.shuffle(older)
     ordered = current + older
+    if preferred is not None:
+        ordered.sort(key=lambda g: g.peer_id not in preferred)  # stable: uniform and current first within each
     chosen: list[ScoredGroup] = []
     peers: set[str] = set()
     for group in ordered:

@@ -1,4 +1,4 @@
-"""Where secrets live: wallet keys and the Hugging Face token.
+"""Where secrets live: wallet keys, the Hugging Face token and private swarms' admission secrets.
 
 The OS keyring (macOS Keychain, Windows Credential Locker, Secret Service on Linux desktops) when one exists;
 otherwise an encrypted file per secret, sealed with a key derived from the user's passphrase by scrypt and
@@ -30,6 +30,9 @@ _SCRYPT_N, _SCRYPT_R, _SCRYPT_P = 2**15, 8, 1  # ~30 ms and 32 MiB: interactive-
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 
 Backend = Literal["auto", "keyring", "file"]
+# How a supervising app hands the file store's passphrase to a node it starts: environment variables never reach the
+# disk. One variable for every secret, since they all live in one store with one passphrase.
+PASSPHRASE_ENV = "RL_SWARM_SECRET_PASSPHRASE"
 
 
 def keyring_available() -> bool:
@@ -174,6 +177,12 @@ class SecretStore:
                 code="secret_damaged",
             ) from None
         return plaintext.decode()
+
+
+def node_store(data_dir: Path, passphrase: str | None = None) -> SecretStore:
+    """The data folder's store: the OS keyring, else the encrypted file store, unlocked with ``passphrase`` or
+    :data:`PASSPHRASE_ENV`."""
+    return SecretStore(data_dir, passphrase=passphrase or os.environ.get(PASSPHRASE_ENV) or None)
 
 
 def _check_name(name: str) -> None:

@@ -35,7 +35,7 @@ APP_MAY_IMPORT = {
     "node.api", "node.config", "node.errors", "node.events", "node.invite", "node.launch", "node.process_client",
     "node.platform_support", "node.units", "node.taskref", "node.logs", "node.runstore",
     "node.demo", "node.selftest",  # the app's --demo and --self-test: they drive node processes
-    "node.hub_auth", "node.hub_errors", "node.hub_upload", "node.secret_store", "node.wallet",
+    "node.hub_auth", "node.hub_errors", "node.hub_upload", "node.secret_store", "node.swarm_secret", "node.wallet",
     "node.chain.account", "node.chain.networks",  # the account page's read-only helper
     "node.cli",  # app.main: a frozen bundle re-enters itself as the node CLI
     "node.game",  # the game's stage names and reward maxima (constants only; its modules stay in the node)

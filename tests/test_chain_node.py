@@ -115,6 +115,30 @@ def test_identity_of_another_wallet_is_not_submitted(devchain, tmp_path, monkeyp
     assert summary.owned_by_other and summary.registered is False and summary.rpc.ok
 
 
+def test_the_participant_tells_which_peers_are_registered_without_waiting_for_the_chain(devchain, tmp_path, monkeypatch):  # noqa: F811
+    monkeypatch.setenv(PASSPHRASE_ENV, PASS)
+    monkeypatch.setattr("node.chain.participant.REGISTRY_PEERS", 3)
+    target, _ = deployed(devchain, funded_account(devchain))
+    from node.chain.coordinator import CoordinatorClient
+
+    CoordinatorClient(target, funded_account(devchain)).register_peer("QmRegistered")
+    node_wallet(devchain, tmp_path)
+    participant = ChainParticipant(base_config(tmp_path, devchain, target.coordinator), PEER, EventBus())
+    participant.start()
+    try:
+        asked = ["QmRegistered", "QmStranger"]
+        assert participant.registered_peers(asked) == set()  # unknown yet: looked up in the background
+        deadline = time.monotonic() + 60
+        while not participant.registered_peers(asked) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert participant.registered_peers(asked) == {"QmRegistered"}
+        participant.registered_peers([f"QmSybil{i}" for i in range(10)])  # a flood of identities stays bounded
+        time.sleep(1)
+        assert len(participant._registry) <= 3 and len(participant._lookups) <= 3
+    finally:
+        participant.stop()
+
+
 @pytest.mark.slow
 def test_training_goes_on_while_rpc_is_down_and_queue_delivers_once(tiny_model_dir, devchain, tmp_path, monkeypatch):  # noqa: F811
     monkeypatch.setenv(PASSPHRASE_ENV, PASS)
@@ -145,6 +169,7 @@ def test_training_goes_on_while_rpc_is_down_and_queue_delivers_once(tiny_model_d
     for _ in range(2):  # training goes on
         rec.wait_for(lambda e: e.kind == "round_finished")
     assert len(rec.of("round_finished")) >= rounds_before + 2
+    assert all(e.groups_from_registered == 0 for e in rec.of("round_finished"))  # counted with a chain (solo: 0)
     node.stop()  # a restart while submissions are still queued
     thread.join(120)
     assert not thread.is_alive()

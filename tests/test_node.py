@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import threading
 
 import pytest
 
+from node.checkpoint import Checkpointer
 from node.events import EventBus
+from node.records import MAX_ROUND
 from node.runner import SwarmNode
 from node.runstore import RunStore
 from tests.nodes import tiny_config
@@ -74,3 +78,29 @@ def test_solo_node_trains_pauses_resumes_and_stops(tiny_model_dir, tmp_path, cap
     # In-process there is no node.log (the CLI sets that up): what the node logged went through caplog instead.
     failures = [record for record in caplog.records if record.exc_info or record.levelno >= logging.ERROR]
     assert not failures, [record.getMessage() for record in failures]
+
+
+def test_a_checkpoint_with_an_out_of_bounds_round_is_repaired_at_start(tiny_model_dir, tmp_path, caplog):
+    # what a node that followed a hostile round clock (or a damaged file) could have left behind
+    caplog.set_level(logging.INFO)
+    config = tiny_config(tiny_model_dir, tmp_path, run={"rounds": 1}, evaluation={"every_rounds": 0})
+    SwarmNode(config).run()
+    for bad_round, rounds_trained in ((MAX_ROUND + 1, 1), (-1, 2)):
+        folder, state = Checkpointer(config.run_dir / "checkpoints").latest()
+        (folder / "state.json").write_text(json.dumps({**dataclasses.asdict(state), "round": bad_round}))
+        store = RunStore(config.run_dir)
+        rows = [json.loads(line) for line in store.metrics_path.read_text().splitlines()]
+        store.metrics_path.write_text("".join(json.dumps({**row, "round": bad_round}) + "\n" for row in rows))
+        assert [m.round for m in store.metrics()] == [bad_round]
+
+        bus, events = EventBus(), []
+        bus.subscribe(events.append)
+        caplog.clear()
+        SwarmNode(config.update({"run": {"rounds": rounds_trained + 1}}), bus=bus).run()
+        (warning,) = [e for e in events if e.kind == "error"]
+        assert not warning.fatal and f"round {bad_round}" in warning.message and "Repaired" in warning.message
+        assert any(r.levelno == logging.WARNING and f"round {bad_round}" in r.getMessage() for r in caplog.records)
+        (played,) = [e for e in events if e.kind == "round_finished"]
+        assert played.round == 0 and played.rounds_trained == rounds_trained + 1  # the weights' history goes on
+        assert [m.round for m in store.metrics()] == [0]  # the out-of-bounds rows are gone
+        assert Checkpointer(config.run_dir / "checkpoints").latest()[1].round == 0

@@ -32,6 +32,15 @@ class _SpreadParts(RoundParts):
         return Grade(reward, reward == 1.0, reward, True, "correct" if reward else "wrong_value")
 
 
+class _Registry:
+    def __init__(self, registered: set[str]) -> None:
+        self.registered, self.asked = registered, set()
+
+    def registered_peers(self, peer_ids) -> set[str]:
+        self.asked |= set(peer_ids)
+        return self.registered & self.asked
+
+
 def _policy(model_dir: Path) -> Policy:
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
@@ -79,6 +88,7 @@ def test_a_round_trains_on_verified_peer_groups_and_accounts_for_every_one(tiny_
                          finished=(True,) * G)
     InMemoryExchange(board, "QmEvil").publish(RoundRecord("QmEvil", 0, (forged,), prompt_format=PROMPT_FORMAT))
     InMemoryExchange(board, "QmOld").publish(RoundRecord("QmOld", 0, (dataclasses.replace(forged),)))
+    a.registry = _Registry({"QmNodeB"})  # as a chain would say: B is registered on the coordinator
     results, events = {}, []
     threads = [threading.Thread(target=_play, args=(p, 0, results, events)) for p in (a, b)]
     for thread in threads:
@@ -91,6 +101,8 @@ def test_a_round_trains_on_verified_peer_groups_and_accounts_for_every_one(tiny_
     # B's two groups: at most one of them trained (one group per peer), the other dropped or not needed
     assert m.groups_received == 4 and m.groups_used <= 1
     assert m.groups_used + m.groups_zero_advantage + m.groups_not_needed == 2
+    assert m.groups_from_registered == m.groups_used and a.registry.asked >= {"QmNodeB"}
+    assert results["QmNodeB"].metrics.groups_from_registered is None  # no chain: nothing counted
     assert m.seconds_gather < SETTINGS.gather_timeout_s / 2  # every live peer was in: no waiting for the deadline
     assert not m.update_skipped and a.learner.global_step == 1 and m.grad_norm is not None
     assert m.difficulty == {family: 0 for family in SMALL_MODEL_LADDERS}

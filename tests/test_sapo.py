@@ -111,6 +111,21 @@ def test_selection_takes_at_most_one_group_per_peer():
         assert selection.count("trained") == 4 and selection.count("not_needed") == 20
 
 
+def test_selection_takes_registered_peers_first_and_others_only_for_the_slots_left():
+    registered = [_peer_group(10, (1, 0, 0, 0), "registered-new"), _peer_group(9, (0, 1, 0, 0), "registered-old")]
+    others = [_peer_group(10, (0, 0, 1, 0), f"sybil-{i}") for i in range(12)]
+    preferred = {"registered-new", "registered-old", "registered-silent"}
+    for seed in range(20):
+        selection = select_external(others + registered, 3, random.Random(seed), current_round=10,
+                                    drop_zero_advantage=True, preferred=preferred)
+        names = [g.peer_id for g in selection.chosen]
+        assert names[:2] == ["registered-new", "registered-old"] and names[2].startswith("sybil-")
+    # without registered peers among them, the others are still picked uniformly
+    picked = {select_external(others, 1, random.Random(seed), current_round=10, drop_zero_advantage=True,
+                              preferred=set()).chosen[0].peer_id for seed in range(40)}
+    assert len(picked) >= 6
+
+
 def test_text_outside_the_answer_is_capped_relative_to_our_own():
     from node.peer_text import MIN_ALLOWANCE_CHARS, outside_answer_chars, outside_text_limit, within_limit
 

@@ -24,6 +24,11 @@ What is submitted, from the first training round this node starts while the chai
   so this node names up to :data:`MAX_WINNERS` peers whose completions scored best by its own verifier that round:
   itself and the peers whose groups it trained on, ranked by mean reward (ties by peer id). Peers not registered
   on the coordinator are left out: our contract refuses them, and a vote for a peer without a wallet says nothing.
+
+Which peers are registered (their peer id maps to a wallet on the coordinator) is looked up by the same thread, in
+one batched call per round for the peers gathered, and kept: the round picks their groups first
+(:func:`node.sapo.select_external`), since a registration costs a wallet and a transaction where a libp2p identity
+is free. A peer found unregistered is asked about again in the next chain round.
 """
 
 from __future__ import annotations
@@ -32,7 +37,8 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
 
 from eth_account.signers.local import LocalAccount
 from web3 import Web3
@@ -51,6 +57,8 @@ MAX_WINNERS = 3
 MAX_BACKOFF_S = 30.0  # while the RPC is unreachable
 UNKNOWN_RETRY_S = 5.0  # first delay of a row whose outcome is unknown; doubles per attempt
 MAX_UNKNOWN_RETRY_S = 600.0
+REGISTRY_PEERS = 4096  # peers whose registration is kept or queued: bounded whatever a swarm (or a sybil) holds
+LOOKUPS_PER_CALL = 256  # peer ids per getEoa call
 ALREADY = {"RewardAlreadySubmitted", "WinnerAlreadyVoted"}
 # refusals that no retry can change: the identity is another wallet's, the vote or the stage is invalid
 FINAL = {"PeerIdAlreadyRegistered", "InvalidVoterPeerId", "InvalidVote", "StageOutOfBounds"}
@@ -114,6 +122,10 @@ class ChainParticipant:
         self._message = ""
         self._last_status: tuple | None = None
         self._told_shared_wallet = False
+        # peer id -> (registered, the chain round it was looked up in); the ids the worker is to look up
+        self._registry: OrderedDict[str, tuple[bool, int | None]] = OrderedDict()
+        self._lookups: OrderedDict[str, None] = OrderedDict()
+        self._registry_lock = threading.Lock()
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -157,6 +169,23 @@ class ChainParticipant:
         if self._chain_round is not None:
             self._slot = (self._chain_round, self._chain_stage or 0)
         return self._chain_round
+
+    def registered_peers(self, peer_ids: Iterable[str]) -> set[str]:
+        """Those of ``peer_ids`` known to be registered on the coordinator (never blocks). The others are queued for
+        the worker, unless one was found unregistered in this chain round already."""
+        registered: set[str] = set()
+        with self._registry_lock:
+            for peer in peer_ids:
+                known = self._registry.get(peer)
+                if known is not None and known[0]:
+                    registered.add(peer)
+                    self._registry.move_to_end(peer)
+                elif (known is None or known[1] != self._chain_round) and len(self._lookups) < REGISTRY_PEERS:
+                    self._lookups[peer] = None
+            waiting = bool(self._lookups)
+        if waiting:
+            self._wake.set()
+        return registered
 
     def chain_position(self) -> tuple[int | None, int | None]:
         """(round, stage) as last seen (never blocks)."""
@@ -219,6 +248,8 @@ class ChainParticipant:
             if time.monotonic() >= next_poll:
                 self._poll()
                 next_poll = time.monotonic() + self.settings.poll_interval_s
+            if self._connected:
+                self._look_up_peers()
             item = self.queue.next_pending(self.coordinator, self.peer_id) if self._enabled and self._connected else None
             if item is not None and self._ahead(item):
                 # A game stage played before the chain got there: the contract refuses it until then (and due rows
@@ -260,6 +291,26 @@ class ChainParticipant:
         except Exception as exc:  # noqa: BLE001 - block_number goes to the RPC directly
             self._connected, self._message = False, f"the RPC failed: {exc}"[:300]
         self._emit_status()
+
+    def _look_up_peers(self) -> None:
+        with self._registry_lock:
+            peers = list(self._lookups)[:LOOKUPS_PER_CALL]
+        if not peers:
+            return
+        try:
+            owners = self.client.owners(peers)
+        except NodeError as exc:
+            log.debug("looking up %d peers' registration failed: %s", len(peers), exc.message)
+            if not isinstance(exc, ChainRevert):
+                self._connected = False  # asked again once a poll reaches the chain
+            return
+        with self._registry_lock:
+            for peer, owner in zip(peers, owners, strict=True):
+                self._lookups.pop(peer, None)
+                self._registry[peer] = (owner is not None, self._chain_round)
+                self._registry.move_to_end(peer)
+            while len(self._registry) > REGISTRY_PEERS:
+                self._registry.popitem(last=False)
 
     def _deliver(self, item: Submission) -> bool:
         """Try one submission; False when the RPC failed (the worker backs off); True when the row was settled or
