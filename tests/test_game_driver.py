@@ -284,6 +284,8 @@ def test_each_stage_is_rewarded_at_its_chain_stage(devchain, tmp_path, version):
     config = node_config(tmp_path, devchain, target.coordinator)
     participant = ChainParticipant(config, PEER_A, EventBus(), account=wallet)
     participant.start()
+    last = (0, CHAIN_STAGES[version] - 1)  # a round played before the node saw the chain submits nothing
+    wait_until(lambda: participant.chain_position() == last, what="the node to see the chain", timeout=120)
     questions, hub, start = answers_of(0), InMemoryGameHub(), threading.Barrier(2)
     me, _, learner = player(hub, PEER_A, honest(questions, start), chain=participant)
     play_all({"me": me, "peer": player(hub, PEER_B, honest(questions, start))[0]})
@@ -313,6 +315,7 @@ def test_a_stage_played_before_the_chain_reached_it_is_sent_once_the_chain_does(
     recorder = Recorder(bus)
     participant = ChainParticipant(config, PEER_A, bus, account=funded_account(devchain))
     participant.start()
+    wait_until(lambda: participant.chain_position() == (0, 0), what="the node to see the chain", timeout=120)
     questions, hub, start = answers_of(0), InMemoryGameHub(), threading.Barrier(2)
     me, _, _ = player(hub, PEER_A, honest(questions, start), chain=participant)
     play_all({"me": me, "peer": player(hub, PEER_B, honest(questions, start))[0]})
