@@ -17,12 +17,17 @@ REASONS = {
 }
 FATES = {
     "trained": "trained on", "dropped_equal_rewards": "dropped: equal rewards", "not_needed": "not needed",
+    "shown": "read by our model", "scored": "scored for winners", "unreadable": "unreadable",  # the game's peer items
 }
 FATE_HINTS = {
     "trained": "This node trained on this group.",
     "dropped_equal_rewards": "Every completion of this group got the same reward, so it carries no learning signal.",
     "not_needed": "Usable, but this node had already taken as many peer groups as a round uses.",
     "rejected": "This node's checks refused the group; nothing of it was trained on.",
+    "shown": "This node's model read it in the next stage: a peer's answer in its critique, a peer's critique in its "
+             "revision.",
+    "scored": "A peer's final answer: this node's verifier scored it to name the round's winners.",
+    "unreadable": "Not in the critique format: it counted for nothing, and this node's model never read it.",
 }
 
 

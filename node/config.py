@@ -150,6 +150,12 @@ class SwarmSettings(_Section):
         2.0, ge=1.0, le=100.0,
         description="peer completions may carry at most this many times our own longest text outside <answer>",
     )
+    peer_logprob_floor: float | None = Field(
+        None, ge=-100.0, le=0.0,
+        description="drop peer groups with a completion whose mean per-token log-prob under our policy is below "
+        "this; empty = off. -7 drops gibberish and random-token text, not fluent payloads (which score like our "
+        "own samples); costs one forward pass per peer group considered",
+    )
 
 
 class TaskSettings(_Section):

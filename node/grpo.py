@@ -14,7 +14,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -163,6 +163,37 @@ class Policy:
             groups.append([self._completion(row) for row in rows[start : start + num_generations]])
         return groups
 
+    @torch.inference_mode()
+    def completion_logprobs(self, prompt_ids: tuple[int, ...], completions: Sequence[Completion]) -> list[float]:
+        """Mean per-token log-prob of each completion's tokens after ``prompt_ids`` under the current policy
+        (temperature 1); 0 for an empty completion.
+
+        This judges peer text by how likely our own policy finds it, so it must cost little: the prompt runs once
+        and its KV cache serves every completion, and only the hidden states that predict a completion token go
+        through the LM head, in the trainer's bounded tiles.
+        """
+        rows = [list(c.ids) for c in completions]
+        width = max(map(len, rows), default=0)
+        if width == 0:
+            return [0.0] * len(rows)
+        # eval: the learner leaves the model in train mode, where activation checkpointing switches the cache off
+        model = self.model.eval()
+        device = next(model.parameters()).device
+        prompt = model.base_model(input_ids=torch.tensor([prompt_ids], device=device), use_cache=True)
+        cache = prompt.past_key_values
+        cache.batch_repeat_interleave(len(rows))
+        pad = self.tokenizer.pad_token_id
+        ids = torch.tensor([row + [pad] * (width - len(row)) for row in rows], device=device)
+        mask = torch.tensor([[True] * len(row) + [False] * (width - len(row)) for row in rows], device=device)
+        attention = torch.cat([mask.new_ones(len(rows), len(prompt_ids)), mask], dim=1).long()
+        hidden = model.base_model(input_ids=ids, attention_mask=attention, past_key_values=cache,
+                                  use_cache=True).last_hidden_state
+        # Position t predicts token t + 1; the prompt's last state predicts every completion's first token.
+        first = prompt.last_hidden_state[:, -1:].expand(len(rows), 1, -1)
+        hidden = torch.cat([first, hidden[:, :-1]], dim=1)
+        logps, _ = _tiled_logprobs(model, hidden[mask], ids[mask], 1.0)
+        return [float(row.mean()) if row.numel() else 0.0 for row in logps.split([len(r) for r in rows])]
+
     def _completion(self, row: list[int]) -> Completion:
         end = next((i for i, token in enumerate(row) if token in self.eos_ids), None)
         ids = row if end is None else row[:end]
@@ -297,7 +328,6 @@ class SapoGRPOTrainer(GRPOTrainer):
                 model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss,
                 **multimodal,
             )
-        lm_head = causal_lm.get_output_embeddings()
         outputs = ("log_probs", "entropy") if compute_entropy else ("log_probs",)
         batch_size = batch_size or input_ids.size(0)
         all_logps, all_entropies = [], []
@@ -310,17 +340,25 @@ class SapoGRPOTrainer(GRPOTrainer):
             hidden = hidden[:, -logits_to_keep - 1 : -1]
             targets = ids[:, -logits_to_keep:]
             mask = attention[:, -logits_to_keep:].bool()
-            tokens = hidden[mask]
-            vocab_chunk = max(1024, LOGIT_TILE_ELEMENTS // max(1, min(tokens.size(0), 4096)))
-            logps, entropy, *_ = ChunkedLogProbFunction.apply(
-                tokens.to(lm_head.weight.device), lm_head.weight, lm_head.bias, targets[mask], self.temperature,
-                vocab_chunk, getattr(config, "final_logit_softcapping", None), 1.0, outputs,
-            )
+            logps, entropy = _tiled_logprobs(causal_lm, hidden[mask], targets[mask], self.temperature, outputs)
             all_logps.append(logps.new_zeros(mask.shape).masked_scatter(mask, logps))
             if compute_entropy:
                 all_entropies.append(entropy.new_zeros(mask.shape).masked_scatter(mask, entropy))
         entropies = torch.cat(all_entropies) if compute_entropy else None
         return torch.cat(all_logps), entropies, None
+
+
+def _tiled_logprobs(causal_lm, hidden: torch.Tensor, targets: torch.Tensor, temperature: float,
+                    outputs: tuple[str, ...] = ("log_probs",)) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-prob of each target token (and the entropy, if asked) from the hidden states that predict it, through
+    the LM head in tiles of :data:`LOGIT_TILE_ELEMENTS`: [tokens, vocabulary] logits never exist at once."""
+    lm_head = causal_lm.get_output_embeddings()
+    vocab_chunk = max(1024, LOGIT_TILE_ELEMENTS // max(1, min(hidden.size(0), 4096)))
+    logps, entropy, *_ = ChunkedLogProbFunction.apply(
+        hidden.to(lm_head.weight.device), lm_head.weight, lm_head.bias, targets, temperature, vocab_chunk,
+        getattr(causal_lm.config.get_text_config(), "final_logit_softcapping", None), 1.0, outputs,
+    )
+    return logps, entropy
 
 
 class GrpoLearner:

@@ -60,6 +60,7 @@ class RoundSettings:
     drop_zero_advantage: bool
     gather_timeout_s: float
     peer_text_ratio: float = 2.0  # cap on peer text outside <answer>, relative to our own (node.peer_text)
+    peer_logprob_floor: float | None = None  # least mean per-token log-prob of a peer completion under our policy
 
 
 class PeerRegistry(Protocol):
@@ -290,7 +291,11 @@ def _gather(parts: RoundParts, number: int, local: list[ScoredGroup], should_sto
                 if (record.peer_id, record.round) not in verified:  # each record is verified once
                     v = verify_records([record], parts.tasks, num_generations=s.num_generations, grader=parts.grade,
                                        prompt_format=PROMPT_FORMAT)
-                    accepted, rejected = _cap_peer_text(v.accepted, v.rejected, text_limit)
+                    accepted, rejected = _refuse(v.accepted, v.rejected, "payload_outside_answer",
+                                                 lambda g: within_limit(g.texts, text_limit))
+                    if s.peer_logprob_floor is not None:  # after the length cap, which bounds what it scores
+                        accepted, rejected = _refuse(accepted, rejected, "unlikely_text",
+                                                     lambda g: _likely_enough(parts, g, s.peer_logprob_floor))
                     verified[(record.peer_id, record.round)] = (accepted, rejected)
                     if rejected:  # forged, foreign or payload-carrying: counts toward the peer's backoff
                         parts.exchange.penalize(record.peer_id)
@@ -315,17 +320,26 @@ def _gather(parts: RoundParts, number: int, local: list[ScoredGroup], should_sto
     )
 
 
-def _cap_peer_text(accepted: list[ScoredGroup], rejected: list[RejectedGroup],
-                   limit: int) -> tuple[list[ScoredGroup], list[RejectedGroup]]:
-    """Move groups whose text outside <answer> exceeds ``limit`` from accepted to rejected."""
+def _refuse(accepted: list[ScoredGroup], rejected: list[RejectedGroup], reason: str,
+            keep: Callable[[ScoredGroup], bool]) -> tuple[list[ScoredGroup], list[RejectedGroup]]:
+    """Move the groups that ``keep`` refuses from accepted to rejected, for ``reason``."""
     kept, dropped = [], []
     for g in accepted:
-        if within_limit(g.texts, limit):
+        if keep(g):
             kept.append(g)
         else:
-            dropped.append(RejectedGroup(peer_id=g.peer_id, round=g.round, reason="payload_outside_answer",
+            dropped.append(RejectedGroup(peer_id=g.peer_id, round=g.round, reason=reason,
                                          group=SharedGroup(g.task.ref, g.task.question, g.texts, g.finished)))
     return kept, rejected + dropped
+
+
+def _likely_enough(parts: RoundParts, group: ScoredGroup, floor: float) -> bool:
+    """Whether every completion's mean per-token log-prob under our policy, after the prompt we would train it
+    under, reaches ``floor``: text our policy finds extremely unlikely is no rollout of a policy like ours."""
+    if parts.settings.drop_zero_advantage and group.zero_advantage:
+        return True  # never trained, so not worth a forward pass
+    train = parts.to_train_group(group)
+    return min(parts.policy.completion_logprobs(train.prompt_ids, train.completions)) >= floor
 
 
 def _stop_waiting(parts: RoundParts, usable: int, published: int, live: int, deadline: float,

@@ -229,7 +229,7 @@ class SwarmNode:
                 num_generations=train.num_generations, max_new_tokens=train.max_new_tokens,
                 temperature=train.temperature, top_p=train.top_p, format_reward_weight=train.format_reward_weight,
                 drop_zero_advantage=train.drop_zero_advantage, gather_timeout_s=cfg.swarm.gather_timeout_s,
-                peer_text_ratio=cfg.swarm.peer_text_ratio,
+                peer_text_ratio=cfg.swarm.peer_text_ratio, peer_logprob_floor=cfg.swarm.peer_logprob_floor,
             ),
             registry=self.chain,
         )

@@ -1,11 +1,21 @@
-"""The game in the app: the wizard's game choice, and reward per stage on the dashboard."""
+"""The game in the app: the wizard's game choice, reward per stage on the dashboard, gossip as threads."""
 
 from __future__ import annotations
 
+import dataclasses
+import threading
+
+from PySide6.QtWidgets import QTreeWidgetItem
+
 from app.dashboard import Dashboard
-from node.events import RoundFinished
+from app.gossip import AUTHOR, FATE, MAX_QUESTIONS, REWARD, SAMPLE_ROLE, GossipView
+from node.events import RolloutSample, RoundFinished, event_from_json
+from node.game.exchange import InMemoryGameHub
+from node.identity import peer_name
 from node.invite import format_invite, parse_invite
+from tests.apphelpers import recorded_events
 from tests.test_app_wizard import PEER, open_wizard
+from tests.test_game_driver import answers_of, honest, play_all, player
 
 
 def metrics(number: int, **game) -> RoundFinished:
@@ -73,3 +83,92 @@ def test_joining_with_a_game_invite_plays_its_game(qtbot, tmp_path):
     assert swarm.isComplete() and "Answer, critique, revise" in swarm.invite_status.text()
     wizard.accept()
     assert wizard.result_config.swarm.game == "multistage" and wizard.result_config.swarm.swarm_name == "critics"
+
+
+def game_round_samples() -> list[RolloutSample]:
+    """One round of three scripted players through the real game driver, as the first one's node writes its samples
+    (JSON lines); one peer writes markup into its reasoning."""
+    questions = answers_of(0)
+    hub = InMemoryGameHub()
+    start = threading.Barrier(3)
+    plain = honest(questions, start)
+
+    def markup(stage, task, messages):
+        return [text.replace("<think>", "<think><b>x</b> ", 1) for text in plain(stage, task, messages)]
+
+    drivers = {"me": player(hub, "me", honest(questions, start))[0], "peer-b": player(hub, "peer-b", honest(questions, start))[0],
+               "peer-m": player(hub, "peer-m", markup)[0]}
+    _, samples = play_all(drivers)["me"]
+    return [event_from_json(s.to_json()) for s in samples]
+
+
+def children(item: QTreeWidgetItem) -> list[QTreeWidgetItem]:
+    return [item.child(i) for i in range(item.childCount())]
+
+
+def test_gossip_threads_a_game_round_per_question_and_stage(qtbot):
+    samples = game_round_samples()
+    gossip = GossipView()
+    qtbot.addWidget(gossip)
+    for sample in samples:  # one event at a time, as the window gets them
+        gossip.add_samples([sample])
+    assert gossip.game and gossip.views.currentWidget() is gossip.threads
+    assert gossip.fate.isHidden() and gossip.peers_only.isHidden()
+    threads = gossip.threads
+    questions = [threads.topLevelItem(i) for i in range(threads.topLevelItemCount())]
+    assert len(questions) == 2
+    authors = {"this node", peer_name("peer-b"), peer_name("peer-m")}
+    for question in questions:
+        task = question.data(0, SAMPLE_ROLE)
+        assert task.question.split()[0] in question.text(0) and question.text(0).endswith(f"(expected {task.expected})")
+        stages = children(question)
+        assert [s.text(0) for s in stages] == ["Answers (3)", "Critiques (3)", "Revisions (3)"]
+        for stage in stages:
+            entries = children(stage)
+            assert {e.text(AUTHOR) for e in entries} == authors
+            assert all(e.data(0, SAMPLE_ROLE).question == task.question for e in entries)
+        answers, critiques, revisions = ({e.text(AUTHOR): e for e in children(s)} for s in stages)
+        assert answers["this node"].text(REWARD) == "1.25" and answers["this node"].text(FATE) == "trained on"
+        assert answers[peer_name("peer-b")].text(FATE) == "read by our model"
+        assert critiques[peer_name("peer-b")].text(FATE) == "read by our model"
+        assert revisions[peer_name("peer-b")].text(FATE) == "scored for winners"
+        assert revisions[peer_name("peer-b")].text(REWARD) == "1.00"  # our verifier's score of its final answer
+    assert gossip.counters.text() == "Shown: 2 questions; 6 answers, 6 critiques, 6 revisions (12 of them from peers)."
+
+    # A peer's markup is text: drawn as written (item views draw plain text), escaped in tooltips, literal in detail.
+    marked = next(e for q in questions for e in children(children(q)[0]) if e.text(AUTHOR) == peer_name("peer-m"))
+    assert marked.text(0).startswith("<think><b>x</b> sum</think>")
+    assert "&lt;b&gt;x&lt;/b&gt;" in marked.toolTip(0) and "<b>x" not in marked.toolTip(0)
+    threads.setCurrentItem(marked)
+    assert "<b>x</b>" in gossip.detail.toPlainText() and "ANSWER by " in gossip.detail.toPlainText()
+    threads.setCurrentItem(children(children(questions[0])[1])[0])
+    assert "CRITIQUE by " in gossip.detail.toPlainText()
+
+    gossip.search.setText(peer_name("peer-m"))
+    assert threads.shown_questions() == 2 and gossip.empty.isHidden()
+    gossip.search.setText("zzz-no-such-text")
+    assert threads.shown_questions() == 0 and "Nothing matches" in gossip.empty.text()
+    gossip.search.setText("")
+
+    # A SAPO run (a new run after clear) keeps the table.
+    gossip.clear()
+    gossip.add_samples([e for e in recorded_events() if isinstance(e, RolloutSample)])
+    assert not gossip.game and gossip.views.currentWidget() is gossip.table and not gossip.fate.isHidden()
+    assert threads.topLevelItemCount() == 0 and "groups of this node" in gossip.counters.text()
+
+
+def test_gossip_keeps_the_last_questions_and_stages_in_game_order(qtbot):
+    sample = next(s for s in game_round_samples() if s.local and s.stage == "answer")
+    gossip = GossipView()
+    qtbot.addWidget(gossip)
+    for number in range(MAX_QUESTIONS + 5):
+        gossip.add_samples([dataclasses.replace(sample, round=number)])
+    threads = gossip.threads
+    assert threads.topLevelItemCount() == MAX_QUESTIONS and threads.counts()["questions"] == MAX_QUESTIONS
+    rounds = [threads.topLevelItem(i).data(0, SAMPLE_ROLE).round for i in range(MAX_QUESTIONS)]
+    assert rounds == list(range(MAX_QUESTIONS + 4, 4, -1))  # newest first; the five oldest are gone
+    # a late joiner's round: its revision arrives before any answer, the thread still reads in the game's order
+    late = MAX_QUESTIONS + 10
+    gossip.add_samples([dataclasses.replace(sample, round=late, stage="revise")])
+    gossip.add_samples([dataclasses.replace(sample, round=late, stage="answer")])
+    assert [s.text(0) for s in children(threads.topLevelItem(0))] == ["Answers (1)", "Revisions (1)"]

@@ -11,8 +11,10 @@ import time
 
 import pytest
 
+from node.chain.coordinator import CoordinatorClient
+from node.chain.participant import ChainParticipant
 from node.events import EventBus, RoundProgress
-from node.game import STAGES
+from node.game import STAGE_MAX_REWARD, STAGES
 from node.game.prompts import CRITIQUE_SYSTEM, REVISE_SYSTEM
 from node.game.driver import ALONE_DETAIL, GameCancelled, GameDriver, GameSettings, game_seed
 from node.game.exchange import InMemoryGameHub, clock_value
@@ -20,6 +22,9 @@ from node.game.records import StageItem, StageRecord, encode_stage_record
 from node.grpo import Completion, StepStats
 from node.prompts import SYSTEM_PROMPT
 from node.tasks import TaskSource
+from tests.chain_helpers import VERSIONS, deployed, devchain, funded_account  # noqa: F401 - fixture
+from tests.test_chain_node import Recorder
+from tests.test_chain_versions import PEER_A, PEER_B, STAGES as CHAIN_STAGES, node_config, rows_of, wait_until
 
 FAMILIES = {"chain_sum": 1.0, "basic_arithmetic": 1.0}
 SEED = game_seed("test", None)
@@ -181,12 +186,14 @@ def forger_records(hub, author, questions, *, wrong):
 class FakeChain:
     def __init__(self) -> None:
         self.finished = []
+        self.stage_rewards = []
 
     def chain_round(self):
         return 7
 
-    def round_finished(self, chain_round, own_rewards, scores):
+    def round_finished(self, chain_round, own_rewards, scores, *, stage_rewards):
         self.finished.append((chain_round, list(own_rewards), {k: list(v) for k, v in scores.items()}))
+        self.stage_rewards.append(stage_rewards)
 
 
 def test_forged_answers_and_critiques_gain_nothing():
@@ -260,7 +267,71 @@ def test_a_node_alone_reports_its_first_answers_to_the_chain():
     driver, _, _ = player(InMemoryGameHub(), "alone", honest(questions), chain=chain)
     driver.play_round(None, 0)
     assert chain.finished == [(7, [1.0, 1.0], {})]
+    assert list(chain.stage_rewards[0]) == [0] and chain.stage_rewards[0][0] == pytest.approx([1.0, 0.2] * 2)
 
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_each_stage_is_rewarded_at_its_chain_stage(devchain, tmp_path, version):  # noqa: F811
+    """On a real EVM: where the coordinator has the game's three stages (0.4.x, 0.5.x) each stage's reward goes to
+    its own chain stage, as a share of the stage's maximum; on 0.6.0 (one stage) the round has one reward, the
+    correctness of its final answers; winners once."""
+    target, admin = deployed(devchain, funded_account(devchain), version)
+    for _ in range(CHAIN_STAGES[version] - 1):  # the chain at the round's last stage: every stage's reward is due
+        admin.advance_stage()
+    CoordinatorClient(target, funded_account(devchain)).register_peer(PEER_B)  # the peer to be named winner
+    wallet = funded_account(devchain)
+    config = node_config(tmp_path, devchain, target.coordinator)
+    participant = ChainParticipant(config, PEER_A, EventBus(), account=wallet)
+    participant.start()
+    last = (0, CHAIN_STAGES[version] - 1)  # a round played before the node saw the chain submits nothing
+    wait_until(lambda: participant.chain_position() == last, what="the node to see the chain", timeout=120)
+    questions, hub, start = answers_of(0), InMemoryGameHub(), threading.Barrier(2)
+    me, _, learner = player(hub, PEER_A, honest(questions, start), chain=participant)
+    play_all({"me": me, "peer": player(hub, PEER_B, honest(questions, start))[0]})
+    wait_until(lambda: all(r.status != "pending" for r in rows_of(config, target.coordinator).values()),
+               what="every submission settled", timeout=120)
+    participant.stop()
+
+    if CHAIN_STAGES[version] == 3:
+        shares = [[r / STAGE_MAX_REWARD[name] for g in step for r in g.rewards] for name, step in zip(STAGES, learner.steps)]
+        expected = {stage: round(sum(s) / len(s) * 1000) for stage, s in enumerate(shares)}
+        assert len(set(expected.values())) > 1  # the stages' rewards differ: each went where it belongs
+    else:
+        expected = {0: 1000}  # both final answers right
+    rows = rows_of(config, target.coordinator)
+    assert {stage: row.payload["reward"] for (kind, _, stage), row in rows.items() if kind == "reward"} == expected
+    assert {row.status for row in rows.values()} == {"delivered"} and ("winners", 0, 0) in rows
+    assert all(admin.reward_submitted(0, stage, PEER_A, account=wallet.address) for stage in expected)
+    assert admin.winners_submitted(0, PEER_A)
+
+
+def test_a_stage_played_before_the_chain_reached_it_is_sent_once_the_chain_does(devchain, tmp_path):  # noqa: F811
+    """The swarm can play the critique and the revision while the coordinator is still at the answer stage: their
+    rewards wait, unsent, for the chain's stage (the contract refuses a stage ahead of it), then go through."""
+    target, admin = deployed(devchain, funded_account(devchain), "0.5.1")
+    config = node_config(tmp_path, devchain, target.coordinator)
+    bus = EventBus()
+    recorder = Recorder(bus)
+    participant = ChainParticipant(config, PEER_A, bus, account=funded_account(devchain))
+    participant.start()
+    wait_until(lambda: participant.chain_position() == (0, 0), what="the node to see the chain", timeout=120)
+    questions, hub, start = answers_of(0), InMemoryGameHub(), threading.Barrier(2)
+    me, _, _ = player(hub, PEER_A, honest(questions, start), chain=participant)
+    play_all({"me": me, "peer": player(hub, PEER_B, honest(questions, start))[0]})
+
+    def status(stage):
+        return rows_of(config, target.coordinator)[("reward", 0, stage)].status
+
+    wait_until(lambda: status(0) == "delivered", what="the answer stage's reward", timeout=120)
+    for stage in (1, 2):
+        time.sleep(1.0)  # five polls: the rows ahead of the chain stay unsent
+        assert status(stage) == "pending" and rows_of(config, target.coordinator)[("reward", 0, stage)].attempts == 0
+        admin.advance_stage()
+        wait_until(lambda: status(stage) == "delivered", what=f"stage {stage}'s reward once the chain is there", timeout=120)
+    participant.stop()
+    assert not [e for e in recorder.of("chain_transaction") if e.status == "retrying"]
+    assert all(admin.reward_submitted(0, stage, PEER_A) for stage in range(3))
 
 def test_items_whose_question_is_not_what_its_reference_generates_are_rejected():
     questions = answers_of(0)

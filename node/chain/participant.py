@@ -17,7 +17,9 @@ What is submitted, from the first training round this node starts while the chai
   stages per round (0.4.x, 0.5.x) every stage in which this node trained gets its own reward, as the contract
   keys rewards by (round, stage); on 0.6.0 (one stage) that is once per round. The value is the mean reward of
   this node's own completions in that training round, times :data:`REWARD_SCALE` (the contract stores
-  integers), so 1000 is the maximum;
+  integers), so 1000 is the maximum. A round of the multi-stage game trains once per stage: where the coordinator
+  has as many stages (0.4.x, 0.5.x), each stage's reward goes to its own chain stage; on 0.6.0 the round's one
+  reward is the correctness of its final answers;
 - winners: once per chain round (the contract takes one vote per peer and round, at any stage). SAPO has no vote,
   so this node names up to :data:`MAX_WINNERS` peers whose completions scored best by its own verifier that round:
   itself and the peers whose groups it trained on, ranked by mean reward (ties by peer id). Peers not registered
@@ -189,31 +191,47 @@ class ChainParticipant:
         """(round, stage) as last seen (never blocks)."""
         return self._chain_round, self._chain_stage
 
+    def stage_count(self) -> int | None:
+        """Stages per chain round; None until the coordinator's version is known (the chain not reached yet)."""
+        return self.client.stage_count() if self.client.detected is not None else None
+
     def round_finished(
         self, chain_round: int | None, own_rewards: Sequence[float], scores: Mapping[str, Sequence[float]],
-        *, stage: int | None = None,
+        *, stage: int | None = None, stage_rewards: Mapping[int, Sequence[float]] | None = None,
     ) -> None:
         """Queue this training round's reward for (``chain_round``, ``stage``) and its winners for ``chain_round``:
         the chain position the training round began at. ``stage`` defaults to the stage seen by the
-        :meth:`chain_round` call that returned ``chain_round``."""
+        :meth:`chain_round` call that returned ``chain_round``.
+
+        ``stage_rewards`` (a multi-stage game round: chain stage -> own rewards in it) queue one reward per stage
+        instead, where the coordinator has those stages; on one with fewer (or not reached yet, so its stages are
+        unknown) ``own_rewards`` is the round's one reward, as the contract refuses a stage it does not have."""
         if not self._enabled or chain_round is None:
             return
-        if stage is None:
-            stage = self._slot[1] if self._slot is not None and self._slot[0] == chain_round else 0
-        reward = round(sum(own_rewards) / len(own_rewards) * REWARD_SCALE) if own_rewards else 0
-        self.queue.add(self.coordinator, self.peer_id, "reward", chain_round, {"reward": reward}, stage=stage)
+        stages = self.stage_count()
+        if stage_rewards and stages is not None and max(stage_rewards) < stages:
+            for at, rewards in sorted(stage_rewards.items()):
+                self._queue_reward(chain_round, at, rewards)
+        else:
+            if stage is None:
+                stage = self._slot[1] if self._slot is not None and self._slot[0] == chain_round else 0
+            self._queue_reward(chain_round, stage, own_rewards)
         winners = pick_winners(scores)
         if winners:
             self.queue.add(self.coordinator, self.peer_id, "winners", chain_round, {"winners": winners})
         self._wake.set()
 
+    def _queue_reward(self, chain_round: int, stage: int, own_rewards: Sequence[float]) -> None:
+        reward = round(sum(own_rewards) / len(own_rewards) * REWARD_SCALE) if own_rewards else 0
+        self.queue.add(self.coordinator, self.peer_id, "reward", chain_round, {"reward": reward}, stage=stage)
+
     def stop(self, grace_s: float = 10.0) -> None:
         """Give queued submissions ``grace_s`` to go out; what is left is delivered after the next start."""
         deadline = time.monotonic() + grace_s
-        while (
-            self._connected and self._enabled and time.monotonic() < deadline
-            and self.queue.next_pending(self.coordinator, self.peer_id) is not None
-        ):
+        while self._connected and self._enabled and time.monotonic() < deadline:
+            item = self.queue.next_pending(self.coordinator, self.peer_id)
+            if item is None or self._ahead(item):  # a stage the chain has not reached waits for the next start
+                break
             self._wake.set()
             time.sleep(0.2)
         self._stop.set()
@@ -233,6 +251,12 @@ class ChainParticipant:
             if self._connected:
                 self._look_up_peers()
             item = self.queue.next_pending(self.coordinator, self.peer_id) if self._enabled and self._connected else None
+            if item is not None and self._ahead(item):
+                # A game stage played before the chain got there: the contract refuses it until then (and due rows
+                # come in (round, stage) order, so the rest are ahead too). It goes once a poll sees the chain there.
+                self._wake.wait(max(0.0, next_poll - time.monotonic()))
+                self._wake.clear()
+                continue
             if item is not None:
                 if self._deliver(item):
                     backoff = 0.0
@@ -247,6 +271,12 @@ class ChainParticipant:
                 wait = min(wait, due - time.time())
             self._wake.wait(max(0.0, wait))
             self._wake.clear()
+
+    def _ahead(self, item: Submission) -> bool:
+        return (
+            item.kind == "reward" and self._chain_round is not None
+            and (item.round, item.stage) > (self._chain_round, self._chain_stage or 0)
+        )
 
     def _poll(self) -> None:
         try:
@@ -419,7 +449,7 @@ class ChainParticipant:
     def _emit_status(self) -> None:
         pending = self.queue.pending_count(self.coordinator, self.peer_id)
         version = self.client.detected
-        stages = self.client.stage_count() if version is not None else None
+        stages = self.stage_count()
         state = (self._connected, self._chain_id, self._chain_round, self._chain_stage, self._registered, pending,
                  self._message, version)
         if state == self._last_status:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from node.events import EventBus, RolloutSample, RoundFinished, RoundProgress
-from node.game import GAME_FAMILIES, STAGES
+from node.game import GAME_FAMILIES, STAGE_MAX_REWARD, STAGES
 from node.game.exchange import GameExchange, Position
 from node.game.prompts import (
     CriticView, ShownAnswer, answer_value, answer_well_formed, canonical, critic_view,
@@ -163,12 +163,18 @@ class GameDriver:
         if "revise" in state.played:
             self._winners(state)
         if self.chain is not None:
-            # Our reward: the correctness of our final answers (our first answers when there was nothing to revise).
+            # The round's one reward on a one-stage coordinator (0.6.0): the correctness of our final answers (our
+            # first answers when there was nothing to revise).
             own = state.own_final or state.own_first
             # Winners are named from peers with at least one final answer right: a wrong answer wins nothing, even
             # where nobody did better.
             candidates = {peer: scores for peer, scores in state.final_scores.items() if sum(scores) > 0}
-            self.chain.round_finished(chain_round, own, candidates)
+            # Where the coordinator has the game's stages, each stage played is rewarded at its chain stage (0-based):
+            # all our completions of it, as shares of the stage's maximum, so 1 is the best of any stage.
+            per_stage = {
+                STAGES.index(name): [r / STAGE_MAX_REWARD[name] for r in rewards] for name, rewards in state.rewards.items()
+            }
+            self.chain.round_finished(chain_round, own, candidates, stage_rewards=per_stage)
         metrics = self._metrics(state, rounds_trained + 1, time.perf_counter() - started)
         return GameOutcome(metrics=metrics, samples=state.samples, peers=frozenset(state.peers))
 
