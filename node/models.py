@@ -187,9 +187,10 @@ def estimate_training_bytes(
 def uses_adamw_8bit(optimizer_states: str, *, lora: bool, device: str) -> bool:
     """Whether the learner keeps 8-bit AdamW moments for ``training.optimizer_states``.
 
-    ``auto`` picks them for full fine-tuning, where the moments are the largest item (8 of 16 bytes per parameter),
-    on CPU and CUDA, where bitsandbytes' 8-bit optimizer is known to run; an adapter's moments are a few megabytes,
-    so adapters keep float32 ones.
+    ``auto`` picks them for full fine-tuning on CUDA, where the moments are the largest item (8 of 16 bytes per
+    parameter) and bitsandbytes' kernels make the step no slower. On CPU its 8-bit step is about ten times slower than
+    torch's AdamW (seconds a round for the bundled model), so there they are opt-in (``8bit``) for machines short of
+    memory. An adapter's moments are a few megabytes, so adapters keep float32 ones.
     """
     installed = importlib.util.find_spec("bitsandbytes") is not None
     if optimizer_states == "8bit" and not installed:
@@ -198,7 +199,7 @@ def uses_adamw_8bit(optimizer_states: str, *, lora: bool, device: str) -> bool:
             hint="pip install bitsandbytes, or set optimizer_states to auto or float32",
         )
     return optimizer_states == "8bit" or (
-        optimizer_states == "auto" and installed and not lora and device in ("cpu", "cuda")
+        optimizer_states == "auto" and installed and not lora and device == "cuda"
     )
 
 
@@ -329,6 +330,12 @@ def check_fits(
         )
         if fit_label(adapter, available_bytes) != "won't fit":
             hint = f"train a LoRA adapter instead (lora_rank = 16, ~{adapter / GIB:.1f} GiB), or {hint}"
+        if not adamw_8bit and importlib.util.find_spec("bitsandbytes") is not None:
+            quantized = estimate_training_bytes(
+                model.params, vocab_size=model.vocab_size or QWEN_VOCAB, **{**settings, "adamw_8bit": True}
+            )
+            if fit_label(quantized, available_bytes) != "won't fit":
+                hint = f"set optimizer_states = \"8bit\" (~{quantized / GIB:.1f} GiB, a slower step on CPU), or {hint}"
     for spec in CATALOG.values():
         if spec.params < model.params:
             smaller = estimate_training_bytes(spec.params, vocab_size=spec.vocab_size, **settings)

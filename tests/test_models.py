@@ -29,6 +29,7 @@ from node.models import (
 from tests.overlap import count_overlap, run_at_once
 from tests.tiny_model import tiny_random
 
+QWEN_0_5B = "Qwen/Qwen2.5-0.5B-Instruct"
 QWEN_1_5B = "Qwen/Qwen2.5-1.5B-Instruct"
 
 
@@ -144,6 +145,18 @@ def test_check_fits_refuses_a_large_model_and_names_a_smaller_one():
     assert len(suggested) == 1
     assert suggested[0].params < CATALOG[QWEN_1_5B].params
     check_fits(resolve(suggested[0].id), available_bytes=4 * GIB, **settings)
+
+
+def test_check_fits_offers_8bit_moments_where_only_they_fit():
+    settings = {"train_dtype": "float32", "num_sequences": 4, "seq_len": 384}
+    params = CATALOG[QWEN_0_5B].params
+    full = estimate_training_bytes(params, **settings)
+    quantized = estimate_training_bytes(params, **settings, adamw_8bit=True)
+    between = (full + quantized) // 2  # fits "tight" below 100 % of the budget: a budget just under the full need
+    with pytest.raises(NodeError) as caught:
+        check_fits(resolve(QWEN_0_5B), available_bytes=between, **settings)
+    assert 'optimizer_states = "8bit"' in caught.value.hint
+    check_fits(resolve(QWEN_0_5B), available_bytes=between, **settings, adamw_8bit=True)
 
 
 def test_check_fits_accepts_a_small_model_with_plenty_of_memory():
