@@ -192,7 +192,7 @@ def uses_adamw_8bit(optimizer_states: str, *, lora: bool, device: str) -> bool:
     torch's AdamW (seconds a round for the bundled model), so there they are opt-in (``8bit``) for machines short of
     memory. An adapter's moments are a few megabytes, so adapters keep float32 ones.
     """
-    installed = importlib.util.find_spec("bitsandbytes") is not None
+    installed = _has_bitsandbytes()
     if optimizer_states == "8bit" and not installed:
         raise NodeError(
             "optimizer_states = 8bit needs bitsandbytes, which is not installed",
@@ -201,6 +201,10 @@ def uses_adamw_8bit(optimizer_states: str, *, lora: bool, device: str) -> bool:
     return optimizer_states == "8bit" or (
         optimizer_states == "auto" and installed and not lora and device == "cuda"
     )
+
+
+def _has_bitsandbytes() -> bool:
+    return importlib.util.find_spec("bitsandbytes") is not None
 
 
 def weights_dtype(device: str, *, lora: bool, bf16: bool) -> torch.dtype:
@@ -330,7 +334,7 @@ def check_fits(
         )
         if fit_label(adapter, available_bytes) != "won't fit":
             hint = f"train a LoRA adapter instead (lora_rank = 16, ~{adapter / GIB:.1f} GiB), or {hint}"
-        if not adamw_8bit and importlib.util.find_spec("bitsandbytes") is not None:
+        if not adamw_8bit and _has_bitsandbytes():
             quantized = estimate_training_bytes(
                 model.params, vocab_size=model.vocab_size or QWEN_VOCAB, **{**settings, "adamw_8bit": True}
             )
