@@ -1,0 +1,156 @@
+"""The training forward runs each GRPO group's prompt once: same log-probs, entropies and gradients as running the
+prompt again for every completion, on a batch shaped like a real round (TRL's shuffled rows, left-padded prompts of
+different lengths, right-padded completions of different lengths), with activation checkpointing as the learner
+sets it up, with and without micro-batches, full and LoRA."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from node.grpo import Completion, GrpoLearner, LoraSettings, Policy, TrainGroup
+
+G = 4
+QUESTIONS = ("What is 2 + 2?", "A farmer has 17 sheep and buys 5 more, then sells 9. How many sheep are left now?",
+             "Spell 'cat' backwards.")
+
+
+def _learner(model_dir: Path, tmp_path: Path, *, lora: bool = False, micro_batch_groups: int = 0) -> GrpoLearner:
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    policy = Policy(model, tokenizer, generation_dtype=torch.float32, max_prompt_tokens=256)
+    return GrpoLearner(
+        policy, output_dir=tmp_path / "trl", device="cpu", mixed_bf16=False, num_generations=G, max_new_tokens=8,
+        learning_rate=1e-3, beta=0.0, epsilon=0.2, epsilon_high=0.28, loss_type="grpo", max_grad_norm=1.0, seed=0,
+        micro_batch_groups=micro_batch_groups, lora=LoraSettings(rank=4) if lora else None,
+    )
+
+
+def _groups(policy: Policy) -> list[TrainGroup]:
+    """Prompts of different lengths (left padding differs per group); completions of 1 to 8 tokens, some finished."""
+    groups = []
+    for g, question in enumerate(QUESTIONS):
+        completions = tuple(
+            Completion(ids=tuple(200 + 31 * g + 7 * c + k for k in range(1 + (3 * c + g) % 8)), text="",
+                       finished=(c + g) % 2 == 0)
+            for c in range(G)
+        )
+        groups.append(TrainGroup(prompt_ids=policy.prompt_ids([{"role": "user", "content": question}]),
+                                 completions=completions, rewards=(0.0, 1.0, 0.5, float(g % 2))))
+    return groups
+
+
+class _TokenCount:
+    """Tokens fed to the backbone (its input embedding's inputs): tells which path ran."""
+
+    def __init__(self, model) -> None:
+        self.tokens = 0
+        self._hook = model.get_input_embeddings().register_forward_hook(self._count)
+
+    def _count(self, module, args, output) -> None:
+        self.tokens += args[0].numel()
+
+
+def _logps_and_grads(learner: GrpoLearner, inputs, *, prompt_once: bool, batch_size: int | None):
+    trainer, model = learner.trainer, learner.model
+    trainer._prompt_once = prompt_once
+    input_ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+    attention = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+    keep = inputs["completion_ids"].size(1)
+    weights = torch.linspace(-1.0, 1.0, inputs["completion_ids"].numel()).view(inputs["completion_ids"].shape)
+    model.zero_grad(set_to_none=True)
+    counter = _TokenCount(model)
+    logps, entropies, _ = trainer._get_per_token_logps_and_entropies(
+        model, input_ids, attention, keep, batch_size=batch_size, compute_entropy=True)
+    ((logps * weights).sum() + entropies.sum()).backward()
+    counter._hook.remove()
+    grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    return logps.detach(), entropies.detach(), grads, counter.tokens
+
+
+@pytest.mark.parametrize(("lora", "batch_size"), [(False, None), (False, 5), (True, None)])
+def test_prompt_once_gives_the_plain_forwards_log_probs_and_gradients(tiny_model_dir, tmp_path, lora, batch_size):
+    learner = _learner(tiny_model_dir, tmp_path, lora=lora)
+    assert learner.model.is_activation_checkpointing
+    groups = _groups(learner.policy)
+    learner.model.train()
+    inputs = learner.trainer._prepare_inputs(learner.adapter.load(groups))
+    prompt_mask, completion_mask = inputs["prompt_mask"], inputs["completion_mask"]
+    # The batch exercises what could go wrong: left padding that differs between groups, right padding that
+    # differs between rows, and rows of a group not next to each other.
+    assert len(set(prompt_mask.sum(1).tolist())) == len(QUESTIONS) and (prompt_mask == 0).any()
+    assert len(set(completion_mask.sum(1).tolist())) > 3 and (completion_mask == 0).any()
+    order = [tuple(row) for row in inputs["prompt_ids"].tolist()]
+    assert any(order[i] == order[i + 2] != order[i + 1] for i in range(len(order) - 2))
+
+    plain = _logps_and_grads(learner, inputs, prompt_once=False, batch_size=batch_size)
+    once = _logps_and_grads(learner, inputs, prompt_once=True, batch_size=batch_size)
+
+    rows, width, keep = len(order), prompt_mask.size(1), completion_mask.size(1)
+    assert plain[3] == rows * (width + keep)
+    if batch_size is None:  # each prompt once, every completion once
+        assert once[3] == len(QUESTIONS) * width + rows * keep
+    else:  # each chunk runs each of its distinct prompts once
+        distinct = sum(len(set(order[i : i + batch_size])) for i in range(0, rows, batch_size))
+        assert len(QUESTIONS) < distinct < rows and once[3] == distinct * width + rows * keep
+    torch.testing.assert_close(once[0], plain[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(once[1], plain[1], atol=1e-5, rtol=1e-5)
+    assert (once[0][completion_mask == 0] == 0).all()
+    assert once[2].keys() == plain[2].keys() and len(once[2]) > 0
+    if lora:
+        assert all("lora_" in name for name in once[2])
+    for name, grad in once[2].items():
+        torch.testing.assert_close(grad, plain[2][name], atol=1e-6, rtol=1e-4, msg=name)
+
+
+@pytest.mark.parametrize("micro_batch_groups", [0, 1])
+def test_a_learner_step_accumulates_the_plain_forwards_gradient(tiny_model_dir, tmp_path, micro_batch_groups):
+    grads, tokens = [], []
+    for prompt_once in (False, True):
+        learner = _learner(tiny_model_dir, tmp_path / str(prompt_once), micro_batch_groups=micro_batch_groups)
+        learner.trainer._prompt_once = prompt_once
+        optimizer = learner.optimizer
+        optimizer.step = lambda *a, **k: None  # keep the accumulated gradient for inspection
+        optimizer.zero_grad = lambda *a, **k: None
+        counter = _TokenCount(learner.model)
+        learner.step(_groups(learner.policy))
+        tokens.append(counter.tokens)
+        grads.append([p.grad.clone() for p in learner.policy.model.parameters() if p.grad is not None])
+    assert tokens[1] < tokens[0] / 2
+    assert len(grads[0]) == len(grads[1]) > 0
+    for plain, once in zip(*grads, strict=True):
+        torch.testing.assert_close(once, plain, atol=1e-6, rtol=1e-4)
+
+
+def test_models_and_batches_it_does_not_fit_take_the_plain_forward(tiny_model_dir, tmp_path, monkeypatch):
+    learner = _learner(tiny_model_dir, tmp_path)
+    learner.model.train()
+    groups = _groups(learner.policy)
+    inputs = learner.trainer._prepare_inputs(learner.adapter.load(groups))
+    rows = inputs["prompt_ids"].size(0)
+    plain_tokens = rows * (inputs["prompt_ids"].size(1) + inputs["completion_ids"].size(1))
+    config = learner.policy.model.config
+
+    def tokens() -> int:
+        return _logps_and_grads(learner, inputs, prompt_once=True, batch_size=None)[3]
+
+    assert tokens() < plain_tokens
+    # A sliding window would be masked as full attention by the shared-prompt cache.
+    monkeypatch.setattr(config, "sliding_window", 16, raising=False)
+    assert tokens() == plain_tokens
+    monkeypatch.undo()
+    # Reentrant checkpointing runs layers without autograd: the prompt's keys and values would get no gradient.
+    learner.model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": True})
+    assert tokens() == plain_tokens
+    learner.model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    assert tokens() < plain_tokens
+    # No two rows share a prompt: nothing to save.
+    single = learner.trainer._prepare_inputs(learner.adapter.load(groups[:1]))
+    single = {**single, "prompt_ids": single["prompt_ids"].clone()}
+    single["prompt_ids"][:, -1] = torch.arange(G)
+    width = single["prompt_ids"].size(1) + single["completion_ids"].size(1)
+    assert _logps_and_grads(learner, single, prompt_once=True, batch_size=None)[3] == G * width
