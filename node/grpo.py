@@ -9,21 +9,19 @@ the verifier runs exactly once per completion.
 from __future__ import annotations
 
 import copy
+import inspect
 import logging
 import math
 import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from datasets import Dataset
 from transformers import StoppingCriteria, StoppingCriteriaList
-from transformers.cache_utils import Cache, DynamicLayer
-from transformers.modeling_layers import GradientCheckpointingLayer
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 from accelerate.utils import is_peft_model  # noqa: E402
@@ -312,6 +310,9 @@ class SapoGRPOTrainer(GRPOTrainer):
     temporaries in the backward: ~2.3 MB per trained token on CPU. Here the backbone runs as usual, then only the
     hidden states that predict a completion token go through the same TRL kernel (same online log-sum-exp, same
     entropy) with tiles of :data:`LOGIT_TILE_ELEMENTS`, so the result matches TRL's to float rounding.
+
+    The G rows of a group share their prompt, most of each row's tokens: where the model allows it, each distinct
+    prompt goes through the backbone once, packed with its rows' completions (:func:`_packed_group_states`).
     """
 
     def _get_per_token_logps_and_entropies(
@@ -350,120 +351,78 @@ class SapoGRPOTrainer(GRPOTrainer):
 
     def _predicting_states(self, causal_lm, ids, attention, logits_to_keep) -> torch.Tensor:
         """The last hidden states before each of the last ``logits_to_keep`` tokens of every row (position t predicts
-        token t + 1): through :func:`_prompt_once_states` where rows share prompts and the model allows it."""
-        if self._prompt_once and _prompt_once_is_exact(causal_lm):
-            try:
-                hidden = _prompt_once_states(causal_lm, ids, attention, logits_to_keep)
-            except _CacheUnused:
-                log.warning("%s does not keep its attention keys and values in the cache; every row of a GRPO group "
-                            "runs its prompt again", type(causal_lm).__name__)
-                self._prompt_once = False
-            else:
-                if hidden is not None:
-                    return hidden
+        token t + 1): through :func:`_packed_group_states` where rows share prompts and the model allows it."""
+        if _packing_is_exact(causal_lm):
+            hidden = _packed_group_states(causal_lm, ids, attention, logits_to_keep)
+            if hidden is not None:
+                return hidden
         hidden = causal_lm.base_model(input_ids=ids, attention_mask=attention, use_cache=False).last_hidden_state
         return hidden[:, -logits_to_keep - 1 : -1]
 
-    # Cleared for good when a model turns out not to write its keys and values through the cache (a custom
-    # attention): its rows then take the plain forward.
-    _prompt_once = True
 
+def _packing_is_exact(causal_lm) -> bool:
+    """Whether :func:`_packed_group_states` computes what the plain forward does, for this model as it is set up.
 
-class _CacheUnused(Exception):
-    """The model ran its attention without writing keys and values to the cache it was given."""
-
-
-def _prompt_once_is_exact(causal_lm) -> bool:
-    """Whether the prompt-once forward computes what the plain forward does, for this model as it is set up now.
-
-    The shared prompt keys and values are handed to the completion tokens as a cache of full-attention layers: a
-    sliding window (or any other attention pattern) would be masked as full attention. With reentrant activation
-    checkpointing a layer's forward runs without autograd, so the prompt keys and values leaving it through the
-    cache would carry no gradient; the non-reentrant kind (transformers' default) keeps it.
+    The packed rows need the attention to take an explicit boolean [query, key] mask and explicit positions: SDPA
+    does (eager attention adds a mask as a float bias; flash attention takes none), and so do positional models
+    that accept ``position_ids``. A sliding window (or any attention pattern other than full) would be replaced by
+    the explicit mask.
     """
     config = causal_lm.config.get_text_config()
     sliding = getattr(config, "sliding_window", None) is not None and getattr(config, "use_sliding_window", True)
-    checkpointed = [m for m in causal_lm.modules() if isinstance(m, GradientCheckpointingLayer) and m.gradient_checkpointing]
     return (
-        causal_lm._supports_default_dynamic_cache()
+        getattr(config, "_attn_implementation", None) == "sdpa"
         and not sliding
         and set(getattr(config, "layer_types", None) or ["full_attention"]) == {"full_attention"}
-        and not any(getattr(m._gradient_checkpointing_func, "keywords", {}).get("use_reentrant", True)
-                    for m in checkpointed)
+        and "position_ids" in inspect.signature(causal_lm.base_model.forward).parameters
     )
 
 
-def _prompt_once_states(causal_lm, ids, attention, logits_to_keep):
-    """:meth:`SapoGRPOTrainer._predicting_states` with each distinct prompt run once.
+def _packed_group_states(causal_lm, ids, attention, logits_to_keep) -> torch.Tensor | None:
+    """:meth:`SapoGRPOTrainer._predicting_states` with each distinct prompt run once (packing).
 
-    A GRPO group is G rows with the same (left-padded) prompt. Each distinct prompt row goes through the backbone
-    once; its keys and values, still in the autograd graph, serve as the cache of every row that has that prompt
-    while the completion tokens go through, so the gradient from all G completions flows into one prompt forward.
-    Positions and masks are what the plain forward uses: the prompts keep the batch's left padding (transformers
-    numbers positions from the start of the padded row, then on from the cache's length), and the completion
-    tokens are masked with the rows' full attention masks. Rows are matched by content, not by order (TRL shuffles
-    them). Returns None where no two rows share a prompt; raises :class:`_CacheUnused` where the model ignored the cache.
+    A GRPO group is G rows with the same (left-padded) prompt. Here each distinct prompt becomes one packed row:
+    the prompt, then the completions of its rows one after another, with a mask that lets each completion see the
+    prompt and itself (causally) and nothing else, and each completion numbered from the prompt's end, so every
+    completion token attends to exactly the keys, at exactly the positions, it has in the plain forward (the
+    batch's left padding included: transformers numbers a padded row from its first column). One forward, so the
+    gradient from all G completions flows into one prompt's activations, and each weight is used once (its
+    gradient is not held back until a second pass's arrives). Rows are matched by content, not by order (TRL
+    shuffles them). Returns None where no two rows share a prompt.
     """
-    width = ids.size(1) - logits_to_keep
+    width, count = ids.size(1) - logits_to_keep, ids.size(0)
     prompts, rows = torch.unique(torch.cat([ids[:, :width], attention[:, :width].to(ids.dtype)], dim=1), dim=0,
                                  return_inverse=True)
-    if prompts.size(0) == ids.size(0):
+    if prompts.size(0) == count:
         return None
-    captured = [_CapturedPrompt() for _ in range(causal_lm.config.get_text_config().num_hidden_layers)]
-    with _cache_through_checkpoints(causal_lm):
-        prompt = causal_lm.base_model(input_ids=prompts[:, :width], attention_mask=prompts[:, width:],
-                                      past_key_values=Cache(layers=captured), use_cache=False).last_hidden_state
-        if not all(layer.is_initialized for layer in captured):
-            raise _CacheUnused
-        shared = Cache(layers=[_SharedPrompt(layer.keys, layer.values, rows) for layer in captured])
-        completions = causal_lm.base_model(input_ids=ids[:, width:], attention_mask=attention, past_key_values=shared,
-                                           use_cache=False).last_hidden_state
-    # The prompt's last state predicts each completion's first token.
-    return torch.cat([prompt[:, -1:].index_select(0, rows), completions[:, :-1]], dim=1)
-
-
-class _CapturedPrompt(DynamicLayer):
-    """A layer's cache in the prompt pass: keeps the keys and values the layer computed, with their graph.
-
-    Under activation checkpointing the backward runs the layer's forward again, which calls :meth:`update` again:
-    the recomputed states are handed back as the first ones were, and not stored.
-    """
-
-    def update(self, key_states, value_states, *args, **kwargs):
-        if not self.is_initialized:
-            self.keys, self.values, self.is_initialized = key_states, value_states, True
-        return key_states, value_states
-
-
-class _SharedPrompt(DynamicLayer):
-    """A layer's cache in the completion pass: each row attends to its prompt's keys and values, then its own.
-
-    The prompt's states are gathered per row at each call and nothing is stored, so the recompute of a checkpointed
-    layer sees exactly what its first forward saw, and the gather's backward sums the G rows' gradients.
-    """
-
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor, rows: torch.Tensor) -> None:
-        super().__init__()
-        self.keys, self.values, self.rows, self.is_initialized = keys, values, rows, True
-
-    def update(self, key_states, value_states, *args, **kwargs):
-        return (torch.cat([self.keys.index_select(0, self.rows), key_states], dim=-2),
-                torch.cat([self.values.index_select(0, self.rows), value_states], dim=-2))
-
-
-@contextmanager
-def _cache_through_checkpoints(causal_lm):
-    """Let checkpointed layers see the cache in this pass (transformers drops it, since an ordinary cache would be
-    written a second time by the backward's recompute; ours are not written then). The layer's arguments are
-    bound when its forward runs, so the recompute after this block still gets the cache."""
-    layers = [m for m in causal_lm.modules() if isinstance(m, GradientCheckpointingLayer)]
-    for layer in layers:
-        layer._can_checkpoint_with_cache = True
-    try:
-        yield
-    finally:
-        for layer in layers:
-            del layer._can_checkpoint_with_cache
+    # Slot of each row in its prompt's packed row: its rank among the rows with that prompt.
+    taken = [0] * prompts.size(0)
+    slots = []
+    for prompt in rows.tolist():
+        slots.append(taken[prompt])
+        taken[prompt] += 1
+    slots = torch.tensor(slots, device=ids.device)
+    packed_ids = ids.new_zeros(prompts.size(0), max(taken), logits_to_keep)  # unused slots: masked out
+    packed_ids[rows, slots] = ids[:, width:]
+    packed_mask = attention.new_zeros(packed_ids.shape)
+    packed_mask[rows, slots] = attention[:, width:]
+    packed_ids = torch.cat([prompts[:, :width], packed_ids.flatten(1)], dim=1)
+    keys = torch.cat([prompts[:, width:], packed_mask.flatten(1)], dim=1).bool()
+    length = packed_ids.size(1)
+    column = torch.arange(length, device=ids.device)
+    segment = torch.cat([column.new_full((width,), -1),
+                         torch.arange(max(taken), device=ids.device).repeat_interleave(logits_to_keep)])
+    sees = (column[None, :] <= column[:, None]) & ((segment[None, :] == -1) | (segment[None, :] == segment[:, None]))
+    # A padding query sees itself too, so no row of the softmax is empty; no real token sees a padding key.
+    mask = (keys[:, None, None, :] & sees) | torch.eye(length, dtype=torch.bool, device=ids.device)
+    positions = torch.cat([column[:width], torch.arange(logits_to_keep, device=ids.device).repeat(max(taken)) + width])
+    hidden = causal_lm.base_model(input_ids=packed_ids, attention_mask=mask, position_ids=positions.expand(
+        prompts.size(0), -1), use_cache=False).last_hidden_state
+    # The prompt's last state predicts a completion's first token; each completion token predicts the next.
+    starts = width + slots * logits_to_keep
+    predicting = torch.cat([starts.new_full((count, 1), width - 1),
+                            starts[:, None] + torch.arange(logits_to_keep - 1, device=ids.device)], dim=1)
+    return hidden[rows[:, None], predicting]
 
 
 def _tiled_logprobs(causal_lm, hidden: torch.Tensor, targets: torch.Tensor, temperature: float,

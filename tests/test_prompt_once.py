@@ -11,6 +11,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from node import grpo
 from node.grpo import Completion, GrpoLearner, LoraSettings, Policy, TrainGroup
 
 G = 4
@@ -55,9 +56,23 @@ class _TokenCount:
         self.tokens += args[0].numel()
 
 
-def _logps_and_grads(learner: GrpoLearner, inputs, *, prompt_once: bool, batch_size: int | None):
+def _plain(monkeypatch) -> None:
+    """Every row runs its prompt (the forward as it was before prompts ran once)."""
+    monkeypatch.setattr(grpo, "_packing_is_exact", lambda causal_lm: False)
+
+
+def _packed_tokens(order: list, width: int, keep: int, batch_size: int) -> int:
+    """Tokens of the packed forward: per chunk, each distinct prompt once, then as many completion slots as its
+    most frequent prompt has rows."""
+    total = 0
+    for start in range(0, len(order), batch_size):
+        chunk = order[start : start + batch_size]
+        total += len(set(chunk)) * (width + max(map(chunk.count, chunk)) * keep)
+    return total
+
+
+def _logps_and_grads(learner: GrpoLearner, inputs, *, batch_size: int | None):
     trainer, model = learner.trainer, learner.model
-    trainer._prompt_once = prompt_once
     input_ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
     attention = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
     keep = inputs["completion_ids"].size(1)
@@ -87,16 +102,18 @@ def test_prompt_once_gives_the_plain_forwards_log_probs_and_gradients(tiny_model
     order = [tuple(row) for row in inputs["prompt_ids"].tolist()]
     assert any(order[i] == order[i + 2] != order[i + 1] for i in range(len(order) - 2))
 
-    plain = _logps_and_grads(learner, inputs, prompt_once=False, batch_size=batch_size)
-    once = _logps_and_grads(learner, inputs, prompt_once=True, batch_size=batch_size)
+    once = _logps_and_grads(learner, inputs, batch_size=batch_size)
+    with pytest.MonkeyPatch.context() as patch:
+        _plain(patch)
+        plain = _logps_and_grads(learner, inputs, batch_size=batch_size)
 
     rows, width, keep = len(order), prompt_mask.size(1), completion_mask.size(1)
     assert plain[3] == rows * (width + keep)
     if batch_size is None:  # each prompt once, every completion once
         assert once[3] == len(QUESTIONS) * width + rows * keep
-    else:  # each chunk runs each of its distinct prompts once
-        distinct = sum(len(set(order[i : i + batch_size])) for i in range(0, rows, batch_size))
-        assert len(QUESTIONS) < distinct < rows and once[3] == distinct * width + rows * keep
+    else:  # each chunk runs each of its distinct prompts once; a group split between chunks runs it in both
+        assert once[3] == _packed_tokens(order, width, keep, batch_size) < plain[3]
+        assert any(len(set(order[i : i + batch_size])) > 1 for i in range(0, rows, batch_size))
     torch.testing.assert_close(once[0], plain[0], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(once[1], plain[1], atol=1e-5, rtol=1e-5)
     assert (once[0][completion_mask == 0] == 0).all()
@@ -108,11 +125,13 @@ def test_prompt_once_gives_the_plain_forwards_log_probs_and_gradients(tiny_model
 
 
 @pytest.mark.parametrize("micro_batch_groups", [0, 1])
-def test_a_learner_step_accumulates_the_plain_forwards_gradient(tiny_model_dir, tmp_path, micro_batch_groups):
+def test_a_learner_step_accumulates_the_plain_forwards_gradient(tiny_model_dir, tmp_path, micro_batch_groups,
+                                                                monkeypatch):
     grads, tokens = [], []
     for prompt_once in (False, True):
+        if not prompt_once:
+            _plain(monkeypatch)
         learner = _learner(tiny_model_dir, tmp_path / str(prompt_once), micro_batch_groups=micro_batch_groups)
-        learner.trainer._prompt_once = prompt_once
         optimizer = learner.optimizer
         optimizer.step = lambda *a, **k: None  # keep the accumulated gradient for inspection
         optimizer.zero_grad = lambda *a, **k: None
@@ -120,6 +139,7 @@ def test_a_learner_step_accumulates_the_plain_forwards_gradient(tiny_model_dir, 
         learner.step(_groups(learner.policy))
         tokens.append(counter.tokens)
         grads.append([p.grad.clone() for p in learner.policy.model.parameters() if p.grad is not None])
+        monkeypatch.undo()
     assert tokens[1] < tokens[0] / 2
     assert len(grads[0]) == len(grads[1]) > 0
     for plain, once in zip(*grads, strict=True):
@@ -136,21 +156,21 @@ def test_models_and_batches_it_does_not_fit_take_the_plain_forward(tiny_model_di
     config = learner.policy.model.config
 
     def tokens() -> int:
-        return _logps_and_grads(learner, inputs, prompt_once=True, batch_size=None)[3]
+        return _logps_and_grads(learner, inputs, batch_size=None)[3]
 
     assert tokens() < plain_tokens
-    # A sliding window would be masked as full attention by the shared-prompt cache.
+    # A sliding window would be replaced by the packed rows' explicit mask.
     monkeypatch.setattr(config, "sliding_window", 16, raising=False)
     assert tokens() == plain_tokens
     monkeypatch.undo()
-    # Reentrant checkpointing runs layers without autograd: the prompt's keys and values would get no gradient.
-    learner.model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": True})
+    # Eager attention adds the mask as a float bias: a boolean mask would be added as 0 / 1.
+    learner.policy.model.set_attn_implementation("eager")
     assert tokens() == plain_tokens
-    learner.model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    learner.policy.model.set_attn_implementation("sdpa")
     assert tokens() < plain_tokens
     # No two rows share a prompt: nothing to save.
     single = learner.trainer._prepare_inputs(learner.adapter.load(groups[:1]))
     single = {**single, "prompt_ids": single["prompt_ids"].clone()}
     single["prompt_ids"][:, -1] = torch.arange(G)
     width = single["prompt_ids"].size(1) + single["completion_ids"].size(1)
-    assert _logps_and_grads(learner, single, prompt_once=True, batch_size=None)[3] == G * width
+    assert _logps_and_grads(learner, single, batch_size=None)[3] == G * width
