@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, quote_plus
 
 import pytest
 from PySide6.QtWidgets import QAbstractButton, QApplication, QLabel, QLineEdit, QWidget
@@ -60,12 +60,16 @@ def open_wizard(qtbot, config: NodeConfig, folder: Path) -> SetupWizard:
     return wizard
 
 
+def written(secret: str) -> set[str]:
+    """The secret as it may be written: bare, or URL-encoded as in an invite's query."""
+    return {secret, quote(secret, safe=""), quote_plus(secret), quote_plus(secret, safe="/")}
+
+
 def assert_nowhere(folder: Path, secret: str) -> None:
-    """Neither the secret nor its URL-encoded form is in any file under ``folder`` (the store's files are sealed)."""
-    needles = {secret.encode(), quote(secret, safe="").encode()}
+    """The secret is in no file under ``folder`` (the store's files are sealed)."""
     for path in folder.rglob("*"):
         if path.is_file():
-            assert not any(needle in path.read_bytes() for needle in needles), f"plaintext secret in {path}"
+            assert not any(form.encode() in path.read_bytes() for form in written(secret)), f"plaintext secret in {path}"
 
 
 def shown_texts(root: QWidget) -> list[str]:
@@ -171,7 +175,7 @@ def test_the_headers_invite_of_a_private_swarm_carries_its_secret_and_says_so(qt
     invite = parse_invite(QApplication.clipboard().text())
     assert invite.admission_secret == SECRET and invite.swarm_name == "study-group" and invite.game == "multistage"
     assert header.invite_note.isVisibleTo(header) and "contains its secret" in header.invite_note.text()
-    assert not any(SECRET in text or quote(SECRET, safe="") in text for text in shown_texts(window))
+    assert not any(form in text for form in written(SECRET) for text in shown_texts(window))
     assert SECRET not in caplog.text
     assert_nowhere(tmp_path, SECRET)
 
