@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import (
-    QFrame, QGridLayout, QHBoxLayout, QLabel, QPushButton, QToolButton, QVBoxLayout, QWidget,
-)
+from PySide6.QtWidgets import QFrame, QGridLayout, QHBoxLayout, QLabel, QPushButton, QToolButton, QWidget
 
 from app import status
 from app.history import RunHistory
@@ -19,7 +17,7 @@ COPIED_MS = 2000
 PUBLIC_TIP = "Copy the invite others paste into their setup wizard to join this swarm"
 PRIVATE_TIP = ("Copy the invite others paste into their setup wizard to join this private swarm; it carries the "
                "swarm's secret")
-PRIVATE_NOTE = "Private swarm: the invite contains its secret. Share it only with people you want in the swarm."
+PRIVATE_NOTE = "Private swarm: Copy invite includes the swarm's secret. Share it only with people you want in the swarm."
 DEVICES = {"cpu": "CPU", "cuda": "NVIDIA GPU", "mps": "Apple GPU"}
 
 
@@ -57,7 +55,7 @@ class StatusHeader(QFrame):
         self.invite_note.setObjectName("inviteNote")
         self.invite_note.setTextFormat(Qt.TextFormat.PlainText)
         self.invite_note.setWordWrap(True)
-        self.invite_note.setMaximumWidth(260)
+        self.invite_note.setAlignment(Qt.AlignmentFlag.AlignRight)
         self.invite_note.hide()
         self.counters = QLabel("")
         self.counters.setObjectName("counters")
@@ -77,11 +75,9 @@ class StatusHeader(QFrame):
         grid.addLayout(who, 0, 0, 1, 3)
         grid.addWidget(self.swarm, 1, 0)
         grid.addWidget(self.progress, 1, 1)
-        invite_column = QVBoxLayout()
-        invite_column.addWidget(self.copy_invite, 0, Qt.AlignmentFlag.AlignRight)
-        invite_column.addWidget(self.invite_note)
-        grid.addLayout(invite_column, 1, 2)
+        grid.addWidget(self.copy_invite, 1, 2, Qt.AlignmentFlag.AlignRight)
         grid.addWidget(self.counters, 2, 0, 1, 3)
+        grid.addWidget(self.invite_note, 3, 0, 1, 3)
         grid.setColumnStretch(1, 1)
         self.set_state("stopped")
         self.set_totals(RunHistory())

@@ -229,7 +229,7 @@ class MainWindow(QMainWindow):
             passphrase = self.supervisor.environment.get(PASSPHRASE_ENV)
             return swarm_secret.load(self.config.run.data_dir, swarm_name, passphrase), ""
         except NodeError as exc:  # a stored secret that cannot be read: an invite without it would admit nobody
-            return None, f"Private swarm: its secret cannot be read ({exc.message}), so there is no invite to copy."
+            return None, f"{exc.message} No invite to copy: without the secret it would admit nobody."
 
     def on_state(self, state: str, detail: str) -> None:
         held = bool(self.supervisor.holds)

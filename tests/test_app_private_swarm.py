@@ -174,8 +174,8 @@ def test_the_headers_invite_of_a_private_swarm_carries_its_secret_and_says_so(qt
     header.copy_invite.click()
     invite = parse_invite(QApplication.clipboard().text())
     assert invite.admission_secret == SECRET and invite.swarm_name == "study-group" and invite.game == "multistage"
-    assert header.invite_note.isVisibleTo(header) and "contains its secret" in header.invite_note.text()
-    assert not any(form in text for form in written(SECRET) for text in shown_texts(window))
+    assert header.invite_note.isVisibleTo(header) and "includes the swarm's secret" in header.invite_note.text()
+    assert not any(form in text for form in written(SECRET) for text in [*shown_texts(window), window.diagnostics()])
     assert SECRET not in caplog.text
     assert_nowhere(tmp_path, SECRET)
 
@@ -206,7 +206,7 @@ def test_a_private_swarm_whose_secret_cannot_be_read_offers_no_invite(qtbot, tmp
     window.supervisor.feed(started("study-group"))
     header = window.header
     assert not header.copy_invite.isEnabled() and header.invite == ""
-    assert header.invite_note.isVisibleTo(header) and "cannot be read" in header.invite_note.text()
+    assert header.invite_note.isVisibleTo(header) and "cannot be read" in header.invite_note.text() and "No invite" in header.invite_note.text()
     window.supervisor.environment[PASSPHRASE_ENV] = PASSPHRASE  # the passphrase the app asked for at start
     window.supervisor.feed(started("study-group"))
     assert header.copy_invite.isEnabled() and parse_invite(header.invite).admission_secret == SECRET
