@@ -120,7 +120,7 @@ class DesktopApp:
                 else:
                     swarm_secret.load(data_dir, swarm, passphrase)
             except NodeError as exc:
-                prompt = f"{exc.message}. Passphrase:"
+                prompt = f"{exc.message.rstrip('.')}. Passphrase:"
                 continue
             self.supervisor.environment[PASSPHRASE_ENV] = passphrase
             return

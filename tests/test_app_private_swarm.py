@@ -210,3 +210,27 @@ def test_a_private_swarm_whose_secret_cannot_be_read_offers_no_invite(qtbot, tmp
     window.supervisor.environment[PASSPHRASE_ENV] = PASSPHRASE  # the passphrase the app asked for at start
     window.supervisor.feed(started("study-group"))
     assert header.copy_invite.isEnabled() and parse_invite(header.invite).admission_secret == SECRET
+
+
+def test_the_app_asks_for_the_stores_passphrase_at_start_for_a_private_swarm(qtbot, tmp_path, locked, monkeypatch):
+    """Without a keyring the node needs the passphrase to read the swarm's secret: the app asks once, and checks it."""
+    from app import gui
+
+    answers = ["not the passphrase", PASSPHRASE]
+    prompts = []
+
+    def ask(parent, title, prompt, echo):
+        prompts.append((title, prompt))
+        return answers.pop(0), True
+
+    monkeypatch.setattr(gui.QInputDialog, "getText", ask)
+    public = config_in(tmp_path / "public")
+    desktop = gui.DesktopApp(QApplication.instance(), tmp_path / "config.toml")
+    desktop.unlock_secrets(public)
+    assert prompts == [] and PASSPHRASE_ENV not in desktop.supervisor.environment  # nothing to unlock
+
+    private = config_in(tmp_path, swarm_name="study-group")
+    swarm_secret.remember(private.run.data_dir, "study-group", SECRET, PASSPHRASE)
+    desktop.unlock_secrets(private)
+    assert [title for title, _ in prompts] == ["Unlock private swarm"] * 2 and "Wrong passphrase" in prompts[1][1]
+    assert desktop.supervisor.environment[PASSPHRASE_ENV] == PASSPHRASE
