@@ -352,6 +352,8 @@ class SwarmPage(QWizardPage):
         self.passphrase = QLineEdit(placeholderText="the same passphrase as your wallet key's or Hugging Face token's")
         self.passphrase.setObjectName("swarmSecretPassphrase")
         self.passphrase.setEchoMode(QLineEdit.EchoMode.Password)
+        self.repeat = QLineEdit(placeholderText="type it again")
+        self.repeat.setEchoMode(QLineEdit.EchoMode.Password)
         self.passphrase_box = QWidget()
         passphrase_form = QFormLayout(self.passphrase_box)
         passphrase_note = QLabel("There is no OS keyring on this computer: the swarm's secret is stored encrypted with "
@@ -359,7 +361,9 @@ class SwarmPage(QWizardPage):
         passphrase_note.setWordWrap(True)
         passphrase_form.addRow(passphrase_note)
         passphrase_form.addRow("Passphrase", self.passphrase)
-        self.passphrase.textChanged.connect(self.completeChanged)
+        passphrase_form.addRow("Repeat", self.repeat)
+        for field in (self.passphrase, self.repeat):
+            field.textChanged.connect(self.completeChanged)
         self.secret_status = QLabel("")
         self.secret_status.setObjectName("secretStatus")
         self.secret_status.setWordWrap(True)
@@ -455,7 +459,7 @@ class SwarmPage(QWizardPage):
             self.preset_info.setText(f"{network.description} (swarm {network.swarm_name}; {peers})")
 
     def isComplete(self) -> bool:  # noqa: N802
-        if self.needs_passphrase() and not self.passphrase.text():
+        if self.needs_passphrase() and (not self.passphrase.text() or self.passphrase.text() != self.repeat.text()):
             return False
         if self.join.isChecked():
             try:

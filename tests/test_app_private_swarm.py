@@ -99,6 +99,8 @@ def test_the_wizard_starts_a_private_swarm_with_its_secret_in_the_store_only(qtb
     # No keyring, no passphrase known: the page asks for the store's.
     assert page.passphrase_box.isVisibleTo(page) and not page.isComplete()
     page.passphrase.setText(PASSPHRASE)
+    assert not page.isComplete()  # typed twice: a typo would lock the secret away
+    page.repeat.setText(PASSPHRASE)
     assert page.isComplete()
     wizard.accept()
 
@@ -114,6 +116,7 @@ def test_the_wizard_starts_a_private_swarm_with_its_secret_in_the_store_only(qtb
     again = open_wizard(qtbot, config, tmp_path)
     assert again.swarm_page.private.isChecked()
     again.swarm_page.passphrase.setText(PASSPHRASE)
+    again.swarm_page.repeat.setText(PASSPHRASE)
     again.accept()
     assert swarm_secret.load(config.run.data_dir, "team", PASSPHRASE) == secret
     # Made public: the secret is forgotten.
@@ -131,6 +134,7 @@ def test_a_wrong_or_missing_passphrase_keeps_the_wizard_open_and_says_why(qtbot,
     page = wizard.swarm_page
     assert page.private.isChecked()
     page.passphrase.setText("not the passphrase")
+    page.repeat.setText("not the passphrase")
     wizard.accept()
     assert wizard.result_config is None and "Wrong passphrase" in page.secret_status.text()
     assert swarm_secret.load(config.run.data_dir, config.swarm.swarm_name, PASSPHRASE) == SECRET
