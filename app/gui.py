@@ -23,6 +23,7 @@ from app.main_window import MainWindow
 from app.paths import default_config_path, resource_path
 from app.supervisor import NodeSupervisor
 from app.wizard import SetupWizard
+from node import swarm_secret
 from node.api import BUNDLED
 from node.config import NodeConfig, default_data_dir
 from node.demo import DEMO_MAX_NEW_TOKENS, demo_config
@@ -96,29 +97,37 @@ class DesktopApp:
             self.supervisor.environment[PASSPHRASE_ENV] = wizard.passphrase
         return wizard.result_config
 
-    def unlock_wallet(self, config: NodeConfig) -> None:
-        """Without an OS keyring the wallet key is sealed with a passphrase: ask for it once per session."""
-        if config.chain.network == "none" or keyring_available() or PASSPHRASE_ENV in self.supervisor.environment:
+    def unlock_secrets(self, config: NodeConfig) -> None:
+        """Without an OS keyring the wallet key and a private swarm's secret are sealed with a passphrase: ask for it
+        once per session."""
+        if keyring_available() or PASSPHRASE_ENV in self.supervisor.environment or os.environ.get(PASSPHRASE_ENV):
             return
-        store = WalletStore(config.run.data_dir, config.chain.wallet)
-        if not store.exists():
-            return  # the node itself says that no wallet was set up, with the fix
-        prompt = "The wallet key is stored encrypted. Passphrase:"
+        data_dir, swarm = config.run.data_dir, config.swarm.swarm_name
+        # Without a wallet set up the node itself says so, with the fix.
+        wallet = config.chain.network != "none" and WalletStore(data_dir, config.chain.wallet).exists()
+        if not wallet and not swarm_secret.exists(data_dir, swarm):
+            return
+        title, what = ("Unlock wallet", "The wallet key is") if wallet else \
+            ("Unlock private swarm", "The private swarm's secret is")
+        prompt = f"{what} stored encrypted. Passphrase:"
         while True:
-            passphrase, ok = QInputDialog.getText(None, "Unlock wallet", prompt, QLineEdit.EchoMode.Password)
+            passphrase, ok = QInputDialog.getText(None, title, prompt, QLineEdit.EchoMode.Password)
             if not ok:
-                return  # the node will report the locked wallet
+                return  # the node will report the locked store
             try:
-                WalletStore(config.run.data_dir, config.chain.wallet, passphrase=passphrase).unlock()
+                if wallet:
+                    WalletStore(data_dir, config.chain.wallet, passphrase=passphrase).unlock()
+                else:
+                    swarm_secret.load(data_dir, swarm, passphrase)
             except NodeError as exc:
-                prompt = f"{exc.message}. Passphrase:"
+                prompt = f"{exc.message.rstrip('.')}. Passphrase:"
                 continue
             self.supervisor.environment[PASSPHRASE_ENV] = passphrase
             return
 
     def open(self, config: NodeConfig, *, minimized: bool) -> MainWindow:
         app_log = setup_app_logging(config.run.data_dir)
-        self.unlock_wallet(config)
+        self.unlock_secrets(config)
         log.info("app started with config %s", self.config_path)
         self.window = MainWindow(config, self.config_path, self.supervisor, self.icon, app_log)
         self.window.wizardRequested.connect(self.rerun_wizard)

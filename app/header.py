@@ -14,6 +14,10 @@ from node.events import NodeStarted
 from node.invite import format_invite
 
 COPIED_MS = 2000
+PUBLIC_TIP = "Copy the invite others paste into their setup wizard to join this swarm"
+PRIVATE_TIP = ("Copy the invite others paste into their setup wizard to join this private swarm; it carries the "
+               "swarm's secret")
+PRIVATE_NOTE = "Private swarm: Copy invite includes the swarm's secret. Share it only with people you want in the swarm."
 DEVICES = {"cpu": "CPU", "cuda": "NVIDIA GPU", "mps": "Apple GPU"}
 
 
@@ -43,9 +47,16 @@ class StatusHeader(QFrame):
         self.state = QLabel(status.label("stopped"))
         self.state.setObjectName("stateBadge")
         self.copy_invite = QPushButton("Copy invite")
-        self.copy_invite.setToolTip("Copy the invite others paste into their setup wizard to join this swarm")
+        self.copy_invite.setToolTip(PUBLIC_TIP)
         self.copy_invite.setEnabled(False)
         self.copy_invite.clicked.connect(lambda: self._copy(self.copy_invite, self.invite))
+        # A private swarm's invite admits whoever holds it: say so next to the button (never show the secret itself).
+        self.invite_note = QLabel("")
+        self.invite_note.setObjectName("inviteNote")
+        self.invite_note.setTextFormat(Qt.TextFormat.PlainText)
+        self.invite_note.setWordWrap(True)
+        self.invite_note.setAlignment(Qt.AlignmentFlag.AlignRight)
+        self.invite_note.hide()
         self.counters = QLabel("")
         self.counters.setObjectName("counters")
         self.counters.setTextFormat(Qt.TextFormat.PlainText)
@@ -66,11 +77,14 @@ class StatusHeader(QFrame):
         grid.addWidget(self.progress, 1, 1)
         grid.addWidget(self.copy_invite, 1, 2, Qt.AlignmentFlag.AlignRight)
         grid.addWidget(self.counters, 2, 0, 1, 3)
+        grid.addWidget(self.invite_note, 3, 0, 1, 3)
         grid.setColumnStretch(1, 1)
         self.set_state("stopped")
         self.set_totals(RunHistory())
 
-    def set_node(self, started: NodeStarted) -> None:
+    def set_node(self, started: NodeStarted, admission_secret: str | None = None, secret_problem: str = "") -> None:
+        """``admission_secret``: the private swarm's secret, which its invite must carry or nobody can join;
+        ``secret_problem``: why a private swarm's secret could not be read (then there is no invite to copy)."""
         self.peer_id = started.peer_id
         self.name.setText(started.peer_name)
         self.peer.setText(f"{started.peer_id[:10]}…{started.peer_id[-6:]}")
@@ -79,9 +93,15 @@ class StatusHeader(QFrame):
         model = "SmolLM2-135M (bundled)" if started.model == "bundled" else started.model
         device = DEVICES.get(started.device, started.device)
         self.swarm.setText(f"Swarm {started.swarm_name} · {model} on {device}")
-        # The wizard's form: with the swarm name, or a joiner would gather under its own swarm and see nobody.
-        self.invite = format_invite(started.swarm_name, list(started.invite)) if started.invite else ""
+        # The wizard's form: with the swarm name, or a joiner would gather under its own swarm and see nobody; with
+        # the game, or a joiner would play the default one; with a private swarm's secret, or nobody would be admitted.
+        self.invite = format_invite(started.swarm_name, list(started.invite), started.game, admission_secret) \
+            if started.invite and not secret_problem else ""
         self.copy_invite.setEnabled(bool(self.invite))
+        self.copy_invite.setToolTip(PRIVATE_TIP if admission_secret else PUBLIC_TIP)
+        note = secret_problem or (PRIVATE_NOTE if admission_secret else "")
+        self.invite_note.setText(note)
+        self.invite_note.setVisible(bool(note))
 
     def set_state(self, state: str, detail: str = "") -> None:
         color = status.COLORS.get(state, "#7f7f7f")

@@ -27,8 +27,10 @@ from app.settings_dialog import SettingsDialog
 from app.supervisor import NodeSupervisor
 from app.tray import Tray
 from app.worker import Worker
+from node import swarm_secret
 from node.api import HardwareReport
 from node.config import NodeConfig
+from node.errors import NodeError
 from node.events import (
     CheckpointSaved, EvalFinished, Event, ErrorReported, NodeStarted, PeerJoined, PeerLeft, RolloutSample, RoundFinished,
     RoundProgress, UploadFailed, UploadFinished,
@@ -187,7 +189,7 @@ class MainWindow(QMainWindow):
         self.account.on_event(event)
         if isinstance(event, NodeStarted):
             self.started = event
-            self.header.set_node(event)
+            self.header.set_node(event, *self._admission_secret(event.swarm_name))
             self.hub.set_peer_name(event.peer_name)
             self.account.set_peer(event.peer_id)
             if event.resumed_from_round is not None:
@@ -219,6 +221,15 @@ class MainWindow(QMainWindow):
             self._upload_failed(event)
         elif isinstance(event, CheckpointSaved):
             self.statusBar().showMessage(f"Checkpoint saved after round {event.round}", 5000)
+
+    def _admission_secret(self, swarm_name: str) -> tuple[str | None, str]:
+        """A private swarm's secret for the header's invite, read from the secret store as the node reads it (with the
+        passphrase the app holds for the node, else the environment's), or why it cannot be read."""
+        try:
+            passphrase = self.supervisor.environment.get(PASSPHRASE_ENV)
+            return swarm_secret.load(self.config.run.data_dir, swarm_name, passphrase), ""
+        except NodeError as exc:  # a stored secret that cannot be read: an invite without it would admit nobody
+            return None, f"{exc.message} No invite to copy: without the secret it would admit nobody."
 
     def on_state(self, state: str, detail: str) -> None:
         held = bool(self.supervisor.holds)

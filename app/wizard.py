@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import socket
+from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import Qt
@@ -23,6 +25,7 @@ from node.api import HardwareReport, ModelFit
 from node.config import NodeConfig
 from node.errors import NodeError
 from node.invite import format_invite, local_addresses, parse_invite
+from node.secret_store import PASSPHRASE_ENV, keyring_available
 from node.units import format_bytes
 
 GIB = 2**30
@@ -281,8 +284,16 @@ class SwarmPage(QWizardPage):
                              "for peers outside this computer")
         self.invite_preview = QLineEdit(readOnly=True)
         self.invite_preview.setObjectName("invitePreview")
-        copy = QPushButton("Copy invite")
-        copy.clicked.connect(lambda: QGuiApplication.clipboard().setText(self.invite_preview.text()))
+        self.copy = QPushButton("Copy invite")
+        self.copy.clicked.connect(lambda: QGuiApplication.clipboard().setText(self.invite_preview.text()))
+        # The secret is made at Finish (nothing is saved before): the window's header copies the invite that carries it.
+        self.private = QCheckBox("Private swarm (only people with the invite can join)")
+        self.private.setObjectName("privateSwarm")
+        self.private.setChecked(swarm_secret.exists(config.run.data_dir, config.swarm.swarm_name))
+        self.private_info = QLabel("Answers shared in the swarm count only when signed with the swarm's secret, which "
+                                   "its invite carries: share the invite like a password.")
+        self.private_info.setWordWrap(True)
+        self.private.toggled.connect(self._update_invite)
         self.game = QComboBox()
         self.game.setObjectName("gameChoice")
         for game, (title, _) in GAMES.items():
@@ -297,9 +308,11 @@ class SwarmPage(QWizardPage):
         new_form.addRow("Game", self.game)
         new_form.addRow("", self.game_info)
         new_form.addRow("Port", self.port)
+        new_form.addRow("", self.private)
+        new_form.addRow("", self.private_info)
         invite_row = QHBoxLayout()
         invite_row.addWidget(self.invite_preview, 1)
-        invite_row.addWidget(copy)
+        invite_row.addWidget(self.copy)
         new_form.addRow("Invite to share", invite_row)
         self.swarm_name.textChanged.connect(self._update_invite)
         self.port.valueChanged.connect(self._update_invite)
@@ -333,10 +346,34 @@ class SwarmPage(QWizardPage):
         preset_layout.addWidget(self.preset_combo)
         preset_layout.addWidget(self.preset_info)
 
+        # Without an OS keyring a private swarm's secret is sealed with the secret store's passphrase; the wizard asks
+        # for it only when a secret is to be stored and no passphrase is known yet (the wallet page's, the environment).
+        self.known_passphrase: Callable[[], str | None] = lambda: None
+        self.passphrase = QLineEdit(placeholderText="the same passphrase as your wallet key's or Hugging Face token's")
+        self.passphrase.setObjectName("swarmSecretPassphrase")
+        self.passphrase.setEchoMode(QLineEdit.EchoMode.Password)
+        self.repeat = QLineEdit(placeholderText="type it again")
+        self.repeat.setEchoMode(QLineEdit.EchoMode.Password)
+        self.passphrase_box = QWidget()
+        passphrase_form = QFormLayout(self.passphrase_box)
+        passphrase_note = QLabel("There is no OS keyring on this computer: the swarm's secret is stored encrypted with "
+                                 "a passphrase, which the app asks for when it starts.")
+        passphrase_note.setWordWrap(True)
+        passphrase_form.addRow(passphrase_note)
+        passphrase_form.addRow("Passphrase", self.passphrase)
+        passphrase_form.addRow("Repeat", self.repeat)
+        for field in (self.passphrase, self.repeat):
+            field.textChanged.connect(self.completeChanged)
+        self.secret_status = QLabel("")
+        self.secret_status.setObjectName("secretStatus")
+        self.secret_status.setWordWrap(True)
+
         layout = QVBoxLayout(self)
         for button, box in ((self.new, self.new_box), (self.join, self.join_box), (self.preset, self.preset_box)):
             layout.addWidget(button)
             layout.addWidget(box)
+        layout.addWidget(self.passphrase_box)
+        layout.addWidget(self.secret_status)
         layout.addStretch(1)
         (self.join if config.swarm.initial_peers else self.new).setChecked(True)
         if config.swarm.initial_peers:
@@ -353,17 +390,48 @@ class SwarmPage(QWizardPage):
         self.new_box.setEnabled(self.new.isChecked())
         self.join_box.setEnabled(self.join.isChecked())
         self.preset_box.setEnabled(self.preset.isChecked())
-        self.completeChanged.emit()
+        self._update_passphrase()
 
     def _update_invite(self) -> None:
         peer = self.identity.peer
-        if peer is None:
+        private = self.private.isChecked()
+        self.copy.setEnabled(peer is not None and not private)
+        self.invite_preview.setPlaceholderText(
+            "made with the swarm's secret when you press Finish: copy it from the main window (Copy invite)"
+            if private else "")
+        if peer is None or private:
             self.invite_preview.setText("")
-            return
-        self.invite_preview.setText(format_invite(self.swarm_name.text().strip(),
-                                                  local_addresses(peer["peer_id"], self.port.value()),
-                                                  self.game.currentData()))
-        self.invite_preview.setCursorPosition(0)
+        else:
+            self.invite_preview.setText(format_invite(self.swarm_name.text().strip(),
+                                                      local_addresses(peer["peer_id"], self.port.value()),
+                                                      self.game.currentData()))
+            self.invite_preview.setCursorPosition(0)
+        self._update_passphrase()
+
+    def admission_secret(self) -> str | None:
+        """The secret of the invite being joined, if it carries one."""
+        if not self.join.isChecked():
+            return None
+        try:
+            return parse_invite(self.invite_text.toPlainText()).admission_secret
+        except NodeError:
+            return None
+
+    def stores_secret(self) -> bool:
+        """Whether Finish puts a swarm secret into the secret store (a new private swarm, or a private invite)."""
+        return (self.new.isChecked() and self.private.isChecked()) or self.admission_secret() is not None
+
+    def needs_passphrase(self) -> bool:
+        return (self.stores_secret() and not keyring_available() and not os.environ.get(PASSPHRASE_ENV)
+                and not self.known_passphrase())
+
+    def secret_passphrase(self) -> str | None:
+        """The secret store's passphrase typed on this page, when it asked for one."""
+        return self.passphrase.text() or None if self.needs_passphrase() else None
+
+    def _update_passphrase(self) -> None:
+        self.passphrase_box.setVisible(self.needs_passphrase())
+        self.secret_status.setText("")
         self.completeChanged.emit()
 
     def _check_invite(self) -> None:
@@ -378,7 +446,7 @@ class SwarmPage(QWizardPage):
             private = " It is private: its secret is kept in the secret store." if invite.admission_secret else ""
             self.invite_status.setText(
                 f"Joining swarm <b>{swarm}</b> through {len(invite.peers)} address(es); it plays {game}.{private}")
-        self.completeChanged.emit()
+        self._update_passphrase()
 
     def _game_changed(self, *_: object) -> None:
         self.game_info.setText(GAMES[self.game.currentData()][1])
@@ -391,6 +459,8 @@ class SwarmPage(QWizardPage):
             self.preset_info.setText(f"{network.description} (swarm {network.swarm_name}; {peers})")
 
     def isComplete(self) -> bool:  # noqa: N802
+        if self.needs_passphrase() and (not self.passphrase.text() or self.passphrase.text() != self.repeat.text()):
+            return False
         if self.join.isChecked():
             try:
                 parse_invite(self.invite_text.toPlainText())
@@ -400,6 +470,18 @@ class SwarmPage(QWizardPage):
         if self.preset.isChecked():
             return bool(self.networks)
         return bool(self.swarm_name.text().strip())
+
+    def store_secret(self, data_dir: Path, swarm_name: str, passphrase: str | None) -> None:
+        """At Finish: a private invite's secret goes into the secret store (never the config), a new private swarm
+        gets one (an existing one is kept, so invites already shared stay valid), and a swarm started public forgets
+        any it had. An invite without a secret and a saved network leave the store as it is."""
+        secret = self.admission_secret()
+        if secret:
+            swarm_secret.remember(data_dir, swarm_name, secret, passphrase=passphrase)
+        elif self.new.isChecked() and self.private.isChecked():
+            swarm_secret.create(data_dir, swarm_name, passphrase=passphrase)
+        elif self.new.isChecked():
+            swarm_secret.forget(data_dir, swarm_name)
 
     def swarm_settings(self) -> dict:
         if self.join.isChecked():
@@ -434,6 +516,7 @@ class SetupWizard(QWizard):
         self.hardware_page = HardwarePage()
         self.model_page = ModelPage(config, self.hardware_page)
         self.swarm_page = SwarmPage(config, self.identity_page, networks_file)
+        self.swarm_page.known_passphrase = self._wallet_passphrase
         for page_id, page in ((IDENTITY_PAGE, self.identity_page), (WALLET_PAGE, self.wallet_page),
                               (HARDWARE_PAGE, self.hardware_page), (MODEL_PAGE, self.model_page),
                               (SWARM_PAGE, self.swarm_page), (WELCOME_PAGE, self.welcome_page)):
@@ -446,7 +529,11 @@ class SetupWizard(QWizard):
 
     @property
     def passphrase(self) -> str | None:
-        """The secret-store passphrase the wallet page unlocked with (the node needs it too; never saved)."""
+        """The secret-store passphrase the wallet page unlocked with, or the one the swarm page asked for to store a
+        private swarm's secret (the node needs it too; never saved)."""
+        return self._wallet_passphrase() or self.swarm_page.secret_passphrase()
+
+    def _wallet_passphrase(self) -> str | None:
         return self.wallet_page.passphrase_used if self.identity_page.wallet.isChecked() else None
 
     def accept(self) -> None:
@@ -463,12 +550,10 @@ class SetupWizard(QWizard):
                 {"network": "none", "rpc_url": None, "chain_id": None, "coordinator": None}
             self.result_config = self.config.update(
                 {"training": training, "swarm": self.swarm_page.swarm_settings(), "chain": chain})
-            secret = parse_invite(self.swarm_page.invite_text.toPlainText()).admission_secret \
-                if self.swarm_page.join.isChecked() else None
-            if secret:  # a private swarm's invite: its secret goes into the secret store, never the config
-                swarm_secret.remember(self.result_config.run.data_dir, self.result_config.swarm.swarm_name, secret,
-                                      passphrase=self.passphrase)
+            self.swarm_page.store_secret(self.result_config.run.data_dir, self.result_config.swarm.swarm_name,
+                                         self.passphrase)
         except NodeError as exc:
-            self.swarm_page.invite_status.setText(f"{exc.message} {exc.hint}")
+            self.result_config = None
+            self.swarm_page.secret_status.setText(f"<span style='color:#D55E00'>{exc.message}</span> {exc.hint}")
             return
         super().accept()

@@ -87,7 +87,7 @@ def settings_of(args: argparse.Namespace) -> dict:
         "max_new_tokens": args.max_new_tokens, "eval_every": args.eval_every, "eval_questions": args.eval_questions,
         "eval_samples": args.eval_samples, "eval_seed": args.eval_seed, "gather_timeout_s": args.gather_timeout,
         "threads_per_node": 1, "overrides": sorted(args.set or []),
-    }
+    } | ({"game": args.game} if args.game != "sapo" else {})
 
 
 def node_config(args: argparse.Namespace, work: Path, sapo: Sapo, seed: int, index: int, model: str,
@@ -95,10 +95,11 @@ def node_config(args: argparse.Namespace, work: Path, sapo: Sapo, seed: int, ind
     """The demo's node settings (the product's default path), with only I, J, seeds and evaluation changed."""
     base = demo_config(work, index, model=model, threads=1, join=join)
     name = run_name(sapo, seed, index)
+    swarm_name = f"bench-{sapo.slug}-s{seed}" + (f"-n{index + 1}" if plays_alone(args, sapo) else "")
     changes: dict = {
         "training": {"local_questions": sapo.local, "external_groups": sapo.external,
                      "num_generations": args.generations, "max_new_tokens": args.max_new_tokens, "device": "cpu"},
-        "swarm": {"swarm_name": f"bench-{sapo.slug}-s{seed}", "gather_timeout_s": args.gather_timeout},
+        "swarm": {"swarm_name": swarm_name, "gather_timeout_s": args.gather_timeout, "game": args.game},
         # Node k of seed s samples the same training tasks in every configuration, and other tasks than node k+1.
         "tasks": {"seed": seed * 1000 + index},
         "evaluation": {"every_rounds": args.eval_every, "questions": args.eval_questions,
@@ -116,6 +117,12 @@ def node_config(args: argparse.Namespace, work: Path, sapo: Sapo, seed: int, ind
             parsed = value  # a bare string
         changes.setdefault(section, {})[field_name] = parsed
     return base.update(changes, source="bench settings")
+
+
+def plays_alone(args: argparse.Namespace, sapo: Sapo) -> bool:
+    """The game's solo baseline: the game has no "take no peer work" setting (a member reads every peer's answers
+    in the critique stage), so with J=0 each node plays in a swarm of its own: the answer stage only."""
+    return args.game == "multistage" and sapo.external == 0
 
 
 def run_name(sapo: Sapo, seed: int, index: int) -> str:
@@ -157,7 +164,8 @@ class _Run:
                 self._fail("the first node did not start")
                 return self.outcome
             for index in range(1, self.args.nodes):
-                self.nodes.append(self._spawn(index, join=self.nodes[0].invite))
+                alone = plays_alone(self.args, self.sapo)
+                self.nodes.append(self._spawn(index, join=[] if alone else self.nodes[0].invite))
             # Every node holds after its round-0 evaluation until all have loaded the model and joined, so no node
             # trains its first rounds alone while the others still start.
             if not self._wait(lambda: all(n.started.is_set() for n in self.nodes), START_TIMEOUT_S):
@@ -466,7 +474,8 @@ def draw(result: dict, out: Path) -> list[Path]:
     finished = [r for r in runs if r["complete"]]
     configs = list(dict.fromkeys(r["config"] for r in runs))
     rounds = result["settings"]["rounds"]
-    title = f"{result['model'].split(' (')[0]}, {result['settings']['nodes']} nodes"
+    title = f"{result['model'].split(' (')[0]}, {result['settings']['nodes']} nodes" + (
+        ", answer-critique-revise game" if result["settings"].get("game") == "multistage" else "")
     paths = []
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), gridspec_kw={"width_ratios": [3, 2]})
@@ -575,8 +584,9 @@ def resolve_model(args: argparse.Namespace, work: Path) -> str:
     target = work / "tiny-model"
     if not (target / "config.json").exists():
         from node import models  # torch loads in this process only for the tiny model
+        from tests.tiny_model import tiny_random
 
-        models.tiny_random(models.resolve(models.BUNDLED), target)
+        tiny_random(models.resolve(models.BUNDLED), target)
     return str(target)
 
 
@@ -609,7 +619,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="bundled", help="'bundled', 'tiny' (plumbing check), or any node model")
     parser.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="extra node setting")
     parser.add_argument("--work", type=Path, default=Path.home() / ".cache" / "rl-swarm-bench" / "swarm_vs_solo")
-    parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="folder of learning.json and the curves")
+    parser.add_argument("--game", choices=("sapo", "multistage"), default="sapo",
+                        help="multistage: the answer-critique-revise game; a J=0 configuration then plays each node "
+                        "alone, any other J all nodes in one swarm (I is the questions of a round)")
+    parser.add_argument("--out", type=Path, help="folder of learning.json and the curves (default: bench/results, "
+                        "bench/results/game for the multi-stage game)")
     parser.add_argument("--deadline", help="UTC HH:MM: start no run that cannot finish by then, stop at it")
     parser.add_argument("--budget-min", type=float, help="wall-clock budget of this invocation in minutes")
     parser.add_argument("--node-gb", type=float, default=3.5, help="expected peak memory of one node")
@@ -621,6 +635,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report-only", action="store_true", help="redraw curves and summary from the results file")
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
+    args.out = args.out or (RESULTS_DIR / "game" if args.game == "multistage" else RESULTS_DIR)
     if args.eval_every <= 0 or args.rounds % args.eval_every:
         parser.error("--rounds must be a multiple of --eval-every (the last round is evaluated)")
     sapos = [Sapo.parse(text) for text in args.configs]

@@ -62,11 +62,17 @@ class TaskMix:
     ladders: dict[str, tuple[dict, ...]]
 
 
+# The small-model default trains on the families the bundled model learned in the README's learning measurement.
+# gcd stayed at 0 and count_bits near 0.1 on held-out tasks after 40 rounds: groups without reward spread give no
+# gradient, and those two took 40 % of the questions. Their ladders stay, for swarms that configure them.
+SMALL_MODEL_DEFAULT_FAMILIES = ("basic_arithmetic", "chain_sum", "products")
+
+
 def default_mix(params: int | None) -> TaskMix:
     """The families (and their ladders) a model of ``params`` parameters trains on when none are configured."""
     if params is not None and params >= SMALL_MODEL_PARAMS:
         return TaskMix({family: 1.0 for family in DEFAULT_FAMILIES}, {})
-    return TaskMix({family: 1.0 for family in SMALL_MODEL_LADDERS}, dict(SMALL_MODEL_LADDERS))
+    return TaskMix({family: 1.0 for family in SMALL_MODEL_DEFAULT_FAMILIES}, dict(SMALL_MODEL_LADDERS))
 
 
 class Curriculum:

@@ -2,19 +2,26 @@
 
 The first node starts the swarm; the others join it with its invite. Each node is a separate ``rl-swarm-node run``
 process reporting through its JSON-lines event stream, exactly as the desktop app drives a node.
+
+On a terminal the table redraws in place. Without one (piped, ``| tee``, CI) a redrawn table would be cut to 80
+columns and repeated, so the demo writes one plain line per finished round and per evaluation instead, and the final
+table as wide as its columns need.
 """
 
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 import psutil
 from rich.console import Console
 from rich.live import Live
+from rich.measure import Measurement
 from rich.table import Table
 
 from node.config import NodeConfig
@@ -61,6 +68,9 @@ def run_demo(*, nodes: int, rounds: int | None, data_dir: Path, model: str, max_
     data_dir.mkdir(parents=True, exist_ok=True)
     threads = max(1, (psutil.cpu_count(logical=False) or 1) // nodes)
     console = Console()
+    lines = None if console.is_terminal else _Lines(sys.stdout)
+    if lines is not None:
+        console = Console(soft_wrap=True)  # a log's lines are not cut at 80 columns
     console.print(f"[bold]RL Swarm demo[/]: {nodes} nodes on loopback, model {model}, {threads} thread(s) each; "
                   f"data in {data_dir}. Ctrl-C stops all nodes cleanly.")
     views: list[_NodeView] = []
@@ -71,16 +81,22 @@ def run_demo(*, nodes: int, rounds: int | None, data_dir: Path, model: str, max_
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        views.append(_spawn(0, data_dir, model, rounds, threads, max_new_tokens, join=[]))
+        views.append(_spawn(0, data_dir, model, rounds, threads, max_new_tokens, join=[], lines=lines))
         if not _wait_started(views[0], stopping):
             return _finish(views, console, stopped_early=True)
         for index in range(1, nodes):
-            views.append(_spawn(index, data_dir, model, rounds, threads, max_new_tokens, join=views[0].invite))
-        with Live(_table(views), console=console, refresh_per_second=2) as live:
-            while not stopping.is_set() and any(v.process.running for v in views):
+            views.append(_spawn(index, data_dir, model, rounds, threads, max_new_tokens, join=views[0].invite,
+                                lines=lines))
+        if lines is None:
+            with Live(_table(views), console=console, refresh_per_second=2) as live:
+                while not stopping.is_set() and any(v.process.running for v in views):
+                    live.update(_table(views))
+                    stopping.wait(0.5)
                 live.update(_table(views))
+        else:
+            while not stopping.is_set() and any(v.process.running for v in views):
                 stopping.wait(0.5)
-            live.update(_table(views))
+            print_wide(console, _table(views))
         return _finish(views, console, stopped_early=stopping.is_set())
     finally:
         _stop_all(views)
@@ -113,7 +129,7 @@ def demo_config(data_dir: Path, index: int, *, model: str, threads: int,
 
 
 def _spawn(index: int, data_dir: Path, model: str, rounds: int | None, threads: int, max_new_tokens: int,
-           *, join: list[str]) -> _NodeView:
+           *, join: list[str], lines: _Lines | None = None) -> _NodeView:
     config = demo_config(data_dir, index, model=model, threads=threads, max_new_tokens=max_new_tokens,
                          rounds=rounds, join=join)
     config_path = data_dir / f"node-{index + 1}.toml"
@@ -121,13 +137,20 @@ def _spawn(index: int, data_dir: Path, model: str, rounds: int | None, threads: 
     view = _NodeView(index=index, log_path=data_dir / f"node-{index + 1}.stderr.log")
     # The children run in their own session: the demo's Ctrl-C handler stops them in order, they must not get
     # the terminal's SIGINT too.
-    view.process = NodeProcess(["run", "--config", str(config_path)], on_event=lambda event: _follow(view, event),
-                               on_exit=lambda code: _exited(view, code), log_path=view.log_path,
+    view.process = NodeProcess(["run", "--config", str(config_path)], on_event=lambda event: _follow(view, event, lines),
+                               on_exit=lambda code: _exited(view, code, lines), log_path=view.log_path,
                                name=f"demo-node-{index + 1}").start()
     return view
 
 
-def _follow(view: _NodeView, event: Event) -> None:
+def _follow(view: _NodeView, event: Event, lines: _Lines | None = None) -> None:
+    """Update the node's row from its event; without a terminal, also write the event's line, if it has one."""
+    _update(view, event)
+    if lines is not None and (line := event_line(view, event)) is not None:
+        lines.write(line)
+
+
+def _update(view: _NodeView, event: Event) -> None:
     kind = event.kind
     if kind == "node_started":
         view.name, view.invite = event.peer_name, event.invite
@@ -151,9 +174,60 @@ def _follow(view: _NodeView, event: Event) -> None:
         view.error = event.message
 
 
-def _exited(view: _NodeView, code: int) -> None:
+def _exited(view: _NodeView, code: int, lines: _Lines | None = None) -> None:
     view.state = f"exited ({code})"
     view.started.set()
+    if lines is not None:
+        lines.write(f"{_label(view)}: exited with code {code}")
+
+
+class _Lines:
+    """Whole lines to a log, one writer at a time (each node's events arrive on its own reader thread)."""
+
+    def __init__(self, out: TextIO) -> None:
+        self._out = out
+        self._lock = threading.Lock()
+
+    def write(self, line: str) -> None:
+        with self._lock:
+            self._out.write(line + "\n")
+            self._out.flush()
+
+
+def event_line(view: _NodeView, event: Event) -> str | None:
+    """The plain line a log gets for this event (after the view took it in), or None for events that only move
+    the live table (progress within a round, state changes)."""
+    kind = event.kind
+    if kind == "node_started":
+        return f"{_label(view)}: started, model {event.model} on {event.device}, swarm {event.swarm_name}"
+    if kind == "round_finished":
+        return (f"{_label(view)}: round {event.round}  reward {_fmt(event.reward_local)} "
+                f"(avg5 {_fmt(_recent_mean(view.rewards))})  acc {_fmt(event.accuracy_local, '.2f')} "
+                f"(avg5 {_fmt(_recent_mean(view.accuracy), '.2f')})  "
+                f"wf {_fmt(event.wellformed_rate, '.2f')}  held-out {_heldout(view.heldout)}  "
+                f"ext {_fmt(event.reward_external)}  peers {event.peers_seen}  "
+                f"shared/used/rej {view.shared}/{view.used}/{view.rejected}  {_fmt(event.seconds_total, '.1f')} s/round")
+    if kind == "eval_finished":
+        return (f"{_label(view)}: held-out after {event.rounds_trained} rounds: greedy exact accuracy "
+                f"{event.accuracy_greedy:.2f} on {event.questions} unseen questions ({_heldout(view.heldout)})")
+    if kind == "error":
+        return f"{_label(view)}: error: {event.message}"
+    return None
+
+
+def _label(view: _NodeView) -> str:
+    return f"node {view.index + 1} ({view.name})"
+
+
+def print_wide(console: Console, table: Table) -> None:
+    """Print the table as wide as its columns need, whatever width the console assumes (80 without a terminal)."""
+    needed = Measurement.get(console, console.options.update(width=10_000), table).maximum
+    assumed = console.width
+    console.width = max(needed, assumed)  # print(width=) is capped at the console's width
+    try:
+        console.print(table)
+    finally:
+        console.width = assumed
 
 
 def _wait_started(view: _NodeView, stopping: threading.Event) -> bool:

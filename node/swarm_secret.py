@@ -4,7 +4,7 @@ In a private swarm every group record carries an HMAC tag made with a key derive
 (:func:`node.records.admission_key`), so only nodes that were given the secret are heard. It travels in the invite
 (:mod:`node.invite`) and is stored in :mod:`node.secret_store` (the OS keyring, else the passphrase-encrypted file
 store), per data folder and swarm name, when a node joins with an invite that carries one or creates a private swarm
-(an invite without one leaves it: invites copied from a member's window carry none); the runner reads it when it
+(an invite without one leaves it: an invite written by hand or by an older version may lack it); the runner reads it when it
 builds the DHT exchange, and ``rl-swarm-node run --no-private`` forgets it. Configs of earlier versions held it in
 plaintext as ``[swarm] admission_secret``: loading such a file moves the secret into the store and removes it from
 the file.
@@ -60,6 +60,12 @@ def remember(data_dir: Path, swarm_name: str, secret: str, passphrase: str | Non
         node_store(data_dir, passphrase).set(secret_name(swarm_name), check_secret(secret))
     except NodeError as exc:
         raise _explained(exc, f"the admission secret of the private swarm {swarm_name!r} cannot be stored") from None
+
+
+def exists(data_dir: Path, swarm_name: str) -> bool:
+    """Whether the swarm is private (a secret is stored for it); needs no passphrase, so a caller can ask for one only
+    when it will be needed."""
+    return node_store(data_dir).has(secret_name(swarm_name))
 
 
 def forget(data_dir: Path, swarm_name: str) -> None:

@@ -35,7 +35,7 @@ def bench():
 def _args(bench, tmp_path: Path, **changes) -> argparse.Namespace:
     args = dict(nodes=2, configs=["I=4,J=0", "I=2,J=2"], seeds=[0, 1], rounds=4, generations=4, max_new_tokens=48,
                 eval_every=2, eval_questions=8, eval_samples=0, eval_seed=0, gather_timeout=30.0, model="bundled",
-                set=None, work=tmp_path, out=tmp_path / "out", fresh=False, argv=["--rounds", "4"])
+                set=None, work=tmp_path, out=tmp_path / "out", fresh=False, argv=["--rounds", "4"], game="sapo")
     args.update(changes)
     return argparse.Namespace(**args)
 
@@ -135,6 +135,19 @@ def test_node_settings_differ_between_configurations_only_in_i_and_j(bench, tmp_
         != getattr(shared, section).model_dump(exclude={"local_questions", "external_groups"})
     }
     assert not differing
+
+
+def test_the_games_solo_nodes_play_in_swarms_of_their_own_and_its_shared_nodes_in_one(bench, tmp_path):
+    game = _args(bench, tmp_path, game="multistage")
+    solo = [bench.node_config(game, tmp_path, bench.Sapo(2, 0), 0, i, "bundled", []) for i in range(2)]
+    shared = [bench.node_config(game, tmp_path, bench.Sapo(2, 2), 0, i, "bundled", []) for i in range(2)]
+    assert {c.swarm.game for c in solo + shared} == {"multistage"}
+    assert solo[0].swarm.swarm_name != solo[1].swarm.swarm_name
+    assert shared[0].swarm.swarm_name == shared[1].swarm.swarm_name
+    sapo_solo = [bench.node_config(_args(bench, tmp_path), tmp_path, bench.Sapo(4, 0), 0, i, "bundled", [])
+                 for i in range(2)]
+    assert sapo_solo[0].swarm.swarm_name == sapo_solo[1].swarm.swarm_name  # SAPO's solo nodes share one swarm
+    assert bench.settings_of(game)["game"] == "multistage" and "game" not in bench.settings_of(_args(bench, tmp_path))
 
 
 def test_curves_are_drawn_from_finished_and_cut_short_runs(bench, tmp_path):

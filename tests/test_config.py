@@ -6,7 +6,7 @@ import pytest
 
 from node.cli import FLAG_SECTIONS, _parser, config_flags, config_from_args, flag_name
 from node.config import UNSET, NodeConfig
-from node.curriculum import default_mix
+from node.curriculum import SMALL_MODEL_DEFAULT_FAMILIES, default_mix
 from node.errors import NodeError
 from node.taskref import DEFAULT_FAMILIES
 
@@ -17,7 +17,9 @@ def test_defaults_are_valid_and_sapo_shaped():
     assert config.tasks.weights == {}  # chosen for the model's size when the node starts
     assert set(default_mix(500_000_000).weights) == set(DEFAULT_FAMILIES)  # hub models: the nine SAPO families
     small = default_mix(135_000_000)
-    assert set(small.weights) == set(small.ladders) and "basic_arithmetic" in small.weights
+    # the bundled model's mix: families it learned in the learning bench, each with a ladder; never-solved ones out
+    assert set(small.weights) == set(SMALL_MODEL_DEFAULT_FAMILIES) <= set(small.ladders)
+    assert "basic_arithmetic" in small.weights and "gcd" not in small.weights and "gcd" in small.ladders
     assert config.training.beta == 0.0 and (config.training.epsilon, config.training.epsilon_high) == (0.2, 0.28)
 
 

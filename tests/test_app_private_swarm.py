@@ -1,0 +1,240 @@
+"""Private swarms in the app: the wizard makes or stores the swarm's admission secret through the node's seam
+(node.swarm_secret, the secret store), never in config.toml or a log, and the header's invite carries it.
+
+The wizard's node queries are answered at once here (their real answers are tested in test_app_wizard), so these
+tests start no child process."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from urllib.parse import quote, quote_plus
+
+import pytest
+from PySide6.QtWidgets import QAbstractButton, QApplication, QLabel, QLineEdit, QWidget
+
+from app import wizard as wizard_module
+from app.wizard import SetupWizard, SwarmPage
+from node import swarm_secret
+from node.config import NodeConfig
+from node.events import NodeStarted
+from node.invite import format_invite, parse_invite
+from node.secret_store import PASSPHRASE_ENV
+from tests.apphelpers import make_window
+from tests.test_app_wizard import CPU_LAPTOP, PEER
+
+ADDRESS = f"/ip4/192.168.1.7/tcp/31337/p2p/{PEER}"
+SECRET = "kq3V+a/b=c&d?e%f-team-secret"  # characters a URL query must escape
+PASSPHRASE = "store passphrase"
+
+
+class InstantQuery:
+    """``rl-swarm-node identity|hardware --json`` answered without a child process."""
+
+    def __init__(self, args, done, failed, parent=None) -> None:
+        done({"name": "calm-fox", "peer_id": PEER, "path": "swarm.key"} if args[0] == "identity" else CPU_LAPTOP)
+
+
+@pytest.fixture(autouse=True)
+def no_child_processes(monkeypatch):
+    monkeypatch.setattr(wizard_module, "NodeQuery", InstantQuery)
+
+
+@pytest.fixture
+def unlocked(monkeypatch):
+    monkeypatch.setenv(PASSPHRASE_ENV, PASSPHRASE)  # no keyring here: the encrypted file store
+
+
+@pytest.fixture
+def locked(monkeypatch):
+    monkeypatch.delenv(PASSPHRASE_ENV, raising=False)
+
+
+def config_in(folder: Path, **swarm) -> NodeConfig:
+    return NodeConfig.build({"run": {"data_dir": str(folder / "data")}, "swarm": swarm})
+
+
+def open_wizard(qtbot, config: NodeConfig, folder: Path) -> SetupWizard:
+    wizard = SetupWizard(config, folder / "networks.toml")
+    qtbot.addWidget(wizard)
+    return wizard
+
+
+def written(secret: str) -> set[str]:
+    """The secret as it may be written: bare, or URL-encoded as in an invite's query."""
+    return {secret, quote(secret, safe=""), quote_plus(secret), quote_plus(secret, safe="/")}
+
+
+def assert_nowhere(folder: Path, secret: str) -> None:
+    """The secret is in no file under ``folder`` (the store's files are sealed)."""
+    for path in folder.rglob("*"):
+        if path.is_file():
+            assert not any(form.encode() in path.read_bytes() for form in written(secret)), f"plaintext secret in {path}"
+
+
+def shown_texts(root: QWidget) -> list[str]:
+    """Every text and tooltip the window shows (labels, buttons, line edits), and its status bar."""
+    texts = [root.statusBar().currentMessage()] if hasattr(root, "statusBar") else []
+    for widget in root.findChildren(QWidget):
+        texts.append(widget.toolTip())
+        if isinstance(widget, (QLabel, QAbstractButton, QLineEdit)):
+            texts.append(widget.text())
+    return texts
+
+
+def test_the_wizard_starts_a_private_swarm_with_its_secret_in_the_store_only(qtbot, tmp_path, locked, caplog):
+    caplog.set_level(logging.DEBUG)
+    wizard = open_wizard(qtbot, config_in(tmp_path), tmp_path)
+    page = wizard.swarm_page
+    page.initializePage()
+    page.swarm_name.setText("team")
+    assert page.new.isChecked() and not page.private.isChecked()  # public unless asked
+    assert page.copy.isEnabled() and parse_invite(page.invite_preview.text()).admission_secret is None
+    assert not page.passphrase_box.isVisibleTo(page)
+
+    page.private.setChecked(True)
+    assert "invite" in page.private.text() and "secret" in page.private_info.text()
+    # The secret is made at Finish: no invite without it to copy meanwhile.
+    assert page.invite_preview.text() == "" and not page.copy.isEnabled()
+    # No keyring, no passphrase known: the page asks for the store's.
+    assert page.passphrase_box.isVisibleTo(page) and not page.isComplete()
+    page.passphrase.setText(PASSPHRASE)
+    assert not page.isComplete()  # typed twice: a typo would lock the secret away
+    page.repeat.setText(PASSPHRASE)
+    assert page.isComplete()
+    wizard.accept()
+
+    config = wizard.result_config
+    assert config is not None and config.swarm.swarm_name == "team" and wizard.passphrase == PASSPHRASE
+    secret = swarm_secret.load(config.run.data_dir, "team", PASSPHRASE)
+    assert secret is not None and swarm_secret.load(config.run.data_dir, "other", PASSPHRASE) is None
+    config.save(tmp_path / "data" / "config.toml")
+    assert_nowhere(tmp_path, secret)
+    assert secret not in caplog.text
+
+    # Opened again from Settings: the swarm is shown private and keeps its secret (invites already shared stay valid).
+    again = open_wizard(qtbot, config, tmp_path)
+    assert again.swarm_page.private.isChecked()
+    again.swarm_page.passphrase.setText(PASSPHRASE)
+    again.swarm_page.repeat.setText(PASSPHRASE)
+    again.accept()
+    assert swarm_secret.load(config.run.data_dir, "team", PASSPHRASE) == secret
+    # Made public: the secret is forgotten.
+    public = open_wizard(qtbot, config, tmp_path)
+    public.swarm_page.private.setChecked(False)
+    assert not public.swarm_page.passphrase_box.isVisibleTo(public.swarm_page)
+    public.accept()
+    assert not swarm_secret.exists(config.run.data_dir, "team")
+
+
+def test_a_wrong_or_missing_passphrase_keeps_the_wizard_open_and_says_why(qtbot, tmp_path, locked):
+    config = config_in(tmp_path)
+    swarm_secret.remember(config.run.data_dir, config.swarm.swarm_name, SECRET, PASSPHRASE)
+    wizard = open_wizard(qtbot, config, tmp_path)
+    page = wizard.swarm_page
+    assert page.private.isChecked()
+    page.passphrase.setText("not the passphrase")
+    page.repeat.setText("not the passphrase")
+    wizard.accept()
+    assert wizard.result_config is None and "Wrong passphrase" in page.secret_status.text()
+    assert swarm_secret.load(config.run.data_dir, config.swarm.swarm_name, PASSPHRASE) == SECRET
+
+
+def test_joining_with_a_private_invite_stores_its_secret_through_the_seam(qtbot, tmp_path, unlocked, caplog):
+    caplog.set_level(logging.DEBUG)
+    wizard = open_wizard(qtbot, config_in(tmp_path), tmp_path)
+    page = wizard.swarm_page
+    page.join.setChecked(True)
+    page.invite_text.setPlainText(format_invite("study-group", [ADDRESS], "sapo", SECRET))
+    assert page.isComplete() and "private" in page.invite_status.text() and SECRET not in page.invite_status.text()
+    assert not page.passphrase_box.isVisibleTo(page)  # the environment unlocks the store
+    wizard.accept()
+    config = wizard.result_config
+    assert swarm_secret.load(config.run.data_dir, "study-group") == SECRET
+    config.save(tmp_path / "data" / "config.toml")
+    assert_nowhere(tmp_path, SECRET)
+    assert SECRET not in caplog.text
+
+    # An invite without a secret (written by hand) leaves the stored one.
+    rejoin = open_wizard(qtbot, config, tmp_path)
+    rejoin.swarm_page.join.setChecked(True)
+    rejoin.swarm_page.invite_text.setPlainText(format_invite("study-group", [ADDRESS]))
+    rejoin.accept()
+    assert swarm_secret.load(config.run.data_dir, "study-group") == SECRET
+
+
+def started(swarm_name: str, game: str = "sapo") -> NodeStarted:
+    return NodeStarted(peer_id=PEER, peer_name="calm-fox", swarm_name=swarm_name, invite=[ADDRESS], model="bundled",
+                       device="cpu", hardware={}, run_dir="", resumed_from_round=None, game=game)
+
+
+def test_the_headers_invite_of_a_private_swarm_carries_its_secret_and_says_so(qtbot, tmp_path, unlocked, caplog):
+    caplog.set_level(logging.DEBUG)
+    config = config_in(tmp_path, swarm_name="study-group")
+    swarm_secret.remember(config.run.data_dir, "study-group", SECRET)
+    window = make_window(qtbot, config)
+    window.supervisor.feed(started("study-group", game="multistage"))
+    header = window.header
+    header.copy_invite.click()
+    invite = parse_invite(QApplication.clipboard().text())
+    assert invite.admission_secret == SECRET and invite.swarm_name == "study-group" and invite.game == "multistage"
+    assert header.invite_note.isVisibleTo(header) and "includes the swarm's secret" in header.invite_note.text()
+    assert not any(form in text for form in written(SECRET) for text in [*shown_texts(window), window.diagnostics()])
+    assert SECRET not in caplog.text
+    assert_nowhere(tmp_path, SECRET)
+
+    # The joiner's wizard takes the pasted invite as private, and would store its secret.
+    other = config_in(tmp_path / "joiner")
+    page = SwarmPage(other, wizard_module.IdentityPage(other), tmp_path / "networks.toml")
+    qtbot.addWidget(page)
+    page.join.setChecked(True)
+    page.invite_text.setPlainText(QApplication.clipboard().text())
+    assert page.isComplete() and page.admission_secret() == SECRET
+
+
+def test_the_headers_invite_of_a_public_swarm_has_no_secret_and_no_note(qtbot, tmp_path, unlocked):
+    config = config_in(tmp_path, swarm_name="open-swarm")
+    swarm_secret.remember(config.run.data_dir, "another-swarm", SECRET)  # a secret of another swarm stays out
+    window = make_window(qtbot, config)
+    window.supervisor.feed(started("open-swarm"))
+    window.header.copy_invite.click()
+    invite = parse_invite(QApplication.clipboard().text())
+    assert invite.admission_secret is None and invite.swarm_name == "open-swarm" and invite.peers == (ADDRESS,)
+    assert not window.header.invite_note.isVisibleTo(window.header)
+
+
+def test_a_private_swarm_whose_secret_cannot_be_read_offers_no_invite(qtbot, tmp_path, locked):
+    config = config_in(tmp_path, swarm_name="study-group")
+    swarm_secret.remember(config.run.data_dir, "study-group", SECRET, PASSPHRASE)
+    window = make_window(qtbot, config)
+    window.supervisor.feed(started("study-group"))
+    header = window.header
+    assert not header.copy_invite.isEnabled() and header.invite == ""
+    assert header.invite_note.isVisibleTo(header) and "cannot be read" in header.invite_note.text() and "No invite" in header.invite_note.text()
+    window.supervisor.environment[PASSPHRASE_ENV] = PASSPHRASE  # the passphrase the app asked for at start
+    window.supervisor.feed(started("study-group"))
+    assert header.copy_invite.isEnabled() and parse_invite(header.invite).admission_secret == SECRET
+
+
+def test_the_app_asks_for_the_stores_passphrase_at_start_for_a_private_swarm(qtbot, tmp_path, locked, monkeypatch):
+    """Without a keyring the node needs the passphrase to read the swarm's secret: the app asks once, and checks it."""
+    from app import gui
+
+    answers = ["not the passphrase", PASSPHRASE]
+    prompts = []
+
+    def ask(parent, title, prompt, echo):
+        prompts.append((title, prompt))
+        return answers.pop(0), True
+
+    monkeypatch.setattr(gui.QInputDialog, "getText", ask)
+    public = config_in(tmp_path / "public")
+    desktop = gui.DesktopApp(QApplication.instance(), tmp_path / "config.toml")
+    desktop.unlock_secrets(public)
+    assert prompts == [] and PASSPHRASE_ENV not in desktop.supervisor.environment  # nothing to unlock
+
+    private = config_in(tmp_path, swarm_name="study-group")
+    swarm_secret.remember(private.run.data_dir, "study-group", SECRET, PASSPHRASE)
+    desktop.unlock_secrets(private)
+    assert [title for title, _ in prompts] == ["Unlock private swarm"] * 2 and "Wrong passphrase" in prompts[1][1]
+    assert desktop.supervisor.environment[PASSPHRASE_ENV] == PASSPHRASE
