@@ -100,8 +100,10 @@ def node_config(args: argparse.Namespace, work: Path, sapo: Sapo, seed: int, ind
         "training": {"local_questions": sapo.local, "external_groups": sapo.external,
                      "num_generations": args.generations, "max_new_tokens": args.max_new_tokens, "device": "cpu"},
         "swarm": {"swarm_name": swarm_name, "gather_timeout_s": args.gather_timeout, "game": args.game},
-        # Node k of seed s samples the same training tasks in every configuration, and other tasks than node k+1.
-        "tasks": {"seed": seed * 1000 + index},
+        # Node k of seed s samples the same training tasks in every configuration, and other tasks than node k+1;
+        # in the game every member answers the swarm's questions, drawn from one seed (a member with another one
+        # would find no peer answer to its questions).
+        "tasks": {"seed": seed * 1000 + (0 if args.game == "multistage" else index)},
         "evaluation": {"every_rounds": args.eval_every, "questions": args.eval_questions,
                        "samples": args.eval_samples, "seed": args.eval_seed},
         # The bench stops each node after the evaluation that follows its last round (see _Run._follow).

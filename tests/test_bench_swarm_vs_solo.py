@@ -144,6 +144,7 @@ def test_the_games_solo_nodes_play_in_swarms_of_their_own_and_its_shared_nodes_i
     assert {c.swarm.game for c in solo + shared} == {"multistage"}
     assert solo[0].swarm.swarm_name != solo[1].swarm.swarm_name
     assert shared[0].swarm.swarm_name == shared[1].swarm.swarm_name
+    assert {c.tasks.seed for c in solo + shared} == {0}  # every member draws the swarm's questions from one seed
     sapo_solo = [bench.node_config(_args(bench, tmp_path), tmp_path, bench.Sapo(4, 0), 0, i, "bundled", [])
                  for i in range(2)]
     assert sapo_solo[0].swarm.swarm_name == sapo_solo[1].swarm.swarm_name  # SAPO's solo nodes share one swarm
