@@ -457,7 +457,7 @@ def _machine() -> str:
 
 
 # ----------------------------------------------------------------------------------------------- curves
-COLORS = {"I=4,J=0": "#555555", "I=2,J=2": "#1f77b4", "I=1,J=3": "#d62728", "I=3,J=1": "#2ca02c"}
+COLORS = {"I=4,J=0": "#555555", "I=2,J=0": "#ff7f0e", "I=2,J=2": "#1f77b4", "I=1,J=3": "#d62728", "I=3,J=1": "#2ca02c"}
 
 
 def draw(result: dict, out: Path) -> list[Path]:
@@ -477,7 +477,7 @@ def draw(result: dict, out: Path) -> list[Path]:
     configs = list(dict.fromkeys(r["config"] for r in runs))
     rounds = result["settings"]["rounds"]
     title = f"{result['model'].split(' (')[0]}, {result['settings']['nodes']} nodes" + (
-        ", answer-critique-revise game" if result["settings"].get("game") == "multistage" else "")
+        ", 3-stage game" if result["settings"].get("game") == "multistage" else "")
     paths = []
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), gridspec_kw={"width_ratios": [3, 2]})
