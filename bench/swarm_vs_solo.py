@@ -165,9 +165,9 @@ class _Run:
             if not self.nodes[0].invite:
                 self._fail("the first node did not start")
                 return self.outcome
+            join = [] if plays_alone(self.args, self.sapo) else self.nodes[0].invite
             for index in range(1, self.args.nodes):
-                alone = plays_alone(self.args, self.sapo)
-                self.nodes.append(self._spawn(index, join=[] if alone else self.nodes[0].invite))
+                self.nodes.append(self._spawn(index, join=join))
             # Every node holds after its round-0 evaluation until all have loaded the model and joined, so no node
             # trains its first rounds alone while the others still start.
             if not self._wait(lambda: all(n.started.is_set() for n in self.nodes), START_TIMEOUT_S):
