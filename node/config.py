@@ -88,8 +88,8 @@ class TrainingSettings(_Section):
     )
     optimizer_states: Literal["auto", "float32", "8bit"] = Field(
         "auto", description="how AdamW keeps its two moments: 8bit (bitsandbytes, block-wise quantized, float32 update "
-        "math) needs a quarter of float32's memory; auto = 8bit for full fine-tuning on CUDA (on CPU bitsandbytes' "
-        "8-bit step is several seconds a round slower: set 8bit there when memory is short)",
+        "math) needs a quarter of float32's memory; auto = 8bit for full fine-tuning on CUDA and CPU where bitsandbytes "
+        "is installed (on CPU a step a few seconds slower; float32 = faster steps where memory is plentiful)",
     )
     lora_rank: int = Field(
         0, ge=0, le=1024,

@@ -187,10 +187,12 @@ def estimate_training_bytes(
 def uses_adamw_8bit(optimizer_states: str, *, lora: bool, device: str) -> bool:
     """Whether the learner keeps 8-bit AdamW moments for ``training.optimizer_states``.
 
-    ``auto`` picks them for full fine-tuning on CUDA, where the moments are the largest item (8 of 16 bytes per
-    parameter) and bitsandbytes' kernels make the step no slower. On CPU its 8-bit step is about ten times slower than
-    torch's AdamW (seconds a round for the bundled model), so there they are opt-in (``8bit``) for machines short of
-    memory. An adapter's moments are a few megabytes, so adapters keep float32 ones.
+    ``auto`` picks them for full fine-tuning on CUDA and on CPU, wherever bitsandbytes is installed: the moments
+    are the largest item of a full fine-tune (8 of 16 bytes a parameter) and 8 bits cut them to 2. On CUDA its
+    kernels make the step no slower; on CPU its step is a few seconds a round slower than torch's AdamW for the
+    bundled model, a small price for the memory a laptop does not have (README, "Memory"). Apple's GPU (MPS) keeps
+    float32 moments: bitsandbytes has no 8-bit optimizer kernel there. An adapter's moments are a few megabytes,
+    so adapters keep float32 ones.
     """
     installed = _has_bitsandbytes()
     if optimizer_states == "8bit" and not installed:
@@ -199,7 +201,7 @@ def uses_adamw_8bit(optimizer_states: str, *, lora: bool, device: str) -> bool:
             hint="pip install bitsandbytes, or set optimizer_states to auto or float32",
         )
     return optimizer_states == "8bit" or (
-        optimizer_states == "auto" and installed and not lora and device == "cuda"
+        optimizer_states == "auto" and installed and not lora and device in ("cuda", "cpu")
     )
 
 

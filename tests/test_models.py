@@ -25,6 +25,7 @@ from node.models import (
     fit_label,
     load,
     resolve,
+    uses_adamw_8bit,
 )
 from tests.overlap import count_overlap, run_at_once
 from tests.tiny_model import tiny_random
@@ -157,6 +158,28 @@ def test_check_fits_offers_8bit_moments_where_only_they_fit():
         check_fits(resolve(QWEN_0_5B), available_bytes=between, **settings)
     assert 'optimizer_states = "8bit"' in caught.value.hint
     check_fits(resolve(QWEN_0_5B), available_bytes=between, **settings, adamw_8bit=True)
+
+
+@pytest.mark.parametrize(
+    ("states", "lora", "device", "expected"),
+    [
+        ("auto", False, "cpu", True),  # the bundled model's round: 2.2 instead of 3.1 GB (README, "Memory")
+        ("auto", False, "cuda", True),
+        ("auto", False, "mps", False),  # bitsandbytes has no 8-bit optimizer kernel for Apple's GPU
+        ("auto", True, "cpu", False),  # an adapter's moments are megabytes
+        ("float32", False, "cpu", False),
+        ("8bit", True, "mps", True),
+    ],
+)
+def test_auto_keeps_8bit_moments_for_full_fine_tuning_on_cpu_and_cuda(states, lora, device, expected):
+    assert uses_adamw_8bit(states, lora=lora, device=device) is expected
+
+
+def test_auto_falls_back_to_float32_moments_without_bitsandbytes(monkeypatch):
+    monkeypatch.setattr("node.models._has_bitsandbytes", lambda: False)
+    assert uses_adamw_8bit("auto", lora=False, device="cpu") is False
+    with pytest.raises(NodeError, match="bitsandbytes"):
+        uses_adamw_8bit("8bit", lora=False, device="cpu")
 
 
 def test_check_fits_accepts_a_small_model_with_plenty_of_memory():
