@@ -19,7 +19,6 @@ import argparse
 import copy
 import json
 import os
-import random
 import statistics
 import sys
 import tempfile
@@ -48,11 +47,12 @@ def main() -> None:
 
     import torch
 
+    from bench.memory import demo_round_groups
     from node import models
     from node.demo import demo_config
-    from node.grpo import GrpoLearner, Policy, TrainGroup
+    from node.grpo import GrpoLearner, Policy
     from node.runner import task_mix
-    from node.tasks import TaskSource, score
+    from node.tasks import TaskSource
 
     torch.set_num_threads(args.threads)
     cfg = demo_config(Path(tempfile.gettempdir()), 0, model="bundled", threads=args.threads)
@@ -80,20 +80,9 @@ def main() -> None:
 
     rounds = []
     for number in range(args.rounds):
-        rng = random.Random(number)
-        local = tasks.sample(args.I, rng)
-        prompts = [source.prompt_ids(tasks.messages(task)) for task in local]
-        generated = source.generate(prompts, num_generations=args.G, max_new_tokens=train.max_new_tokens,
-                                    temperature=train.temperature, top_p=train.top_p, seed=number)
-        groups = [
-            TrainGroup(prompt, tuple(completions), tuple(score(task, c.text) for c in completions))
-            for task, prompt, completions in zip(local, prompts, generated, strict=True)
-        ]
-        for task, completions in zip(tasks.sample(args.J, rng), generated * args.J, strict=False):
-            encoded = tuple(source.encode_completion(c.text, finished=c.finished, max_new_tokens=train.max_new_tokens)
-                            for c in completions)
-            groups.append(TrainGroup(source.prompt_ids(tasks.messages(task)), encoded,
-                                     tuple(float(i % 2) for i in range(len(encoded)))))
+        groups = demo_round_groups(source, tasks, number, local=args.I, peer=args.J, generations=args.G,
+                                   max_new_tokens=train.max_new_tokens, temperature=train.temperature,
+                                   top_p=train.top_p)
         row = {"round": number + 1, "groups_with_spread": sum(len(set(g.rewards)) > 1 for g in groups)}
         for variant in (VARIANTS if number % 2 == 0 else VARIANTS[::-1]):
             started = time.perf_counter()

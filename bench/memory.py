@@ -79,9 +79,9 @@ def child(model_ref: str, mode: str, rounds: int, args: argparse.Namespace) -> N
     import torch
 
     from node import hardware, models
-    from node.grpo import GrpoLearner, LoraSettings, Policy, TrainGroup
+    from node.grpo import GrpoLearner, LoraSettings, Policy
     from node.runner import task_mix
-    from node.tasks import TaskSource, score
+    from node.tasks import TaskSource
 
     torch.set_num_threads(args.threads)
 
@@ -118,27 +118,11 @@ def child(model_ref: str, mode: str, rounds: int, args: argparse.Namespace) -> N
     for number in range(rounds):
         if deadline is not None and number >= 2 and time.monotonic() > deadline:
             break  # out of time on a busy machine: report the rounds done
-        rng = random.Random(number)
         started = time.perf_counter()
-        local = tasks.sample(args.I, rng)
-        prompts = [policy.prompt_ids(tasks.messages(task)) for task in local]
-        generated = policy.generate(prompts, num_generations=args.G, max_new_tokens=args.max_new_tokens,
-                                    temperature=1.0, top_p=1.0, seed=number)
-        generate_s = time.perf_counter() - started
+        groups = demo_round_groups(policy, tasks, number, local=args.I, peer=args.J, generations=args.G,
+                                   max_new_tokens=args.max_new_tokens)
+        generate_s = time.perf_counter() - started  # scoring and tokenizing take milliseconds of it
         generate_peak = sampler.take()
-        groups = [
-            TrainGroup(prompt, tuple(completions), tuple(score(task, c.text) for c in completions))
-            for task, prompt, completions in zip(local, prompts, generated, strict=True)
-        ]
-        # Peer groups: other questions with texts re-tokenized as the node does with a peer's completions.
-        for task, completions in zip(tasks.sample(args.J, rng), generated * args.J, strict=False):
-            prompt = policy.prompt_ids(tasks.messages(task))
-            encoded = tuple(
-                policy.encode_completion(c.text, finished=c.finished, max_new_tokens=args.max_new_tokens)
-                for c in completions
-            )
-            rewards = tuple(float(i % 2) for i in range(len(encoded)))  # a spread, so the group has a gradient
-            groups.append(TrainGroup(prompt, encoded, rewards))
         t0 = time.perf_counter()
         learner.step(groups)
         train_s = time.perf_counter() - t0
@@ -151,6 +135,32 @@ def child(model_ref: str, mode: str, rounds: int, args: argparse.Namespace) -> N
             prompt_tokens=sum(len(g.prompt_ids) * len(g.completions) for g in groups),
         )
     sampler.close()
+
+
+def demo_round_groups(policy, tasks, number: int, *, local: int, peer: int, generations: int, max_new_tokens: int,
+                      temperature: float = 1.0, top_p: float = 1.0) -> list:
+    """One demo round's training groups, made here without a swarm: ``local`` questions x ``generations``
+    completions sampled by ``policy`` and scored by the verifier, and ``peer`` "peer" groups made of the same
+    completion texts re-tokenized under other questions, as a peer's texts are, with rewards that alternate so every
+    such group has a gradient. Round ``number`` seeds both the questions and the sampling."""
+    from node.grpo import TrainGroup
+    from node.tasks import score
+
+    rng = random.Random(number)
+    questions = tasks.sample(local, rng)
+    prompts = [policy.prompt_ids(tasks.messages(task)) for task in questions]
+    generated = policy.generate(prompts, num_generations=generations, max_new_tokens=max_new_tokens,
+                                temperature=temperature, top_p=top_p, seed=number)
+    groups = [
+        TrainGroup(prompt, tuple(completions), tuple(score(task, c.text) for c in completions))
+        for task, prompt, completions in zip(questions, prompts, generated, strict=True)
+    ]
+    for task, completions in zip(tasks.sample(peer, rng), generated * peer, strict=False):
+        encoded = tuple(policy.encode_completion(c.text, finished=c.finished, max_new_tokens=max_new_tokens)
+                        for c in completions)
+        groups.append(TrainGroup(policy.prompt_ids(tasks.messages(task)), encoded,
+                                 tuple(float(i % 2) for i in range(len(encoded)))))
+    return groups
 
 
 def run_child(model: str, mode: str, args: argparse.Namespace) -> list[dict]:

@@ -17,7 +17,6 @@ import argparse
 import gc
 import json
 import os
-import random
 import statistics
 import sys
 import tempfile
@@ -44,16 +43,16 @@ def main() -> None:
     parser.add_argument("--no-save", action="store_true")
     args = parser.parse_args()
 
-    from bench.memory import PeakSampler
+    from bench.memory import PeakSampler, demo_round_groups
 
     sampler = PeakSampler()
     import torch
 
     from node import grpo, models
     from node.demo import demo_config
-    from node.grpo import GrpoLearner, Policy, TrainGroup
+    from node.grpo import GrpoLearner, Policy
     from node.runner import task_mix
-    from node.tasks import TaskSource, score
+    from node.tasks import TaskSource
 
     torch.set_num_threads(args.threads)
     cfg = demo_config(Path(tempfile.gettempdir()), 0, model="bundled", threads=args.threads)
@@ -70,20 +69,8 @@ def main() -> None:
     tasks = TaskSource(mix.weights, seed=1234, ladders=mix.ladders)
     steps, exact = [], grpo._packing_is_exact
     for number in range(args.rounds):
-        rng = random.Random(number)
-        local = tasks.sample(args.I, rng)
-        prompts = [policy.prompt_ids(tasks.messages(task)) for task in local]
-        generated = policy.generate(prompts, num_generations=args.G, max_new_tokens=max_new_tokens,
-                                    temperature=1.0, top_p=1.0, seed=number)
-        groups = [
-            TrainGroup(prompt, tuple(completions), tuple(score(task, c.text) for c in completions))
-            for task, prompt, completions in zip(local, prompts, generated, strict=True)
-        ]
-        for task, completions in zip(tasks.sample(args.J, rng), generated * args.J, strict=False):
-            encoded = tuple(policy.encode_completion(c.text, finished=c.finished, max_new_tokens=max_new_tokens)
-                            for c in completions)
-            groups.append(TrainGroup(policy.prompt_ids(tasks.messages(task)), encoded,
-                                     tuple(float(i % 2) for i in range(len(encoded)))))
+        groups = demo_round_groups(policy, tasks, number, local=args.I, peer=args.J, generations=args.G,
+                                   max_new_tokens=max_new_tokens)
         order = (False, True) if number % 2 == 0 else (True, False)
         for prompt_once in order:
             grpo._packing_is_exact = exact if prompt_once else lambda causal_lm: False
