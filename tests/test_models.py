@@ -163,7 +163,7 @@ def test_check_fits_offers_8bit_moments_where_only_they_fit():
 @pytest.mark.parametrize(
     ("states", "lora", "device", "expected"),
     [
-        ("auto", False, "cpu", True),  # the bundled model's round: 2.2 instead of 3.1 GB (README, "Memory")
+        ("auto", False, "cpu", True),  # the moments are a full fine-tune's largest item (README, "Memory")
         ("auto", False, "cuda", True),
         ("auto", False, "mps", False),  # bitsandbytes has no 8-bit optimizer kernel for Apple's GPU
         ("auto", True, "cpu", False),  # an adapter's moments are megabytes
@@ -171,7 +171,8 @@ def test_check_fits_offers_8bit_moments_where_only_they_fit():
         ("8bit", True, "mps", True),
     ],
 )
-def test_auto_keeps_8bit_moments_for_full_fine_tuning_on_cpu_and_cuda(states, lora, device, expected):
+def test_auto_keeps_8bit_moments_for_full_fine_tuning_on_cpu_and_cuda(states, lora, device, expected, monkeypatch):
+    monkeypatch.setattr("node.models._has_bitsandbytes", lambda: True)
     assert uses_adamw_8bit(states, lora=lora, device=device) is expected
 
 
