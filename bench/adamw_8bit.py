@@ -35,24 +35,23 @@ VARIANTS = ("float32", "8bit")
 
 
 def main() -> None:
+    from bench.memory import (
+        add_demo_round_arguments,
+        demo_round_groups,
+        demo_task_source,
+    )
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("-I", type=int, default=2, help="local questions per round")
-    parser.add_argument("-J", type=int, default=2, help="peer groups per round")
-    parser.add_argument("-G", type=int, default=4, help="completions per question")
-    parser.add_argument("--cache-dir", default=str(Path.home() / ".cache" / "rl-swarm-bench"))
+    add_demo_round_arguments(parser)
     parser.add_argument("--no-save", action="store_true")
     args = parser.parse_args()
 
     import torch
 
-    from bench.memory import demo_round_groups
     from node import models
     from node.demo import demo_config
     from node.grpo import GrpoLearner, Policy
-    from node.runner import task_mix
-    from node.tasks import TaskSource
 
     torch.set_num_threads(args.threads)
     cfg = demo_config(Path(tempfile.gettempdir()), 0, model="bundled", threads=args.threads)
@@ -75,8 +74,7 @@ def main() -> None:
         learner.optimizer.step = _timed(learner.optimizer.step, optimizer_seconds[variant])
         learners[variant] = learner
     source = learners["float32"].policy
-    mix = task_mix(cfg, resolved.params)
-    tasks = TaskSource(mix.weights, seed=1234, ladders=mix.ladders)
+    tasks = demo_task_source(resolved.params)
 
     rounds = []
     for number in range(args.rounds):

@@ -80,9 +80,6 @@ def child(model_ref: str, mode: str, rounds: int, args: argparse.Namespace) -> N
 
     from node import hardware, models
     from node.grpo import GrpoLearner, LoraSettings, Policy
-    from node.runner import task_mix
-    from node.tasks import TaskSource
-
     torch.set_num_threads(args.threads)
 
     def emit(**row) -> None:
@@ -112,8 +109,7 @@ def child(model_ref: str, mode: str, rounds: int, args: argparse.Namespace) -> N
     emit(phase="ready", rss_gb=sampler.rss() / GB, peak_gb=sampler.take() / GB,
          generation_dtype=str(generation_dtype).removeprefix("torch."))
 
-    mix = task_mix(_demo_config(), resolved.params)
-    tasks = TaskSource(mix.weights, seed=1234, ladders=mix.ladders)
+    tasks = demo_task_source(resolved.params)
     deadline = time.monotonic() + args.max_minutes * 60 if args.max_minutes else None
     for number in range(rounds):
         if deadline is not None and number >= 2 and time.monotonic() > deadline:
@@ -135,6 +131,26 @@ def child(model_ref: str, mode: str, rounds: int, args: argparse.Namespace) -> N
             prompt_tokens=sum(len(g.prompt_ids) * len(g.completions) for g in groups),
         )
     sampler.close()
+
+
+def add_demo_round_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of every bench that trains demo rounds (:func:`demo_round_groups`): their shape, the torch
+    threads, and where the converted model is cached."""
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("-I", type=int, default=2, help="local questions per round")
+    parser.add_argument("-J", type=int, default=2, help="peer groups per round")
+    parser.add_argument("-G", type=int, default=4, help="completions per question")
+    parser.add_argument("--cache-dir", default=str(Path.home() / ".cache" / "rl-swarm-bench"))
+
+
+def demo_task_source(params: int | None):
+    """The questions of the demo's rounds for a model of ``params`` parameters, from one fixed seed, so every bench
+    (and every run of it) trains on the same ones."""
+    from node.runner import task_mix
+    from node.tasks import TaskSource
+
+    mix = task_mix(_demo_config(), params)
+    return TaskSource(mix.weights, seed=1234, ladders=mix.ladders)
 
 
 def demo_round_groups(policy, tasks, number: int, *, local: int, peer: int, generations: int, max_new_tokens: int,
@@ -224,17 +240,13 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=["bundled"])
     parser.add_argument("--modes", nargs="+", default=["full", "lora"], choices=["full", "lora"])
     parser.add_argument("--rounds", type=int, default=20)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("-I", type=int, default=2, help="local questions per round")
-    parser.add_argument("-J", type=int, default=2, help="peer groups per round")
-    parser.add_argument("-G", type=int, default=4, help="completions per question")
+    add_demo_round_arguments(parser)
     parser.add_argument("--max-new-tokens", type=int, default=None, help="default: the demo's")
     parser.add_argument("--micro-batch-groups", type=int, default=None, help="default: the demo's")
     parser.add_argument("--lora-rank", type=int, default=16)
     parser.add_argument("--generation-dtype", default=None, choices=["auto", "float32", "bfloat16"],
                         help="default: the demo's")
     parser.add_argument("--optimizer-states", default="auto", choices=["auto", "float32", "8bit"])
-    parser.add_argument("--cache-dir", default=str(Path.home() / ".cache" / "rl-swarm-bench"))
     parser.add_argument("--max-minutes", type=float, default=0,
                         help="stop a model's rounds after this long (0 = never); the rounds done are reported")
     parser.add_argument("--env", nargs="*", help="extra KEY=VALUE for the children (e.g. to compare allocators)")

@@ -33,17 +33,18 @@ GB = 1e9
 
 
 def main() -> None:
+    from bench.memory import (
+        PeakSampler,
+        add_demo_round_arguments,
+        demo_round_groups,
+        demo_task_source,
+    )
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("-I", type=int, default=2, help="local questions per round")
-    parser.add_argument("-J", type=int, default=2, help="peer groups per round")
-    parser.add_argument("-G", type=int, default=4, help="completions per question")
-    parser.add_argument("--cache-dir", default=str(Path.home() / ".cache" / "rl-swarm-bench"))
+    add_demo_round_arguments(parser)
     parser.add_argument("--no-save", action="store_true")
     args = parser.parse_args()
-
-    from bench.memory import PeakSampler, demo_round_groups
 
     sampler = PeakSampler()
     import torch
@@ -51,8 +52,6 @@ def main() -> None:
     from node import grpo, models
     from node.demo import demo_config
     from node.grpo import GrpoLearner, Policy
-    from node.runner import task_mix
-    from node.tasks import TaskSource
 
     torch.set_num_threads(args.threads)
     cfg = demo_config(Path(tempfile.gettempdir()), 0, model="bundled", threads=args.threads)
@@ -65,8 +64,7 @@ def main() -> None:
         mixed_bf16=False, num_generations=args.G, max_new_tokens=max_new_tokens, learning_rate=5e-6, beta=0.0,
         epsilon=0.2, epsilon_high=0.28, loss_type="grpo", max_grad_norm=1.0, seed=0, micro_batch_groups=micro,
     )
-    mix = task_mix(cfg, resolved.params)
-    tasks = TaskSource(mix.weights, seed=1234, ladders=mix.ladders)
+    tasks = demo_task_source(resolved.params)
     steps, exact = [], grpo._packing_is_exact
     for number in range(args.rounds):
         groups = demo_round_groups(policy, tasks, number, local=args.I, peer=args.J, generations=args.G,
