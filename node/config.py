@@ -165,7 +165,7 @@ class TaskSettings(_Section):
     weights: dict[str, float] = Field(
         default_factory=dict,
         description="family -> weight; empty = chosen for the model's size (easy arithmetic with a difficulty "
-        "ladder for models under 0.5B parameters, the nine SAPO families otherwise)",
+        "ladder for models under 450M parameters, the nine SAPO families from Qwen2.5-0.5B up)",
     )
     configs: dict[str, dict[str, Any]] = Field(default_factory=dict, description="per-family generator options")
     seed: int | None = Field(None, ge=0, description="dataset seed; default derives one from the peer id")

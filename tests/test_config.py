@@ -8,6 +8,7 @@ from node.cli import FLAG_SECTIONS, _parser, config_flags, config_from_args, fla
 from node.config import UNSET, NodeConfig
 from node.curriculum import SMALL_MODEL_DEFAULT_FAMILIES, default_mix
 from node.errors import NodeError
+from node.models import CATALOG
 from node.taskref import DEFAULT_FAMILIES
 
 
@@ -15,7 +16,10 @@ def test_defaults_are_valid_and_sapo_shaped():
     config = NodeConfig.build()
     assert config.training.model == "bundled"
     assert config.tasks.weights == {}  # chosen for the model's size when the node starts
-    assert set(default_mix(500_000_000).weights) == set(DEFAULT_FAMILIES)  # hub models: the nine SAPO families
+    # the SAPO experiments' model and larger: the nine SAPO families
+    for spec in (CATALOG["Qwen/Qwen2.5-0.5B-Instruct"], CATALOG["Qwen/Qwen3-0.6B"]):
+        assert set(default_mix(spec.params).weights) == set(DEFAULT_FAMILIES)
+    assert set(default_mix(CATALOG["HuggingFaceTB/SmolLM2-360M-Instruct"].params).weights) != set(DEFAULT_FAMILIES)
     small = default_mix(135_000_000)
     # the bundled model's mix: families it learned in the learning bench, each with a ladder; never-solved ones out
     assert set(small.weights) == set(SMALL_MODEL_DEFAULT_FAMILIES) <= set(small.ladders)
