@@ -11,8 +11,11 @@ other questions, as a peer's texts are), so it needs no swarm.
 
     python bench/memory.py                               # catalog models that fit here, full and LoRA, 20 rounds
     python bench/memory.py --models bundled --modes full --rounds 3 --no-save
+    python bench/memory.py --models Qwen/Qwen2.5-0.5B-Instruct --twin --rounds 3   # Hub models, offline
 
-Writes bench/results/memory.json and prints a markdown table.
+``--twin`` measures Hub catalog models as their shape twins (:mod:`bench.shape_twin`: the architecture with random
+weights, whose completions all run to the token limit). Rows go into bench/results/memory.json, replacing earlier rows
+of the same model and mode; a markdown table is printed.
 """
 
 from __future__ import annotations
@@ -29,10 +32,15 @@ import threading
 import time
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench import shape_twin
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
-ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "memory.json"
 GB = 1e9
 
@@ -234,6 +242,14 @@ def summarize(model: str, mode: str, rows: list[dict], requested: int) -> dict:
     }
 
 
+def save(row: dict) -> None:
+    """Put ``row`` into the results file in place of an earlier row of the same model and mode."""
+    saved = json.loads(RESULTS.read_text(encoding="utf-8"))["rows"] if RESULTS.is_file() else []
+    rows = [r for r in saved if (r["model"], r["mode"]) != (row["model"], row["mode"])] + [row]
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps({"rows": rows}, indent=1) + "\n", encoding="utf-8")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--child", nargs=2, metavar=("MODEL", "MODE"), help=argparse.SUPPRESS)
@@ -250,6 +266,8 @@ def main() -> None:
     parser.add_argument("--max-minutes", type=float, default=0,
                         help="stop a model's rounds after this long (0 = never); the rounds done are reported")
     parser.add_argument("--env", nargs="*", help="extra KEY=VALUE for the children (e.g. to compare allocators)")
+    parser.add_argument("--twin", action="store_true",
+                        help="measure Hub catalog models as their shape twins (random weights, same architecture)")
     parser.add_argument("--no-save", action="store_true")
     args = parser.parse_args()
     demo = _demo_config().training
@@ -263,11 +281,14 @@ def main() -> None:
     settings = {k: getattr(args, k) for k in ("rounds", "threads", "I", "J", "G", "max_new_tokens", "micro_batch_groups",
                                               "lora_rank", "generation_dtype", "optimizer_states", "max_minutes")}
     for model in args.models:
+        source = str(shape_twin.build(model, Path(args.cache_dir))) if args.twin else model
         for mode in args.modes:
-            rows.append(summarize(model, mode, run_child(model, mode, args), args.rounds))
+            row = summarize(model, mode, run_child(source, mode, args), args.rounds)
+            row["weights"] = "random, shape twin (bench/shape_twin.py)" if args.twin else "the model's own"
+            row["settings"] = settings
+            rows.append(row)
             if not args.no_save:
-                RESULTS.parent.mkdir(parents=True, exist_ok=True)
-                RESULTS.write_text(json.dumps({"settings": settings, "rows": rows}, indent=1) + "\n", encoding="utf-8")
+                save(row)
     print("| model | mode | rounds | peak RSS GB | kept RSS GB round 1 | kept RSS GB last round | train s/round |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
