@@ -27,36 +27,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import shape_twin  # noqa: E402
 from memory import GB, ROOT, PeakSampler  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "fit.json"
 LORA_RANK = 16
 PROMPT_TOKENS = 256  # node.hardware.PROMPT_TOKENS: the estimator's prompt budget
 
-# Published architectures of the catalog's Hub models (config.json of each repository).
-ARCHITECTURES = {
-    "HuggingFaceTB/SmolLM2-360M-Instruct": dict(
-        model_type="llama", hidden_size=960, num_hidden_layers=32, intermediate_size=2560, num_attention_heads=15,
-        num_key_value_heads=5, vocab_size=49152, tie_word_embeddings=True,
-    ),
-    "Qwen/Qwen2.5-0.5B-Instruct": dict(
-        model_type="qwen2", hidden_size=896, num_hidden_layers=24, intermediate_size=4864, num_attention_heads=14,
-        num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True,
-    ),
-    "Qwen/Qwen3-0.6B": dict(
-        model_type="qwen3", hidden_size=1024, num_hidden_layers=28, intermediate_size=3072, num_attention_heads=16,
-        num_key_value_heads=8, head_dim=128, vocab_size=151936, tie_word_embeddings=True,
-    ),
-    "Qwen/Qwen2.5-1.5B-Instruct": dict(
-        model_type="qwen2", hidden_size=1536, num_hidden_layers=28, intermediate_size=8960, num_attention_heads=12,
-        num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True,
-    ),
-}
-
-
 def build(model_id: str, cache_dir: Path):
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
 
     from node import models
 
@@ -65,13 +44,7 @@ def build(model_id: str, cache_dir: Path):
     if model_id == models.BUNDLED:
         return bundled, tokenizer
     del bundled
-    arch = dict(ARCHITECTURES[model_id])
-    config = AutoConfig.for_model(arch.pop("model_type"), **arch, bos_token_id=tokenizer.bos_token_id,
-                                  eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    return model, tokenizer
+    return shape_twin.twin_model(model_id, tokenizer, torch.float32), tokenizer
 
 
 def child(model_id: str, mode: str, args: argparse.Namespace) -> dict:

@@ -9,7 +9,9 @@ checkpoints are, and the bundled model's tokenizer (its ids fit in every catalog
 A random model never ends a completion by itself, so every completion runs to ``max_new_tokens``: the longest
 rounds the settings allow, an upper bound on what the real model's rounds need.
 
-    python bench/shape_twin.py Qwen/Qwen2.5-0.5B-Instruct    # prints the folder; bench/memory.py --models <folder>
+    python bench/shape_twin.py Qwen/Qwen2.5-0.5B-Instruct    # writes the folder once and prints where it is
+
+``bench/memory.py --twin`` measures rounds of a saved twin, ``bench/fit.py`` one step of a twin built in memory.
 """
 
 from __future__ import annotations
@@ -25,27 +27,50 @@ if str(ROOT) not in sys.path:
 
 CACHE = Path.home() / ".cache" / "rl-swarm-bench"
 
-QWEN_VOCAB, SMOLLM_VOCAB = 151936, 49152
-
-
-def _shape(config_class: str, hidden: int, intermediate: int, layers: int, heads: int, kv_heads: int, vocab: int,
-           **rest) -> tuple[str, dict]:
-    return config_class, {"hidden_size": hidden, "intermediate_size": intermediate, "num_hidden_layers": layers,
-                          "num_attention_heads": heads, "num_key_value_heads": kv_heads, "vocab_size": vocab,
-                          "tie_word_embeddings": True, **rest}
-
-
-# The Hub configs' architecture fields (the rest are transformers' defaults for the class).
-ARCHITECTURES: dict[str, tuple[str, dict]] = {
-    "Qwen/Qwen2.5-1.5B-Instruct": _shape("Qwen2Config", 1536, 8960, 28, 12, 2, QWEN_VOCAB,
-                                         max_position_embeddings=32768, rope_theta=1e6, rms_norm_eps=1e-6),
-    "Qwen/Qwen3-0.6B": _shape("Qwen3Config", 1024, 3072, 28, 16, 8, QWEN_VOCAB, head_dim=128,
-                              max_position_embeddings=40960, rope_theta=1e6, rms_norm_eps=1e-6),
-    "Qwen/Qwen2.5-0.5B-Instruct": _shape("Qwen2Config", 896, 4864, 24, 14, 2, QWEN_VOCAB,
-                                         max_position_embeddings=32768, rope_theta=1e6, rms_norm_eps=1e-6),
-    "HuggingFaceTB/SmolLM2-360M-Instruct": _shape("LlamaConfig", 960, 2560, 32, 15, 5, SMOLLM_VOCAB,
-                                                  max_position_embeddings=8192, rope_theta=1e5, rms_norm_eps=1e-5),
+# Published architectures of the catalog's Hub models (the config.json of each repository).
+ARCHITECTURES = {
+    "HuggingFaceTB/SmolLM2-360M-Instruct": {
+        "model_type": "llama", "hidden_size": 960, "num_hidden_layers": 32, "intermediate_size": 2560,
+        "num_attention_heads": 15, "num_key_value_heads": 5, "vocab_size": 49152, "tie_word_embeddings": True,
+        "max_position_embeddings": 8192, "rope_theta": 1e5, "rms_norm_eps": 1e-5,
+    },
+    "Qwen/Qwen2.5-0.5B-Instruct": {
+        "model_type": "qwen2", "hidden_size": 896, "num_hidden_layers": 24, "intermediate_size": 4864,
+        "num_attention_heads": 14, "num_key_value_heads": 2, "vocab_size": 151936, "tie_word_embeddings": True,
+        "max_position_embeddings": 32768, "rope_theta": 1e6, "rms_norm_eps": 1e-6,
+    },
+    "Qwen/Qwen3-0.6B": {
+        "model_type": "qwen3", "hidden_size": 1024, "num_hidden_layers": 28, "intermediate_size": 3072,
+        "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
+        "tie_word_embeddings": True, "max_position_embeddings": 40960, "rope_theta": 1e6, "rms_norm_eps": 1e-6,
+    },
+    "Qwen/Qwen2.5-1.5B-Instruct": {
+        "model_type": "qwen2", "hidden_size": 1536, "num_hidden_layers": 28, "intermediate_size": 8960,
+        "num_attention_heads": 12, "num_key_value_heads": 2, "vocab_size": 151936, "tie_word_embeddings": True,
+        "max_position_embeddings": 32768, "rope_theta": 1e6, "rms_norm_eps": 1e-6,
+    },
 }
+
+
+def twin_model(model_id: str, tokenizer, dtype):
+    """``model_id``'s architecture with transformers' random initialization (seeded), its special tokens the
+    bundled tokenizer's."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from node import models
+
+    fields = dict(ARCHITECTURES[model_id])
+    config = AutoConfig.for_model(fields.pop("model_type"), **fields, bos_token_id=tokenizer.bos_token_id,
+                                  eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    counted = sum(p.numel() for p in model.parameters())
+    if counted != models.CATALOG[model_id].params:
+        raise SystemExit(f"{model_id}: the architecture has {counted} parameters, the catalog says "
+                         f"{models.CATALOG[model_id].params}")
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model
 
 
 def twin_folder(model_id: str, cache_dir: Path = CACHE) -> Path:
@@ -57,23 +82,14 @@ def build(model_id: str, cache_dir: Path = CACHE) -> Path:
     import tempfile
 
     import torch
-    import transformers
-    from transformers import AutoModelForCausalLM
 
     from node import models
 
     target = twin_folder(model_id, cache_dir)
     if target.is_dir():
         return target
-    config_class, fields = ARCHITECTURES[model_id]
-    config = getattr(transformers, config_class)(**fields)
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
-    counted = sum(p.numel() for p in model.parameters())
-    expected = models.CATALOG[model_id].params
-    if counted != expected:
-        raise SystemExit(f"{model_id}: the architecture has {counted} parameters, the catalog says {expected}")
     _, tokenizer = models.load(models.resolve("bundled"), cache_dir=cache_dir, dtype=torch.float32, device="cpu")
+    model = twin_model(model_id, tokenizer, torch.bfloat16)
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
