@@ -128,14 +128,15 @@ def main() -> None:
         estimate = models.estimate_training_bytes(
             spec.params, train_dtype="float32", num_sequences=args.sequences,
             seq_len=PROMPT_TOKENS + args.max_new_tokens, vocab_size=spec.vocab_size,
-            lora_rank=LORA_RANK if mode == "lora" else 0,
+            lora_rank=LORA_RANK if mode == "lora" else 0, sampling_copy=True,  # the child samples in bfloat16
         )
         peak = max(measured["generate_peak_gb"], measured["train_peak_gb"])
         rows[(model_id, mode)] = {
             "model": model_id, "mode": mode, "lora_rank": LORA_RANK if mode == "lora" else 0,
             "sequences": args.sequences, "seq_len": PROMPT_TOKENS + args.max_new_tokens,
             "measured_peak_gb": round(peak, 3), "estimate_gb": round(estimate / GB, 3),
-            "ratio": round(estimate / GB / peak, 3), **{k: round(v, 3) for k, v in measured.items()},
+            "ratio": round(estimate / GB / peak, 3), "optimizer_states": "float32", "generation_dtype": "bfloat16",
+            **{k: round(v, 3) for k, v in measured.items()},
         }
         print(json.dumps(rows[(model_id, mode)]), flush=True)
         RESULTS.parent.mkdir(parents=True, exist_ok=True)

@@ -46,7 +46,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from node.config import NodeConfig  # noqa: E402
-from node.demo import DEMO_MAX_NEW_TOKENS, demo_config  # noqa: E402
+from node.demo import DEMO_EVAL_SAMPLES, DEMO_MAX_NEW_TOKENS, demo_config  # noqa: E402
 from node.events import EvalFinished, RoundFinished, event_from_json  # noqa: E402
 from node.launch import kill_tree, node_command, popen_options  # noqa: E402
 from node.runstore import RunStore  # noqa: E402
@@ -309,7 +309,12 @@ def summarize(args: argparse.Namespace, work: Path, sapo: Sapo, seed: int, outco
         "heldout_by_round": {str(n): _mean(e.accuracy_greedy for e in evals_at(n))
                              for n in sorted({e.rounds_trained for node in nodes for e in node["evaluations"]})
                              if len(evals_at(n)) == args.nodes},
+        # Exact accuracy of answers sampled at the training temperature (--eval-samples per question).
+        "heldout_sampled_round0": _mean([e.exact_mean for e in evals_at(0)]) if args.eval_samples else None,
         "heldout_sampled_final": _mean([e.exact_mean for e in finals]) if args.eval_samples else None,
+        "heldout_sampled_by_round": {str(n): _mean(e.exact_mean for e in evals_at(n))
+                                     for n in sorted({e.rounds_trained for node in nodes for e in node["evaluations"]})
+                                     if len(evals_at(n)) == args.nodes} if args.eval_samples else None,
         "heldout_score_final": _mean([e.score_mean for e in finals]) if args.eval_samples else None,
         "heldout_wellformed_final": _mean([e.wellformed_rate for e in finals]),
         # SAPO's cumulative reward: summed over nodes and rounds (mean reward of each round's own completions).
@@ -320,8 +325,9 @@ def summarize(args: argparse.Namespace, work: Path, sapo: Sapo, seed: int, outco
         "diagnostics": _diagnostics(all_metrics),
         "curves": [{
             "node": index + 1,
-            "heldout": [[e.rounds_trained, round(e.accuracy_greedy, 4), round(e.wellformed_rate, 4)]
-                        for e in node["evaluations"]],
+            # rounds trained, greedy exact accuracy, well-formed rate, exact accuracy of the sampled answers
+            "heldout": [[e.rounds_trained, round(e.accuracy_greedy, 4), round(e.wellformed_rate, 4),
+                         round(e.exact_mean, 4) if args.eval_samples else None] for e in node["evaluations"]],
             # rounds trained, local reward, well-formed rate, local exact accuracy, share of trained groups with
             # spread, peer groups trained on, peer groups dropped as equal-reward, seconds
             "rounds": [[m.rounds_trained, round(m.reward_local, 4), round(m.wellformed_rate, 4),
@@ -423,6 +429,13 @@ def report(args: argparse.Namespace, runs: list[dict], minutes: float) -> dict:
         "heldout": {"config": headline, "round0": _mean(r["heldout_round0"] for r in of_headline),
                     "final": _mean(r["heldout_final"] for r in of_headline), "after_rounds": args.rounds,
                     "metric": "greedy exact-match (pass@1) on the node's held-out set, mean over nodes and seeds"},
+        "heldout_sampled": {"config": headline,
+                            "round0": _mean(r.get("heldout_sampled_round0") for r in of_headline),
+                            "final": _mean(r.get("heldout_sampled_final") for r in of_headline),
+                            "after_rounds": args.rounds,
+                            "metric": f"exact-match of {args.eval_samples} answers per held-out question sampled at "
+                                      "the training temperature, mean over nodes and seeds"}
+        if args.eval_samples else None,
         "wellformed": {"config": headline, "round0": _mean(r["wellformed_round0"] for r in of_headline),
                        "round10": _mean(r["wellformed_round10"] for r in of_headline),
                        "metric": "share of a round's own completions with one complete <answer> block"},
@@ -485,23 +498,30 @@ def draw(result: dict, out: Path) -> list[Path]:
         color = COLORS.get(name)
         of = [r for r in runs if r["config"] == name]
         points: dict[int, list[float]] = {}
+        sampled: dict[int, list[float]] = {}
         for r in of:
             by_round: dict[int, list[float]] = {}
             for curve in r["curves"]:
-                for n, acc, _ in curve["heldout"]:
-                    by_round.setdefault(n, []).append(acc)
-                    points.setdefault(n, []).append(acc)
+                for entry in curve["heldout"]:
+                    by_round.setdefault(entry[0], []).append(entry[1])
+                    points.setdefault(entry[0], []).append(entry[1])
+                    if len(entry) > 3 and entry[3] is not None:
+                        sampled.setdefault(entry[0], []).append(entry[3])
             xs = sorted(by_round)
             left.plot(xs, [statistics.fmean(by_round[x]) for x in xs], color=color, alpha=0.3, lw=1)
         xs = sorted(points)
         left.plot(xs, [statistics.fmean(points[x]) for x in xs], color=color, lw=2.5, marker="o",
-                  label=f"{name} (mean of {len(of)} run{'s' if len(of) > 1 else ''}; thin: each seed)")
+                  label=f"{name}, greedy (mean of {len(of)} run{'s' if len(of) > 1 else ''}; thin: each seed)")
+        if sampled:
+            xs = sorted(sampled)
+            left.plot(xs, [statistics.fmean(sampled[x]) for x in xs], color=color, lw=2, ls="--", marker="^",
+                      label=f"{name}, answers sampled as in training")
     baseline = _mean(r["heldout_round0"] for r in runs)
     if baseline is not None:
         left.axhline(baseline, color="black", ls=":", lw=1, label=f"round-0 baseline {baseline:.2f}")
     left.xaxis.get_major_locator().set_params(integer=True)
     left.set_xlabel("rounds trained")
-    left.set_ylabel("held-out exact accuracy (greedy)")
+    left.set_ylabel("held-out exact accuracy")
     left.set_title(f"Held-out accuracy on unseen tasks: {title}")
     left.legend(fontsize=8, loc="upper left")
     left.grid(alpha=0.3)
@@ -615,7 +635,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=DEMO_MAX_NEW_TOKENS)
     parser.add_argument("--eval-every", type=int, default=5, help="held-out evaluation every N rounds (and at 0)")
     parser.add_argument("--eval-questions", type=int, default=64)
-    parser.add_argument("--eval-samples", type=int, default=0, help="sampled answers per question (0 = greedy only)")
+    parser.add_argument("--eval-samples", type=int, default=DEMO_EVAL_SAMPLES,
+                        help="answers per held-out question sampled at the training temperature, beside the greedy "
+                        "one (0 = greedy only; default: the demo's)")
     parser.add_argument("--eval-seed", type=int, default=0)
     parser.add_argument("--gather-timeout", type=float, default=30.0)
     parser.add_argument("--model", default="bundled", help="'bundled', 'tiny' (plumbing check), or any node model")

@@ -35,6 +35,10 @@ STOP_TIMEOUT_S = 120
 # make rambling completions slower.
 DEMO_MAX_NEW_TOKENS = 48
 DEMO_EVAL_EVERY = 5  # held-out accuracy over time is the demo's headline
+# Answers sampled per held-out question at the training temperature, beside the greedy one. Sampled answers are what
+# GRPO trains and sharpens: their exact accuracy starts far below the greedy answer's and rises most (README,
+# "Learning"). Each sample costs as much as the greedy answer, so the evaluation takes 1 + SAMPLES times as long.
+DEMO_EVAL_SAMPLES = 2
 
 
 @dataclass
@@ -50,6 +54,7 @@ class _NodeView:
     wellformed: float | None = None
     accuracy: list[float] = field(default_factory=list)
     heldout: list[tuple[int, float]] = field(default_factory=list)  # (rounds trained, greedy exact accuracy)
+    sampled: list[tuple[int, float]] = field(default_factory=list)  # (rounds trained, exact accuracy of samples)
     phase: str = ""
     peers: int = 0
     shared: int = 0
@@ -121,7 +126,7 @@ def demo_config(data_dir: Path, index: int, *, model: str, threads: int,
                      "learning_rate": 1e-5,
                      "temperature": 1.0, "generation_dtype": "float32", "micro_batch_groups": 1},
         "swarm": {"swarm_name": "demo", "host": "127.0.0.1", "gather_timeout_s": 30.0, "initial_peers": list(join)},
-        "evaluation": {"every_rounds": DEMO_EVAL_EVERY},
+        "evaluation": {"every_rounds": DEMO_EVAL_EVERY, "samples": DEMO_EVAL_SAMPLES},
         "run": {"data_dir": str(data_dir), "run_name": f"node-{index + 1}", "threads": threads,
                 "identity_file": str(data_dir / "identities" / f"node-{index + 1}.key"), "checkpoint_every": 5,
                 "rounds": rounds},
@@ -161,6 +166,7 @@ def _update(view: _NodeView, event: Event) -> None:
         view.phase = event.phase + (f" {event.done}/{event.total}" if event.total else "")
     elif kind == "eval_finished":
         view.heldout.append((event.rounds_trained, event.accuracy_greedy))
+        view.sampled.append((event.rounds_trained, event.exact_mean))
     elif kind == "round_finished":
         view.round, view.phase = event.round, ""
         view.rewards.append(event.reward_local)
@@ -209,7 +215,8 @@ def event_line(view: _NodeView, event: Event) -> str | None:
                 f"shared/used/rej {view.shared}/{view.used}/{view.rejected}  {_fmt(event.seconds_total, '.1f')} s/round")
     if kind == "eval_finished":
         return (f"{_label(view)}: held-out after {event.rounds_trained} rounds: greedy exact accuracy "
-                f"{event.accuracy_greedy:.2f} on {event.questions} unseen questions ({_heldout(view.heldout)})")
+                f"{event.accuracy_greedy:.2f} on {event.questions} unseen questions ({_heldout(view.heldout)}), "
+                f"sampled answers {event.exact_mean:.2f} ({_heldout(view.sampled)})")
     if kind == "error":
         return f"{_label(view)}: error: {event.message}"
     return None
@@ -241,19 +248,20 @@ def _wait_started(view: _NodeView, stopping: threading.Event) -> bool:
 def _table(views: list[_NodeView]) -> Table:
     table = Table(
         title="RL Swarm demo — live (reward, acc: own completions, acc = exact; wf: well-formed; ext: peer "
-        "completions trained on; held-out: greedy exact accuracy on unseen tasks, first -> latest (rounds))",
+        "completions trained on; held-out: greedy exact accuracy on unseen tasks, first -> latest (rounds); "
+        "sampled: the same for answers sampled as in training)",
         expand=False,
     )
-    columns = ("node", "state", "round", "reward", "avg5", "acc5", "wf", "held-out", "ext", "peers",
+    columns = ("node", "state", "round", "reward", "avg5", "acc5", "wf", "held-out", "sampled", "ext", "peers",
                "shared/used/rej", "s/rnd")
     for column in columns:
-        table.add_column(column, justify="right" if column not in ("node", "state", "held-out") else "left")
+        table.add_column(column, justify="right" if column not in ("node", "state", "held-out", "sampled") else "left")
     for v in views:
         table.add_row(
             v.name, v.error or (f"{v.state}: {v.phase}" if v.phase else v.state), _fmt(v.round, "d"),
             _fmt(v.rewards[-1] if v.rewards else None), _fmt(_recent_mean(v.rewards)),
             _fmt(_recent_mean(v.accuracy), ".2f"), _fmt(v.wellformed, ".2f"), _heldout(v.heldout),
-            _fmt(v.reward_external), str(v.peers), f"{v.shared}/{v.used}/{v.rejected}", _fmt(v.seconds, ".1f"),
+            _heldout(v.sampled), _fmt(v.reward_external), str(v.peers), f"{v.shared}/{v.used}/{v.rejected}", _fmt(v.seconds, ".1f"),
         )
     return table
 

@@ -40,6 +40,7 @@ from node.models import (
     estimate_training_bytes,
     fit_label,
     uses_adamw_8bit,
+    weights_dtype,
 )
 
 PROMPT_TOKENS = 256  # a reasoning-gym question in the chat template; completions come on top
@@ -158,9 +159,11 @@ LORA_RANK = 16  # the adapter rank the fit figures assume (training.lora_rank)
 
 
 def _required_bytes(
-    model: str, device: str, train_dtype: str, sequences_per_pass: int, max_new_tokens: int, lora_rank: int = 0
+    model: str, device: str, train_dtype: str, sequences_per_pass: int, max_new_tokens: int, lora_rank: int = 0,
+    *, generation_dtype: str = "float32",
 ) -> int:
     spec = CATALOG[model]
+    weights = weights_dtype(device, lora=bool(lora_rank), bf16=train_dtype == "bfloat16")
     return estimate_training_bytes(
         spec.params,
         train_dtype=train_dtype,
@@ -169,6 +172,7 @@ def _required_bytes(
         vocab_size=spec.vocab_size,
         lora_rank=lora_rank,
         adamw_8bit=uses_adamw_8bit("auto", lora=bool(lora_rank), device=device),  # the node's default optimizer_states
+        sampling_copy=getattr(torch, generation_dtype) != weights,
     )
 
 
@@ -193,10 +197,12 @@ def catalog_fits(hw: HardwareInfo, advice: Recommendation) -> list[ModelFit]:
     per_pass = sequences_per_pass(advice)
     fits = []
     for spec in CATALOG.values():
-        need = _required_bytes(spec.id, advice.device, advice.train_dtype, per_pass, advice.max_new_tokens)
-        lora = _required_bytes(spec.id, advice.device, advice.train_dtype, per_pass, advice.max_new_tokens, LORA_RANK)
-        base = _required_bytes(spec.id, advice.device, advice.train_dtype, 0, 0)
-        per_token = _required_bytes(spec.id, advice.device, advice.train_dtype, 1, 1 - PROMPT_TOKENS) - base
+        sampling = {"generation_dtype": advice.generation_dtype}
+        need = _required_bytes(spec.id, advice.device, advice.train_dtype, per_pass, advice.max_new_tokens, **sampling)
+        lora = _required_bytes(spec.id, advice.device, advice.train_dtype, per_pass, advice.max_new_tokens, LORA_RANK,
+                               **sampling)
+        base = _required_bytes(spec.id, advice.device, advice.train_dtype, 0, 0, **sampling)
+        per_token = _required_bytes(spec.id, advice.device, advice.train_dtype, 1, 1 - PROMPT_TOKENS, **sampling) - base
         fits.append(ModelFit(spec.id, spec.name, spec.description, spec.download_bytes, need, fit_label(need, budget),
                              lora, fit_label(lora, budget), base, per_token, PROMPT_TOKENS))
     return fits
@@ -231,8 +237,11 @@ def recommend(hw: HardwareInfo) -> Recommendation:
         model, g, i, j, max_new_tokens = BUNDLED, 4, 2, 2, 48
         micro = 0  # the whole round in one pass: fastest on CPU and it fits
 
+    generation_dtype = "bfloat16" if auto_bf16(hw, hw.kind, sampling=True) else "float32"
+
     def required(candidate: str) -> int:
-        return _required_bytes(candidate, hw.kind, dtype, (micro or i + j) * g, max_new_tokens)
+        return _required_bytes(candidate, hw.kind, dtype, (micro or i + j) * g, max_new_tokens,
+                               generation_dtype=generation_dtype)
 
     preferred = model
     candidates = _FALLBACKS[_FALLBACKS.index(preferred) :]
@@ -251,7 +260,7 @@ def recommend(hw: HardwareInfo) -> Recommendation:
         model=model,
         device=hw.kind,
         train_dtype=dtype,
-        generation_dtype="bfloat16" if auto_bf16(hw, hw.kind, sampling=True) else "float32",
+        generation_dtype=generation_dtype,
         num_generations=g,
         local_questions=i,
         external_groups=j,

@@ -145,7 +145,7 @@ _LORA_PARAMS_PER_RANK_SQRT = 25
 
 def estimate_training_bytes(
     params: int, *, train_dtype: str, num_sequences: int, seq_len: int, vocab_size: int = QWEN_VOCAB,
-    lora_rank: int = 0, adamw_8bit: bool = False,
+    lora_rank: int = 0, adamw_8bit: bool = False, sampling_copy: bool = False,
 ) -> int:
     """Peak memory of a round (the larger of sampling and the GRPO step), as the node runs it.
 
@@ -154,11 +154,12 @@ def estimate_training_bytes(
     transformers keeps in float32 for stability (8 bytes a parameter of the vocabulary x hidden matrix);
     ``train_dtype="bfloat16"`` means autocast (activations in 2 bytes, a bfloat16 weight cache). With ``lora_rank``
     the base weights are frozen (4 bytes a parameter) and only the adapter has gradients and optimizer states.
-    Sampling uses a bfloat16 copy of the weights that lives only while completions are generated. With
+    With ``sampling_copy`` (bfloat16 sampling from float32 weights, as on CUDA) completions are sampled from a
+    bfloat16 copy of the weights that lives only while they are generated; otherwise from the weights themselves. With
     ``n = num_sequences * seq_len`` tokens in one forward/backward pass and ``b`` bytes per activation::
 
         full:  8 * params + moments  [+ 2 * params bfloat16 cache]  + 2 output-layer gradients + activations + tiles
-        LoRA:  max(4 * params + activations + tiles, 6 * params (sampling)) + 16 * adapter params
+        LoRA:  4 * params + max(activations + tiles, [2 * params sampling copy]) + 16 * adapter params
         activations = b * n * sqrt(params); tiles = 128 MiB; plus 600 MiB runtime
 
     GRPO here is reference-free (beta = 0), so there is no second model; log-probs are computed in bounded tiles
@@ -169,7 +170,7 @@ def estimate_training_bytes(
     tokens = num_sequences * seq_len
     root = params**0.5
     activations = _ACTIVATION_FACTOR * b * tokens * int(root) + _LOGIT_TILE_BYTES
-    sampler = 2 * params
+    sampler = 2 * params if sampling_copy else 0
     if lora_rank:
         adapter = _LORA_PARAMS_PER_RANK_SQRT * lora_rank * int(root)
         peak = max(4 * params + activations, 4 * params + sampler) + 16 * adapter
@@ -318,13 +319,13 @@ def _display_name(model: ResolvedModel) -> str:
 
 def check_fits(
     model: ResolvedModel, *, available_bytes: int, train_dtype: str, num_sequences: int, seq_len: int,
-    lora_rank: int = 0, adamw_8bit: bool = False,
+    lora_rank: int = 0, adamw_8bit: bool = False, sampling_copy: bool = False,
 ) -> None:
     """Refuse, before anything is loaded, a model whose training step would run out of memory."""
     if model.params is None:
         return
     settings = {"train_dtype": train_dtype, "num_sequences": num_sequences, "seq_len": seq_len, "lora_rank": lora_rank,
-                "adamw_8bit": adamw_8bit}
+                "adamw_8bit": adamw_8bit, "sampling_copy": sampling_copy}
     required = estimate_training_bytes(model.params, vocab_size=model.vocab_size or QWEN_VOCAB, **settings)
     if fit_label(required, available_bytes) != "won't fit":
         return

@@ -59,7 +59,7 @@ def _write_run(bench, args, sapo, seed: int, accuracies: list[list[float]], rewa
         evaluations = [*zip((0, 2, 4), node_accuracies), (2, 0.99)]  # a repeated evaluation is ignored
         for n, accuracy in evaluations:
             store.append_evaluation(EvalFinished(round=n, rounds_trained=n, questions=8, accuracy_greedy=accuracy,
-                                                 exact_mean=accuracy, score_mean=accuracy, wellformed_rate=0.5))
+                                                 exact_mean=accuracy / 2, score_mean=accuracy, wellformed_rate=0.5))
 
 
 def test_summary_of_a_run_reads_the_nodes_run_folders(bench, tmp_path):
@@ -77,6 +77,14 @@ def test_summary_of_a_run_reads_the_nodes_run_folders(bench, tmp_path):
     assert summary["diagnostics"]["peer_groups_trained"] == 8
     assert summary["diagnostics"]["peer_groups_equal_rewards"] == 16
     assert [row[0] for row in summary["curves"][0]["heldout"]] == [0, 2, 4]
+    assert summary["heldout_sampled_round0"] is None  # greedy only: no sampled answers to report
+
+    sampled = bench.summarize(_args(bench, tmp_path, eval_samples=2), tmp_path, sapo, 0, "complete", 3.0)
+    assert sampled["heldout_sampled_round0"] == pytest.approx(0.05)
+    assert sampled["heldout_sampled_final"] == pytest.approx(0.2)
+    assert sampled["heldout_sampled_by_round"] == {"0": pytest.approx(0.05), "2": pytest.approx(0.125),
+                                                   "4": pytest.approx(0.2)}
+    assert [row[3] for row in sampled["curves"][1]["heldout"]] == [0.05, 0.15, 0.15]
 
 
 def test_a_run_without_every_final_evaluation_is_incomplete(bench, tmp_path):
@@ -99,6 +107,12 @@ def test_report_pairs_seeds_and_counts_where_sharing_is_at_least_solo(bench, tmp
     assert result["heldout"]["config"] == "I=2,J=2"
     assert result["heldout"]["round0"] == pytest.approx(0.1)
     assert result["heldout"]["final"] == pytest.approx(0.325)
+    assert result["heldout_sampled"] is None
+    sampled = bench.report(_args(bench, tmp_path, eval_samples=2), [
+        bench.summarize(_args(bench, tmp_path, eval_samples=2), tmp_path, bench.Sapo.parse("I=2,J=2"), seed,
+                        "complete", 2.0) for seed in (0, 1)], 8.0)
+    assert sampled["heldout_sampled"]["round0"] == pytest.approx(0.05)
+    assert sampled["heldout_sampled"]["final"] == pytest.approx(0.1625)
     [comparison] = result["comparisons"]
     assert comparison["heldout_final_delta"] == [pytest.approx(0.0), pytest.approx(-0.05)]
     assert comparison["seeds_shared_at_least_solo"] == 1  # a tie counts as "at least"
@@ -153,7 +167,7 @@ def test_the_games_solo_nodes_play_in_swarms_of_their_own_and_its_shared_nodes_i
 
 def test_curves_are_drawn_from_finished_and_cut_short_runs(bench, tmp_path):
     pytest.importorskip("matplotlib")
-    args = _args(bench, tmp_path)
+    args = _args(bench, tmp_path, eval_samples=2)  # greedy and sampled curves
     runs = []
     for name, seed, accuracies in (("I=4,J=0", 0, [0.1, 0.2, 0.3]), ("I=2,J=2", 0, [0.1, 0.3, 0.4]),
                                    ("I=4,J=0", 1, [0.1, 0.2]), ("I=2,J=2", 1, [0.1, 0.25])):

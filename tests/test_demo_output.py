@@ -17,8 +17,8 @@ from node import demo
 from node.events import event_from_json
 
 STREAM = Path(__file__).parent / "data" / "learning_events.jsonl"
-COLUMNS = ("node", "state", "round", "reward", "avg5", "acc5", "wf", "held-out", "ext", "peers", "shared/used/rej",
-           "s/rnd")
+COLUMNS = ("node", "state", "round", "reward", "avg5", "acc5", "wf", "held-out", "sampled", "ext", "peers",
+           "shared/used/rej", "s/rnd")
 
 
 def events():
@@ -60,6 +60,7 @@ def test_without_a_terminal_each_round_and_evaluation_is_one_whole_line(tmp_path
     for evaluation in of("eval_finished"):
         line = next(line for line in written if f"held-out after {evaluation.rounds_trained} rounds" in line)
         assert f"greedy exact accuracy {evaluation.accuracy_greedy:.2f} on {evaluation.questions} unseen" in line
+        assert f"sampled answers {evaluation.exact_mean:.2f} (" in line
     # Progress within a round and state changes only move the live table: a start line, then rounds and evaluations.
     assert len(written) == 1 + len(rounds) + len(of("eval_finished")) and "started" in written[0]
 
@@ -78,8 +79,9 @@ def test_the_final_table_is_as_wide_as_its_columns_need_without_a_terminal(tmp_p
     header = next(line for line in text.splitlines() if "shared/used/rej" in line)
     assert [cell.strip() for cell in re.split(r"[│┃|]", header) if cell.strip()] == list(COLUMNS)
     v = views[0]
-    for cell in (v.name, demo._heldout(v.heldout), f"{v.shared}/{v.used}/{v.rejected}", f"{v.rewards[-1]:.3f}",
-                 f"{v.seconds:.1f}"):
+    assert v.sampled != v.heldout  # the stream's sampled accuracy differs from its greedy one
+    for cell in (v.name, demo._heldout(v.heldout), demo._heldout(v.sampled), f"{v.shared}/{v.used}/{v.rejected}",
+                 f"{v.rewards[-1]:.3f}", f"{v.seconds:.1f}"):
         assert all(cell in row for row in rows), cell
 
 

@@ -314,3 +314,15 @@ def test_loading_a_gguf_transformers_cannot_read_leaves_no_half_converted_folder
         load(odd, cache_dir=tmp_path / "cache", dtype=torch.float32, device="cpu")
     assert "architecture" in caught.value.hint
     assert list((tmp_path / "cache" / "converted").iterdir()) == []
+
+
+def test_a_sampling_copy_counts_only_where_one_is_made():
+    """An adapter's base weights are frozen: its peak is the bfloat16 sampling copy where float32 weights are
+    sampled in bfloat16 (CUDA), and the training pass where they are sampled as they are (CPU)."""
+    params = 494_032_768
+    args = {"train_dtype": "float32", "num_sequences": 4, "seq_len": 304, "lora_rank": 16}
+    as_they_are = estimate_training_bytes(params, **args)
+    from_a_copy = estimate_training_bytes(params, **args, sampling_copy=True)
+    assert from_a_copy - as_they_are > 1.5 * params
+    full = {**args, "lora_rank": 0}  # a full fine-tune's step needs more than sampling from a copy does
+    assert estimate_training_bytes(params, **full, sampling_copy=True) == estimate_training_bytes(params, **full)
