@@ -36,8 +36,9 @@ FATE_LABELS = {"used": "trained on", "dropped": "dropped (equal rewards)", "not_
 PHASE_LABELS = {"generate": "generating", "share": "sharing", "gather": "waiting for peers", "train": "training"}
 
 EXPLAIN = {
-    "accuracy": "Share of unseen questions (never trained on) the model answers exactly right, greedy decoding. "
-                "This is how RL Swarm reports learning; the dashed line is the round-0 baseline.",
+    "accuracy": "Share of unseen questions (never trained on) the model answers exactly right: its most likely "
+                "answer (greedy), and answers sampled as in training (triangles), which start far lower and are what "
+                "training sharpens. This is how RL Swarm reports learning; the dashed line is the round-0 baseline.",
     "reward": f"Mean reward of this node's own completions each round (dots) and its {MOVING_AVERAGE_ROUNDS}-round "
               "average (line); peers' questions as scored by this node, in orange. In the answer-critique-revise "
               "game also each stage's mean reward as a share of its maximum, and the share of questions the "
@@ -68,7 +69,7 @@ class Dashboard(QWidget):
         accuracy = self._chart("accuracy", "Accuracy on unseen tasks", fraction=True,
                                empty="No held-out evaluation yet: the node runs one at round 0 and every few rounds.")
         self._curve(accuracy, "accuracy", "greedy", COLORS["accuracy"], width=3, symbol="o")
-        self._curve(accuracy, "exact_mean", "mean of samples", COLORS["exact_mean"], symbol="t")
+        self._curve(accuracy, "exact_mean", "sampled answers", COLORS["exact_mean"], symbol="t")
         self.baseline = pg.InfiniteLine(angle=0, movable=False, label="", labelOpts={
             "position": 0.97, "color": COLORS["baseline"], "anchors": [(1, 1), (1, 1)]},
             pen=pg.mkPen(COLORS["baseline"], width=1.5, style=Qt.PenStyle.DashLine))
@@ -206,7 +207,10 @@ class Dashboard(QWidget):
         held_out = ""
         if h.evaluations:
             last, first = h.evaluations[-1], h.evaluations[0]
-            held_out = f"Unseen tasks {last.accuracy_greedy:.0%} (baseline {first.accuracy_greedy:.0%}). "
+            held_out = f"Unseen tasks {last.accuracy_greedy:.0%} (baseline {first.accuracy_greedy:.0%})"
+            if last.exact_mean != last.accuracy_greedy or first.exact_mean != first.accuracy_greedy:
+                held_out += f", sampled answers {last.exact_mean:.0%} (baseline {first.exact_mean:.0%})"
+            held_out += ". "
         if m.stage_rewards:
             external = "stages " + ", ".join(f"{stage} {reward:.2f}" for stage, reward in m.stage_rewards.items())
         return (f"{held_out}Last round ({m.round}): reward {m.reward_local:.2f}, {external}; "

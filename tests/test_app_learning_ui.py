@@ -60,7 +60,9 @@ def test_headline_shows_held_out_accuracy_with_its_baseline(qtbot, tmp_path):
     assert list(x) == [e.round for e in evals] and list(y) == [e.accuracy_greedy for e in evals]
     assert d.baseline.isVisible() and d.baseline.value() == evals[0].accuracy_greedy
     assert not d.charts["accuracy"].empty.isVisible()
-    assert "Unseen tasks 37% (baseline 9%)" in d.summary.text()
+    x, y = d.curves["exact_mean"].getData()
+    assert list(y) == [e.exact_mean for e in evals]
+    assert "Unseen tasks 37% (baseline 9%), sampled answers 30% (baseline 7%)." in d.summary.text()
     # Every chart explains itself on hover.
     assert all(chart.plot.toolTip() and chart.title.toolTip() for chart in d.charts.values())
     # Signals that move replace the loss: none of them is flat over this run.
