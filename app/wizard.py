@@ -21,7 +21,7 @@ from app.saved_swarms import Network, load_networks, save_network
 from app.node_query import NodeQuery
 from app.wallet_page import WalletPage
 from node import swarm_secret
-from node.api import HardwareReport, ModelFit
+from node.api import LORA_RANK, HardwareReport, ModelFit
 from node.config import NodeConfig
 from node.errors import NodeError
 from node.invite import format_invite, local_addresses, parse_invite
@@ -32,6 +32,11 @@ GIB = 2**30
 IDENTITY_PAGE, WALLET_PAGE, HARDWARE_PAGE, MODEL_PAGE, SWARM_PAGE, WELCOME_PAGE = range(6)
 FIT_COLORS = {"fits": "#009E73", "tight": "#E69F00", "won't fit": "#D55E00", "unknown": "#7f7f7f"}
 STEPS = {IDENTITY_PAGE: 1, WALLET_PAGE: 1, HARDWARE_PAGE: 2, MODEL_PAGE: 3, SWARM_PAGE: 4}
+LORA_TIP = ("A LoRA adapter trains a few million extra weights beside the frozen model: a fraction of the memory, "
+            "the same GRPO. The trained model is uploaded with the adapter merged into it, unless you choose to "
+            "upload the adapter alone (Settings).")
+# An adapter's few weights want a learning rate about 10x a full fine-tune's (training.lora_rank's description).
+LORA_LEARNING_RATE_FACTOR = 10
 
 
 class WelcomePage(QWizardPage):
@@ -65,6 +70,10 @@ GAMES = {
 
 def _size(num_bytes: int) -> str:
     return "none (offline)" if num_bytes == 0 else format_bytes(num_bytes)
+
+
+def _need(num_bytes: int, label: str) -> str:
+    return f"{num_bytes / GIB:.1f} GiB, {label}"
 
 
 def free_port() -> int:
@@ -198,20 +207,38 @@ class ModelPage(QWizardPage):
         self.hardware = hardware
         self.setTitle("Which model do you train?")
         self.setSubTitle("Every peer trains its own copy. Memory needed is for one training step with the "
-                         "recommended round size.")
+                         "recommended round size, training all weights or a small adapter.")
         self.table = QTableWidget(0, 4)
         self.table.setObjectName("modelTable")
-        self.table.setHorizontalHeaderLabels(["Model", "Download", "Memory needed", "On this computer"])
+        self.table.setHorizontalHeaderLabels(["Model", "Download", "All weights", "LoRA adapter"])
+        self.table.horizontalHeaderItem(2).setToolTip("Full fine-tuning: every weight of the model is trained")
+        self.table.horizontalHeaderItem(3).setToolTip(LORA_TIP)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.verticalHeader().hide()
         self.table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         self.table.itemSelectionChanged.connect(self._selected)
+        self.full = QRadioButton("Train all weights (full fine-tune)")
+        self.full.setObjectName("trainFull")
+        self.lora = QRadioButton("Train a LoRA adapter (less memory)")
+        self.lora.setObjectName("trainLora")
+        self.lora.setToolTip(LORA_TIP)
+        self.mode = QButtonGroup(self)
+        self.mode.addButton(self.full)
+        self.mode.addButton(self.lora)
+        self.lora_chosen = config.training.lora_rank > 0  # what the user picked, kept while they browse models
+        self.lora.clicked.connect(lambda: self._choose(lora=True))
+        self.full.clicked.connect(lambda: self._choose(lora=False))
+        modes = QHBoxLayout()
+        modes.addWidget(self.full)
+        modes.addWidget(self.lora)
+        modes.addStretch(1)
         self.note = QLabel("")
         self.note.setWordWrap(True)
         layout = QVBoxLayout(self)
         layout.addWidget(self.table)
+        layout.addLayout(modes)
         layout.addWidget(self.note)
         self.models: list[ModelFit] = []
 
@@ -220,45 +247,75 @@ class ModelPage(QWizardPage):
         self.hardware_info = report.hardware if report else None
         # Labels follow total memory, so they do not change between runs with what happens to be free.
         total = fit.budget(self.hardware_info)
-        self.models = [dataclasses.replace(m, label=fit.label(m.required_bytes, total)) if total else m
+        self.models = [dataclasses.replace(m, label=fit.label(m.required_bytes, total),
+                                           label_lora=fit.label(m.required_bytes_lora, total)) if total else m
                        for m in (report.models if report else [])]
         recommended = report.recommendation.model if report and report.recommendation else None
         wanted = self.config.training.model if self.config.training.model in {m.id for m in self.models} else recommended
         self.table.setRowCount(len(self.models))
         for row, model in enumerate(self.models):
             name = model.name + ("  ★ recommended" if model.id == recommended else "")
-            cells = [name, _size(model.download_bytes), f"{model.required_bytes / GIB:.1f} GiB", model.label]
-            for column, text in enumerate(cells):
+            cells = [(name, None), (_size(model.download_bytes), None),
+                     (_need(model.required_bytes, model.label), model.label),
+                     (_need(model.required_bytes_lora, model.label_lora) if model.required_bytes_lora else "-",
+                      model.label_lora if model.required_bytes_lora else None)]
+            for column, (text, label) in enumerate(cells):
                 item = QTableWidgetItem(text)
                 item.setToolTip(model.description)
-                if column == 3:
-                    item.setForeground(QBrush(QColor(FIT_COLORS[model.label])))
+                if label is not None:
+                    item.setForeground(QBrush(QColor(FIT_COLORS[label])))
                 self.table.setItem(row, column, item)
             if model.id == wanted:
                 self.table.selectRow(row)
         self.table.resizeColumnsToContents()
         self.table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self._selected()
 
     def selected(self) -> ModelFit | None:
         rows = self.table.selectionModel().selectedRows()
         return self.models[rows[0].row()] if rows else None
 
+    def trains_lora(self) -> bool:
+        return self.lora.isChecked()
+
+    def _choose(self, *, lora: bool) -> None:
+        self.lora_chosen = lora
+        self._selected()
+
     def _selected(self) -> None:
         model = self.selected()
+        fits_full = model is not None and model.label != "won't fit"
+        fits_lora = model is not None and bool(model.required_bytes_lora) and model.label_lora != "won't fit"
+        # Keep the user's choice where it fits; otherwise the mode that does.
+        lora = (self.lora_chosen and fits_lora) or (not fits_full and fits_lora)
+        for button, checked in ((self.lora, lora), (self.full, not lora)):
+            button.blockSignals(True)
+            button.setChecked(checked)
+            button.blockSignals(False)
+        self.lora.setEnabled(fits_lora)
+        self.full.setEnabled(fits_full or not fits_lora)
         if model is None:
             self.note.setText("")
-        elif model.label == "won't fit":
-            self.note.setText(f"<b>{model.name} won't fit</b> in this computer's memory; pick a smaller model.")
+        elif not fits_full and not fits_lora:
+            self.note.setText(f"<b>{model.name} won't fit</b> in this computer's memory, not even as an adapter; "
+                              f"pick a smaller model.")
         else:
             download = "nothing to download" if not model.download_bytes else \
                 f"downloads {_size(model.download_bytes)} from Hugging Face the first time"
-            short = fit.free_ram_note(self.hardware_info, model.required_bytes)
-            self.note.setText(f"{model.description}; {download}." + (f"<br><b>{short}</b>" if short else ""))
+            need = model.required_bytes_lora if lora else model.required_bytes
+            how = (f"trains a LoRA adapter in about {format_bytes(need)}" if lora
+                   else f"trains all weights in about {format_bytes(need)}")
+            if lora and not fits_full:
+                how += " (all weights won't fit here)"
+            short = fit.free_ram_note(self.hardware_info, need)
+            self.note.setText(f"{model.description}; {download}; {how}." + (f"<br><b>{short}</b>" if short else ""))
         self.completeChanged.emit()
 
     def isComplete(self) -> bool:  # noqa: N802
         model = self.selected()
-        return model is not None and model.label != "won't fit"
+        if model is None:
+            return False
+        return (model.label_lora if self.trains_lora() else model.label) != "won't fit"
 
 
 class SwarmPage(QWizardPage):
@@ -536,11 +593,22 @@ class SetupWizard(QWizard):
     def _wallet_passphrase(self) -> str | None:
         return self.wallet_page.passphrase_used if self.identity_page.wallet.isChecked() else None
 
+    def _training_mode(self) -> dict:
+        """lora_rank and the learning rate for the chosen mode; a learning rate the user set is kept."""
+        current = self.config.training
+        default = type(current).model_fields["learning_rate"].default
+        lora = self.model_page.trains_lora()
+        ours = {default, default * LORA_LEARNING_RATE_FACTOR}  # the rates this page sets; any other is the user's
+        rate = current.learning_rate
+        if rate in ours:
+            rate = default * LORA_LEARNING_RATE_FACTOR if lora else default
+        return {"lora_rank": LORA_RANK if lora else 0, "learning_rate": rate}
+
     def accept(self) -> None:
         report = self.hardware_page.data
         rec = report.recommendation if report else None
         model = self.model_page.selected()
-        training = {"model": model.id if model else self.config.training.model}
+        training = {"model": model.id if model else self.config.training.model, **self._training_mode()}
         if rec:
             training.update(device="auto", local_questions=rec.local_questions, external_groups=rec.external_groups,
                             num_generations=rec.num_generations, max_new_tokens=rec.max_new_tokens,

@@ -35,6 +35,8 @@ SMOLLM2_135M = "HuggingFaceTB/SmolLM2-135M-Instruct"
 CATALOG_IDS: tuple[str, ...] = (QWEN2_5_1_5B, QWEN3_0_6B, QWEN2_5_0_5B, SMOLLM2_360M, BUNDLED, SMOLLM2_135M)
 
 FitLabel = Literal["fits", "tight", "won't fit"]
+# The adapter rank the fit figures assume and the wizard's "LoRA adapter" choice sets (training.lora_rank).
+LORA_RANK = 16
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,7 @@ class ModelFit:
     download_bytes: int
     required_bytes: int  # full fine-tuning
     label: FitLabel
-    required_bytes_lora: int = 0  # a LoRA adapter of rank LORA_RANK (training.lora_rank)
+    required_bytes_lora: int = 0  # a LoRA adapter of rank LORA_RANK
     label_lora: FitLabel = "won't fit"
     # The full fine-tune estimate is linear in the tokens of one pass, so a torch-free caller (the app's Settings) can redo it for
     # any round shape: base_bytes + bytes_per_token * sequences_per_pass * (prompt_tokens + max_new_tokens).

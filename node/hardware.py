@@ -32,7 +32,7 @@ from typing import Literal
 import psutil
 import torch
 
-from node.api import ModelFit, Recommendation, default_threads
+from node.api import LORA_RANK, ModelFit, Recommendation, default_threads
 from node.models import (
     BUNDLED,
     CATALOG,
@@ -154,8 +154,6 @@ def auto_bf16(hw: HardwareInfo, device: str, *, sampling: bool) -> bool:
     """
     return hw.bf16_supported and device == "cuda"
 
-
-LORA_RANK = 16  # the adapter rank the fit figures assume (training.lora_rank)
 
 
 def _required_bytes(

@@ -33,8 +33,8 @@ CPU_LAPTOP = {
 }
 
 
-def open_wizard(qtbot, tmp_path) -> SetupWizard:
-    config = NodeConfig.build({"run": {"data_dir": str(tmp_path / "data")}})
+def open_wizard(qtbot, tmp_path, config_changes: dict | None = None) -> SetupWizard:
+    config = NodeConfig.build({"run": {"data_dir": str(tmp_path / "data")}, **(config_changes or {})})
     wizard = SetupWizard(config, tmp_path / "networks.toml")
     qtbot.addWidget(wizard)
     wizard.show()
@@ -110,3 +110,58 @@ def test_wizard_offers_the_saved_networks(qtbot, tmp_path):
     assert swarm.preset_combo.count() >= 1 and "loopback" in swarm.preset_combo.itemText(0)
     wizard.accept()
     assert wizard.result_config.swarm.host == "127.0.0.1"
+
+
+def _with_adapters(report: dict) -> dict:
+    """The laptop's answer with the node's LoRA figures: the 1.5B model fits only as an adapter. The labels that
+    come with them are stale (the page labels each figure against total memory itself)."""
+    lora = {"Qwen/Qwen2.5-1.5B-Instruct": 9 * GIB, BUNDLED: GIB, SMOLLM2_135M: GIB}
+    return {**report, "models": [{**m, "required_bytes_lora": lora[m["id"]], "label_lora": "won't fit"}
+                                 for m in report["models"]]}
+
+
+def _model_page(qtbot, tmp_path, config_changes: dict | None = None):
+    wizard = open_wizard(qtbot, tmp_path, config_changes)
+    wizard.hardware_page._loaded(_with_adapters(CPU_LAPTOP))
+    wizard.next()
+    wizard.next()
+    assert wizard.currentPage() is wizard.model_page
+    return wizard, wizard.model_page
+
+
+def test_the_model_step_shows_all_weights_and_an_adapter_side_by_side(qtbot, tmp_path):
+    wizard, models = _model_page(qtbot, tmp_path)
+    header = [models.table.horizontalHeaderItem(c).text() for c in range(4)]
+    assert header == ["Model", "Download", "All weights", "LoRA adapter"]
+    # Both figures of every model, labelled against the laptop's 16 GiB in total.
+    assert [models.table.item(0, c).text() for c in (2, 3)] == ["40.0 GiB, won't fit", "9.0 GiB, fits"]
+    assert [models.table.item(1, c).text() for c in (2, 3)] == ["3.0 GiB, fits", "1.0 GiB, fits"]
+    assert models.selected().id == BUNDLED and not models.trains_lora() and models.isComplete()
+
+    models.table.selectRow(0)  # fits only as an adapter: the adapter is chosen for it, all weights cannot be
+    assert models.trains_lora() and models.isComplete() and not models.full.isEnabled()
+    assert "LoRA adapter" in models.note.text() and "all weights won't fit here" in models.note.text()
+    wizard.accept()
+    config = wizard.result_config
+    default = type(config.training).model_fields["learning_rate"].default
+    assert config.training.model == "Qwen/Qwen2.5-1.5B-Instruct" and config.training.lora_rank == 16
+    assert config.training.learning_rate == 10 * default
+
+
+def test_the_training_choice_lands_in_the_config_and_is_shown_again(qtbot, tmp_path):
+    wizard, models = _model_page(qtbot, tmp_path)
+    models.lora.click()  # the bundled model fits either way: the user's choice stands
+    assert models.trains_lora() and models.isComplete()
+    models.table.selectRow(2)
+    assert models.trains_lora()  # kept while browsing models
+    models.table.selectRow(1)
+    wizard.accept()
+    chosen = wizard.result_config
+    assert (chosen.training.model, chosen.training.lora_rank) == (BUNDLED, 16)
+
+    again, page = _model_page(qtbot, tmp_path, {"training": {"lora_rank": 16, "learning_rate": 3e-5}})
+    assert page.trains_lora()  # an adapter run opens with the adapter chosen
+    page.full.click()
+    again.accept()
+    config = again.result_config
+    assert config.training.lora_rank == 0 and config.training.learning_rate == 3e-5  # the user's own rate is kept
