@@ -116,7 +116,8 @@ class Policy:
         self, prompts: list[tuple[int, ...]], *, num_generations: int, max_new_tokens: int, temperature: float,
         top_p: float, seed: int, should_stop: Callable[[], bool] = lambda: False, greedy: bool = False,
     ) -> list[list[Completion]]:
-        """All G completions of all prompts in one batched, left-padded ``generate`` call.
+        """All G completions of all prompts in one batched, left-padded ``generate`` call, each prompt run once
+        where the model allows it (:func:`_prompt_sharing_is_exact`).
 
         ``should_stop`` is polled after every token, so a cancelled node does not sit out a long generation.
         ``greedy`` decodes the most likely token instead of sampling (held-out evaluation's pass@1).
@@ -147,16 +148,24 @@ class Policy:
         pad = self.tokenizer.pad_token_id
         input_ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompts], device=device)
         attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
+        shared = {}
+        if num_generations > 1 and width > 1 and _prompt_sharing_is_exact(sampler):
+            # generate() repeats each prompt G times before its prefill, so every prompt would run G times; here it
+            # runs once and generate() continues every copy from its cache (only the last prompt token is new).
+            shared["past_key_values"] = _prompt_cache(sampler, input_ids, attention, num_generations)
+            input_ids = input_ids.repeat_interleave(num_generations, dim=0)
+            attention = attention.repeat_interleave(num_generations, dim=0)
         torch.manual_seed(seed)
         output = sampler.generate(
             input_ids=input_ids,
             attention_mask=attention,
             **({"do_sample": False} if greedy else {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": 0}),
             max_new_tokens=max_new_tokens,
-            num_return_sequences=num_generations,
+            num_return_sequences=1 if shared else num_generations,
             pad_token_id=pad,
             eos_token_id=list(self.eos_ids),
             stopping_criteria=StoppingCriteriaList([_Cancelled(should_stop)]),
+            **shared,
         )
         rows = output[:, width:].tolist()
         groups = []
@@ -368,14 +377,49 @@ def _packing_is_exact(causal_lm) -> bool:
     that accept ``position_ids``. A sliding window (or any attention pattern other than full) would be replaced by
     the explicit mask.
     """
-    config = causal_lm.config.get_text_config()
-    sliding = getattr(config, "sliding_window", None) is not None and getattr(config, "use_sliding_window", True)
     return (
-        getattr(config, "_attn_implementation", None) == "sdpa"
-        and not sliding
-        and set(getattr(config, "layer_types", None) or ["full_attention"]) == {"full_attention"}
+        getattr(causal_lm.config.get_text_config(), "_attn_implementation", None) == "sdpa"
+        and _full_attention_only(causal_lm)
         and "position_ids" in inspect.signature(causal_lm.base_model.forward).parameters
     )
+
+
+def _full_attention_only(causal_lm) -> bool:
+    """Whether every layer attends to all earlier tokens (no sliding window, chunked or linear attention)."""
+    config = causal_lm.config.get_text_config()
+    sliding = getattr(config, "sliding_window", None) is not None and getattr(config, "use_sliding_window", True)
+    return not sliding and set(getattr(config, "layer_types", None) or ["full_attention"]) == {"full_attention"}
+
+
+def _prompt_sharing_is_exact(causal_lm) -> bool:
+    """Whether ``generate()`` continues from :func:`_prompt_cache` exactly as from its own prefill of every row.
+
+    The repeated cache must be generate()'s own kind, a dynamic cache of full-attention layers whose rows are plain
+    per-token keys and values (a sliding window, linear-attention state or a configured static or quantized cache
+    are not, and generate() refuses a cache next to a ``cache_implementation``); the prefill must number the
+    left-padded tokens as generate() does, so the model must take ``position_ids``.
+    """
+    return (
+        not causal_lm.config.is_encoder_decoder
+        and causal_lm._supports_default_dynamic_cache()
+        and causal_lm.generation_config.cache_implementation is None
+        and _full_attention_only(causal_lm)
+        and "position_ids" in inspect.signature(causal_lm.base_model.forward).parameters
+    )
+
+
+def _prompt_cache(causal_lm, input_ids: torch.Tensor, attention: torch.Tensor, copies: int):
+    """The KV cache of each left-padded prompt but its last token, computed once and repeated for ``copies`` rows
+    (row i's copies next to each other, as generate() orders ``num_return_sequences``).
+
+    The last token is left out so generate() has a token to start from, whose forward gives the first sampled
+    token's logits. Positions are numbered as generate() numbers them (from each row's first real token).
+    """
+    positions = (attention.cumsum(-1) - 1).masked_fill(attention == 0, 0)
+    cache = causal_lm.base_model(input_ids=input_ids[:, :-1], attention_mask=attention[:, :-1],
+                                 position_ids=positions[:, :-1], use_cache=True).past_key_values
+    cache.batch_repeat_interleave(copies)
+    return cache
 
 
 def _packed_group_states(causal_lm, ids, attention, logits_to_keep) -> torch.Tensor | None:
