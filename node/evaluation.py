@@ -58,11 +58,13 @@ class Evaluator:
             progress(start, total)
             tasks = self.questions[start : start + CHUNK_QUESTIONS]
             prompts = self._prompts[start : start + CHUNK_QUESTIONS]
-            greedy = self._greedy(prompts, should_stop)
-            sampled = self.policy.generate(
-                prompts, num_generations=s.samples, max_new_tokens=s.max_new_tokens, temperature=s.temperature,
-                top_p=s.top_p, seed=s.seed + start, should_stop=should_stop,
-            ) if s.samples else [[] for _ in prompts]
+            if s.samples:
+                greedy, sampled = self.policy.greedy_and_sampled(
+                    prompts, samples=s.samples, max_new_tokens=s.max_new_tokens, temperature=s.temperature,
+                    top_p=s.top_p, seed=s.seed + start, should_stop=should_stop,
+                )
+            else:
+                greedy, sampled = self._greedy(prompts, should_stop), [[] for _ in prompts]
             if should_stop():
                 raise EvalCancelled
             for task, best, group in zip(tasks, greedy, sampled, strict=True):

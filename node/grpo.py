@@ -124,8 +124,41 @@ class Policy:
         """
         sampler = self.sampling_model()
         try:
-            return self._generate(sampler, prompts, num_generations, max_new_tokens, temperature, top_p, seed,
-                                  should_stop, greedy)
+            input_ids, attention = self._padded(prompts, sampler)
+            cache = None
+            if num_generations > 1 and input_ids.size(1) > 1 and _prompt_sharing_is_exact(sampler):
+                # generate() repeats each prompt G times before its prefill, so every prompt would run G times; here
+                # it runs once and generate() continues every copy from its cache (only the last prompt token is new).
+                cache = _prompt_cache(sampler, input_ids, attention)
+                cache.batch_repeat_interleave(num_generations)
+            return self._decode(sampler, input_ids, attention, cache, num_generations, max_new_tokens, temperature,
+                                top_p, seed, should_stop, greedy)
+        finally:
+            del sampler
+
+    @torch.inference_mode()
+    def greedy_and_sampled(
+        self, prompts: list[tuple[int, ...]], *, samples: int, max_new_tokens: int, temperature: float, top_p: float,
+        seed: int, should_stop: Callable[[], bool] = lambda: False,
+    ) -> tuple[list[Completion], list[list[Completion]]]:
+        """Each prompt's greedy answer and ``samples`` sampled ones: what a greedy and a sampled :meth:`generate`
+        return, with the prompts prefilled once for both where the model allows it (held-out evaluation answers every
+        question both ways, and the prompts are most of its tokens)."""
+        if samples < 1:
+            raise ValueError("greedy_and_sampled needs at least one sample a prompt; use generate(greedy=True)")
+        sampler = self.sampling_model()
+        try:
+            input_ids, attention = self._padded(prompts, sampler)
+            greedy_cache = sampled_cache = None
+            if input_ids.size(1) > 1 and _prompt_sharing_is_exact(sampler):
+                greedy_cache = _prompt_cache(sampler, input_ids, attention)
+                sampled_cache = copy.deepcopy(greedy_cache)  # generate() appends to the cache it is given
+                sampled_cache.batch_repeat_interleave(samples)
+            greedy = self._decode(sampler, input_ids, attention, greedy_cache, 1, max_new_tokens, 1.0, 1.0, 0,
+                                  should_stop, True)
+            sampled = self._decode(sampler, input_ids, attention, sampled_cache, samples, max_new_tokens, temperature,
+                                   top_p, seed, should_stop, False)
+            return [group[0] for group in greedy], sampled
         finally:
             del sampler
 
@@ -142,17 +175,23 @@ class Policy:
         _merge_adapters(sampler, self.model)
         return sampler.eval()
 
-    def _generate(self, sampler, prompts, num_generations, max_new_tokens, temperature, top_p, seed, should_stop, greedy):
+    def _padded(self, prompts: list[tuple[int, ...]], sampler) -> tuple[torch.Tensor, torch.Tensor]:
+        """The prompts as one left-padded batch: token ids and attention mask."""
         device = next(sampler.parameters()).device
         width = max(len(p) for p in prompts)
         pad = self.tokenizer.pad_token_id
         input_ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompts], device=device)
         attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
+        return input_ids, attention
+
+    def _decode(self, sampler, input_ids, attention, cache, num_generations, max_new_tokens, temperature, top_p, seed,
+                should_stop, greedy) -> list[list[Completion]]:
+        """G completions of each padded prompt; with ``cache`` (:func:`_prompt_cache`, already repeated G times per
+        prompt) generate() continues every copy from it instead of prefilling each."""
+        width = input_ids.size(1)
         shared = {}
-        if num_generations > 1 and width > 1 and _prompt_sharing_is_exact(sampler):
-            # generate() repeats each prompt G times before its prefill, so every prompt would run G times; here it
-            # runs once and generate() continues every copy from its cache (only the last prompt token is new).
-            shared["past_key_values"] = _prompt_cache(sampler, input_ids, attention, num_generations)
+        if cache is not None:
+            shared["past_key_values"] = cache
             input_ids = input_ids.repeat_interleave(num_generations, dim=0)
             attention = attention.repeat_interleave(num_generations, dim=0)
         torch.manual_seed(seed)
@@ -162,7 +201,7 @@ class Policy:
             **({"do_sample": False} if greedy else {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": 0}),
             max_new_tokens=max_new_tokens,
             num_return_sequences=1 if shared else num_generations,
-            pad_token_id=pad,
+            pad_token_id=self.tokenizer.pad_token_id,
             eos_token_id=list(self.eos_ids),
             stopping_criteria=StoppingCriteriaList([_Cancelled(should_stop)]),
             **shared,
@@ -408,18 +447,16 @@ def _prompt_sharing_is_exact(causal_lm) -> bool:
     )
 
 
-def _prompt_cache(causal_lm, input_ids: torch.Tensor, attention: torch.Tensor, copies: int):
-    """The KV cache of each left-padded prompt but its last token, computed once and repeated for ``copies`` rows
-    (row i's copies next to each other, as generate() orders ``num_return_sequences``).
+def _prompt_cache(causal_lm, input_ids: torch.Tensor, attention: torch.Tensor):
+    """The KV cache of each left-padded prompt but its last token, computed once; repeat it (``batch_repeat_interleave``)
+    for G completions of each prompt, row i's copies next to each other, as generate() orders ``num_return_sequences``.
 
     The last token is left out so generate() has a token to start from, whose forward gives the first sampled
     token's logits. Positions are numbered as generate() numbers them (from each row's first real token).
     """
     positions = (attention.cumsum(-1) - 1).masked_fill(attention == 0, 0)
-    cache = causal_lm.base_model(input_ids=input_ids[:, :-1], attention_mask=attention[:, :-1],
-                                 position_ids=positions[:, :-1], use_cache=True).past_key_values
-    cache.batch_repeat_interleave(copies)
-    return cache
+    return causal_lm.base_model(input_ids=input_ids[:, :-1], attention_mask=attention[:, :-1],
+                                position_ids=positions[:, :-1], use_cache=True).past_key_values
 
 
 def _packed_group_states(causal_lm, ids, attention, logits_to_keep) -> torch.Tensor | None:
