@@ -716,7 +716,7 @@ class DhtExchange:
     async def _stop_node(self) -> None:
         node, p2p, self._node, self._p2p = self._node, self._p2p, None, None
         if node is not None:
-            await self._stop_step(node.shutdown())
+            await self._stop_step(_unless_daemon_exits(node.shutdown(), p2p))
         if p2p is not None:
             await self._stop_step(p2p.shutdown())  # SIGTERM, then wait for the exit
 
@@ -728,6 +728,27 @@ class DhtExchange:
             self._count_timeout("shutdown")
         except Exception:
             logger.warning("Error while stopping the swarm node", exc_info=True)
+
+
+async def _unless_daemon_exits(step: Coroutine[Any, Any, None], p2p: P2P | None) -> None:
+    """Run ``step`` (a request to our p2pd) until it is done or the daemon has exited, whichever comes first.
+
+    hivemind's control client never fails the calls pending on a daemon that died (SIGKILL, OOM, crash): they would
+    wait out the whole stop timeout, per node, for an answer that cannot come.
+    """
+    child = getattr(p2p, "_child", None)  # hivemind's asyncio handle on the p2pd process
+    if child is None:
+        await step
+        return
+    work, exited = asyncio.ensure_future(step), asyncio.ensure_future(child.wait())
+    try:
+        await asyncio.wait({work, exited}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (work, exited):
+            task.cancel()
+        await asyncio.gather(work, exited, return_exceptions=True)
+    if not work.cancelled():
+        work.result()  # the step's own error, if any
 
 
 async def _latest_many(node: DHTNode, keys: list[str]) -> dict:

@@ -430,6 +430,20 @@ def test_shutdown_kills_a_hung_daemon(tmp_path):
     assert swarm.timeouts["shutdown"] >= 1
 
 
+def test_shutdown_after_the_daemon_crashed_does_not_wait_for_it(tmp_path):
+    # a SIGKILLed p2pd never answers the DHT's requests to stop: a 30 s stop timeout must not be waited out
+    identity = load_or_create(tmp_path / "identity.key")
+    swarm = DhtExchange(identity, swarm_name=SWARM, host="127.0.0.1", call_timeout=30.0)
+    swarm.start()
+    (daemon,) = daemons_of(identity)
+    daemon.kill()
+    started = time.monotonic()
+    swarm.shutdown()
+    assert time.monotonic() - started < SLACK_S
+    assert not swarm.timeouts["shutdown"]
+    assert wait_until_gone(identity)
+
+
 @pytest.mark.parametrize(
     "invite",
     [
