@@ -14,7 +14,7 @@ from hivemind.dht.crypto import RSASignatureValidator
 from hivemind.dht.node import DHTNode
 from hivemind.dht.protocol import DHTProtocol
 from hivemind.dht.routing import DHTID
-from hivemind.dht.validation import DHTRecord
+from hivemind.dht.validation import DHTRecord, RecordValidatorBase
 from hivemind.p2p import PeerID
 from hivemind.utils.crypto import RSAPrivateKey
 from hivemind.utils.timed_storage import get_dht_time
@@ -26,7 +26,7 @@ from node.records import (
     encode_pointer, encode_record,
 )
 from node.game.records import StageItem, StageRecord, encode_stage_record
-from node.swarm import BoundedStorage, DhtExchange, group_key, shard_of, stage_key
+from node.swarm import BoundedStorage, DhtExchange, RememberingValidator, group_key, shard_of, stage_key
 from node.taskref import TaskRef
 
 pytestmark = pytest.mark.timeout(120)
@@ -380,6 +380,47 @@ def test_storage_is_bounded_in_bytes_and_entries_per_key():
     for i in range(20):
         storage.store(DHTID.generate(f"k{i}"), b"z" * 900, later, subkey="s")
     assert storage.measure() <= 10_000 and storage.refused > 0
+
+
+class CountingValidator(RecordValidatorBase):
+    """Accepts every record but those whose value is b"bad", counting the records it checked."""
+
+    def __init__(self):
+        self.checked = 0
+
+    def validate(self, record):
+        self.checked += 1
+        return record.value != b"bad"
+
+
+def test_a_record_is_checked_once_when_accepted_and_every_time_when_rejected():
+    inner = CountingValidator()
+    validator = RememberingValidator([inner], size=2)
+    good, bad = DHTRecord(b"k", b"s", b"good", 1.0), DHTRecord(b"k", b"s", b"bad", 1.0)
+    assert validator.validate(good) and validator.validate(good)  # a second replica's copy
+    assert inner.checked == 1
+    assert not validator.validate(bad) and not validator.validate(bad)
+    assert inner.checked == 3
+    assert validator.validate(DHTRecord(b"k", b"s", b"good", 2.0))  # any other field: another record
+    assert validator.validate(DHTRecord(b"k2", b"s", b"good", 1.0))
+    assert inner.checked == 5
+    assert validator.validate(good)  # bounded: the oldest was forgotten, so it is checked again
+    assert inner.checked == 6
+
+
+def test_a_forged_copy_of_an_accepted_entry_is_still_refused(trio):
+    a, b, _ = trio
+    assert a.publish(record(a.peer_id, 60, groups=1))
+    assert len(b.gather(60).records) == 1  # b accepted a's genuine entries
+    validator = b._node.protocol.record_validator
+    key = DHTID.generate(source=group_key(b._namespace, 60, a.peer_id, 0)).to_bytes()
+    genuine = b._node.protocol.cache.get(DHTID.from_bytes(key)) or b._node.protocol.storage.get(DHTID.from_bytes(key))
+    (subkey, (value, expiration)), = genuine.value.items()
+    subkey_bytes = DHTProtocol.serializer.dumps(subkey)
+    assert validator.validate(DHTRecord(key, subkey_bytes, value, expiration))
+    forged = value.replace(b"[signature:", b"[signature:A", 1)
+    assert not validator.validate(DHTRecord(key, subkey_bytes, forged, expiration))
+    assert not validator.validate(DHTRecord(key, subkey_bytes, value, expiration + 1))  # the signature covers it
 
 
 def test_unresponsive_and_stopped_peers_cost_at_most_the_timeout(tmp_path):
