@@ -732,9 +732,9 @@ class DhtExchange:
             # the background: a round's keys are read a few times, then never again
             cache_nearest=0,
             cache_refresh_before_expiry=0,
-            # one key per request: hivemind packs other keys of a lookup into each request (up to chunk_size), and
-            # every node asked that holds one of them answers with its value while another node already sends it (a
-            # group fetch received a third more group bytes than it kept)
+            # one key per request: hivemind packs other keys of a read into each request (up to chunk_size), and a
+            # node asked that holds one of them answers with all of it, though it may not be one of the few replicas
+            # the read merges for that key
             chunk_size=1,
         )
         # BoundedStorage before anyone can store anything (the node only answers RPCs once we return)
@@ -805,7 +805,7 @@ async def _first_replicas(node: DHTNode, keys: list[str], timeout: float) -> dic
             return {}
 
     found = await asyncio.gather(*(one(key) for key in keys))
-    return {key: value for one_key in found for key, value in one_key.items()}
+    return {key: value for result in found for key, value in result.items()}
 
 
 async def _latest_many(node: DHTNode, keys: list[str]) -> dict:

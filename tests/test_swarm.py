@@ -26,7 +26,9 @@ from node.records import (
     encode_pointer, encode_record,
 )
 from node.game.records import StageItem, StageRecord, encode_stage_record
-from node.swarm import BoundedStorage, DhtExchange, RememberingValidator, group_key, shard_of, stage_key
+from node.swarm import (
+    BoundedStorage, DhtExchange, RememberingValidator, _first_replicas, group_key, shard_of, stage_key,
+)
 from node.taskref import TaskRef
 
 pytestmark = pytest.mark.timeout(120)
@@ -421,6 +423,33 @@ def test_a_forged_copy_of_an_accepted_entry_is_still_refused(trio):
     forged = value.replace(b"[signature:", b"[signature:A", 1)
     assert not validator.validate(DHTRecord(key, subkey_bytes, forged, expiration))
     assert not validator.validate(DHTRecord(key, subkey_bytes, value, expiration + 1))  # the signature covers it
+
+
+def test_a_slow_group_lookup_is_given_up_without_dropping_the_others():
+    class Node:  # a DHT node on which one key's lookup hangs (its replicas do not answer)
+        async def get_many(self, keys, num_workers):
+            if keys == ["slow"]:
+                await asyncio.Event().wait()
+            return {keys[0]: "value"}
+
+    started = time.monotonic()
+    found = asyncio.run(_first_replicas(Node(), ["a", "slow", "b"], timeout=0.5))
+    assert found == {"a": "value", "b": "value"}
+    assert time.monotonic() - started < 0.5 + SLACK_S
+
+
+def test_a_read_takes_as_many_shards_as_the_last_density_says_within_bounds(tmp_path):
+    swarm = DhtExchange(load_or_create(tmp_path / "identity.key"), swarm_name=SWARM, directory_shards=80)
+    assert swarm._first_read(32, 80) == 4  # nothing known yet: the first step of a doubling read
+    swarm._measure_shards(16, 8)  # 2 peers a shard: 17 shards hold 32 and one more
+    assert swarm._first_read(32, 80) == 12  # but a wrong estimate must not cost an unbounded read
+    assert swarm._first_read(32, 6) == 6
+    swarm._measure_shards(0, 8)  # an empty read (nobody published yet) says nothing
+    assert swarm._first_read(32, 80) == 12
+    swarm._measure_shards(5 * 16, 5)
+    assert swarm._first_read(32, 80) == 4  # 3 shards would do; never fewer than a read started with
+    swarm._measure_shards(2 * 8, 2)
+    assert swarm._first_read(32, 80) == 5
 
 
 def test_unresponsive_and_stopped_peers_cost_at_most_the_timeout(tmp_path):
