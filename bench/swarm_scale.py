@@ -27,6 +27,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -85,7 +86,7 @@ def rss_of(process: psutil.Process) -> int:
         return 0
 
 
-def run_size(n: int, rounds: int, folder: Path, pool: ThreadPoolExecutor) -> list[dict]:
+def run_size(n: int, rounds: int, folder: Path, pool: ThreadPoolExecutor, on_row: Callable[[dict], None]) -> None:
     me = psutil.Process()
     rss_before = rss_of(me)
     peers: list[DhtExchange] = []
@@ -97,7 +98,6 @@ def run_size(n: int, rounds: int, folder: Path, pool: ThreadPoolExecutor) -> lis
         swarm.start()
         peers.append(swarm)
     join_s = time.monotonic() - started
-    rows = []
     try:
         for round_ in range(1, rounds + 1):
             killing = round_ == rounds and n >= 5
@@ -140,7 +140,7 @@ def run_size(n: int, rounds: int, folder: Path, pool: ThreadPoolExecutor) -> lis
             j_bytes = sum(len(encode_group_record(GroupRecord("x" * 52, round_, i, g)))
                           for i, g in enumerate(sample.groups[:wanted]))
             rss_total = rss_of(me) - rss_before + sum(rss_of(p._daemon) for p in alive if p._daemon)
-            rows.append({
+            row = {
                 "peers": n,
                 "round": round_,
                 "killed_fraction": round(len(killed) / n, 3),
@@ -157,14 +157,13 @@ def run_size(n: int, rounds: int, folder: Path, pool: ThreadPoolExecutor) -> lis
                 "memory_per_peer_mb": round(rss_total / len(alive) / 2**20, 1),
                 "join_s": round(join_s, 1),
                 "loadavg_1m": round(os.getloadavg()[0], 2),
-            })
-            print(json.dumps(rows[-1]), flush=True)
+            }
+            print(json.dumps(row), flush=True)
+            on_row(row)  # written at once: whatever happens while stopping, the rows measured are on disk
     finally:
-        # Each shutdown may wait out its call timeouts (a killed peer's daemon never answers): one after the other,
-        # 64 of them kept the bench from exiting for tens of minutes.
+        # each shutdown is bounded (a crashed daemon is not waited for); side by side, N of them cost about one
         with ThreadPoolExecutor(max(1, len(peers))) as stoppers:
             list(stoppers.map(DhtExchange.shutdown, peers))
-    return rows
 
 
 def main() -> None:
@@ -176,6 +175,11 @@ def main() -> None:
     logging.basicConfig(level=logging.ERROR)
     random.seed(0)
     rows, stopped = [], None
+
+    def on_row(row: dict) -> None:
+        rows.append(row)
+        write(args, rows, stopped)
+
     with ThreadPoolExecutor(8) as pool:
         for n in args.peers:
             if psutil.virtual_memory().available < n * 100 * 2**20 + 2 * 2**30:
@@ -183,11 +187,10 @@ def main() -> None:
                 break
             try:
                 with tempfile.TemporaryDirectory() as folder:
-                    rows += run_size(n, args.rounds, Path(folder), pool)
+                    run_size(n, args.rounds, Path(folder), pool, on_row)
             except NodeError as e:  # a daemon that cannot start on a loaded machine: say so, keep what was measured
                 stopped = f"N={n}: a peer could not join ({e.message}), load average {os.getloadavg()[0]:.1f}"
                 break
-            write(args, rows, stopped)
     write(args, rows, stopped)
 
 

@@ -81,6 +81,11 @@ MAX_ENTRY_TTL_S = 3600.0  # no entry lives longer, whatever its signer asks for
 _CLOCK_SKEW_S = 60.0
 MAX_GAME_POSITION = 3 * MAX_ROUND + 2  # the multi-stage game's clock value of round MAX_ROUND's third stage
 MAX_ENTRIES_PER_KEY = 256  # directory and clock shards: 256 x ~1 KB signed entries
+READ_REPLICAS = 3  # replicas of a directory or clock shard merged by one read (each entry is stored on 5)
+_MAX_READ_WORKERS = 32  # requests in flight for one read (the game reads up to 256 keys at once)
+# Shards a directory or clock read starts with: this many before the swarm's density is known, at most this many
+# after (what a read doubling from 4 reads in two steps), so a wrong estimate costs a bounded read
+_FIRST_READ_SHARDS = (4, 12)
 # Bounds on what one node keeps: storage + cache stay below the message cap, so neither a lookup response nor
 # hivemind's push of our storage to a newcomer can exceed it (an oversized message drops the peer from routing).
 _MAX_MESSAGE_BYTES = 64 * 1024**2
@@ -198,6 +203,7 @@ class DhtExchange:
         self._banned_until: dict[str, float] = {}
         self._last_announced: int | None = None
         self._last_rebootstrap = 0.0
+        self._per_shard = 0.0  # peers per shard in our last directory or clock read that found any
         self.traffic: Counter[str] = Counter()  # bytes of entries received / sent, lookups made (for benches)
 
     @property
@@ -275,12 +281,11 @@ class DhtExchange:
         subkeys.append(self._subkey("d", record.round, shard))
         expiration = get_dht_time() + self._record_ttl
         self.traffic["publish_bytes"] += sum(len(v) for v in values)
-        stored = self._call("publish", lambda node: node.store_many(keys, values, expiration, subkeys=subkeys))
+        stored = self._call("publish", lambda node: _store_many(node, keys, values, expiration, subkeys))
         if not stored:
             logger.warning("Round %d groups were not stored by any peer", record.round)
             return False
-        # store_many answers per (key, subkey) when subkeys are given
-        ok = [bool(stored.get((key, subkey), stored.get(key))) for key, subkey in zip(keys, subkeys)]
+        ok = [bool(stored.get((key, subkey))) for key, subkey in zip(keys, subkeys)]
         if not all(ok):
             logger.info("Round %d: %d of %d entries not stored", record.round, ok.count(False), len(keys))
         return ok[-1] and any(ok[:-1])
@@ -327,7 +332,7 @@ class DhtExchange:
             if not state.reread:
                 state.reread = self._rng.sample(range(self._shards), self._shards)
             unread, state.reread = state.reread[:1], state.reread[1:]
-        batch = 2 if state.shards_read else min(4, len(unread))
+        batch = 2 if state.shards_read else self._first_read(target, len(unread))
         while unread and state.directory_reads < DIRECTORY_READS_PER_SHARD * self._shards:
             shards, unread = unread[:batch], unread[batch:]
             keys = [self._directory_key(round, shard) for shard in shards]
@@ -335,9 +340,10 @@ class DhtExchange:
             state.directory_reads += len(shards)
             state.shards_read.update(shards)
             self.traffic["lookups"] += len(keys)
-            for key, shard in zip(keys, shards):
-                item = (found or {}).get(key)
-                for author, entry in self._dictionary_entries(item):
+            read = [self._dictionary_entries((found or {}).get(key)) for key in keys]
+            self._measure_shards(sum(map(len, read)), len(shards))
+            for entries, shard in zip(read, shards):
+                for author, entry in entries:
                     if author is None or author == self.peer_id or author in state.pool:
                         continue
                     try:
@@ -382,7 +388,8 @@ class DhtExchange:
         keys = {self._group_key(round, peer, index): peer for peer, index in picks.items()}
         state.tried.update(chosen)
         state.fetches += len(chosen)
-        found = self._call("gather", lambda node: node.get_many(list(keys)))
+        lookup_timeout = self._call_timeout * (_RPCS_PER_CALL - 1) / _RPCS_PER_CALL
+        found = self._call("gather", lambda node: _first_replicas(node, list(keys), lookup_timeout))
         self.traffic["lookups"] += len(keys)
         for key, peer in keys.items():
             item = (found or {}).get(key)
@@ -447,12 +454,28 @@ class DhtExchange:
         shards = list(range(self._shards))
         self._rng.shuffle(shards)
         rounds: dict[str, int] = {}
-        batch = 4
+        batch = self._first_read(CLOCK_SAMPLE, len(shards))
         while shards and len(rounds) < CLOCK_SAMPLE:
             reading, shards = shards[:batch], shards[batch:]
-            rounds.update(self._announced(reading, clock_key, MAX_ROUND))
+            found = self._announced(reading, clock_key, MAX_ROUND)
+            self._measure_shards(len(found), len(reading))
+            rounds.update(found)
             rounds.pop(self.peer_id, None)
+            batch = 2 * batch
         return rounds
+
+    def _first_read(self, target: int, unread: int) -> int:
+        """Shards to read at once to find ``target`` peers: as many as our last read's density says (one more for
+        the margin), so that finding them costs one lookup round trip, not two or three in sequence. Never fewer than
+        a first read took before any density is known, never more than its first two steps read."""
+        low, high = _FIRST_READ_SHARDS
+        needed = math.ceil(target / self._per_shard) + 1 if self._per_shard else low
+        return min(unread, max(low, min(high, needed)))
+
+    def _measure_shards(self, entries: int, shards: int) -> None:
+        """Remember how many peers a shard holds (an empty read says nothing: nobody may have published yet)."""
+        if entries and shards:
+            self._per_shard = entries / shards
 
     def swarm_round(self, current: int | None = None) -> int | None:
         """The round to play after ``current`` (default: the last we announced) as a quorum of peers sees it.
@@ -568,7 +591,8 @@ class DhtExchange:
         key, subkey = stage_key(self._namespace, round, stage, self.peer_id), self._subkey("s", round, stage)
         expiration = get_dht_time() + self._record_ttl
         self.traffic["publish_bytes"] += len(value)
-        return bool(self._call("publish", lambda node: node.store(key, value, expiration, subkey=subkey)))
+        stored = self._call("publish", lambda node: _store_many(node, [key], [value], expiration, [subkey]))
+        return bool(stored and stored.get((key, subkey)))
 
     def stage_entries(self, round: int, stage: int, authors: Iterable[str]) -> list[tuple[str | None, Any]]:
         """(signer or None, raw value) of the stage records these peers stored for ``(round, stage)``: one key per
@@ -600,7 +624,8 @@ class DhtExchange:
         shard = shard_of(self.peer_id, self._shards)
         key, subkey = key_of(self._namespace, shard), self._subkey(kind, shard)
         expiration = get_dht_time() + self._record_ttl
-        return bool(self._call("announce", lambda node: node.store(key, value, expiration, subkey=subkey)))
+        stored = self._call("announce", lambda node: _store_many(node, [key], [value], expiration, [subkey]))
+        return bool(stored and stored.get((key, subkey)))
 
     def _announced(self, shards: Iterable[int], key_of: Callable[[str, int], str], maximum: int) -> dict[str, int]:
         """Every authenticated peer's value (0..``maximum``, us included) in these shards of a clock, in one read."""
@@ -698,7 +723,7 @@ class DhtExchange:
             # records. Derive it from the peer id instead: unique per identity, stable across restarts.
             node_id=DHTID.generate(source=self._identity.peer_id.encode()),
             initial_peers=initial_peers,
-            record_validator=CompositeValidator(
+            record_validator=RememberingValidator(
                 [self._signer, SwarmValidator(self._swarm_name, self._shards, admission=self._admission)]
             ),
             wait_timeout=self._call_timeout / _RPCS_PER_CALL,
@@ -707,6 +732,10 @@ class DhtExchange:
             # the background: a round's keys are read a few times, then never again
             cache_nearest=0,
             cache_refresh_before_expiry=0,
+            # one key per request: hivemind packs other keys of a read into each request (up to chunk_size), and a
+            # node asked that holds one of them answers with all of it, though it may not be one of the few replicas
+            # the read merges for that key
+            chunk_size=1,
         )
         # BoundedStorage before anyone can store anything (the node only answers RPCs once we return)
         self._node.protocol.storage = BoundedStorage(self._storage_bytes)
@@ -716,7 +745,7 @@ class DhtExchange:
     async def _stop_node(self) -> None:
         node, p2p, self._node, self._p2p = self._node, self._p2p, None, None
         if node is not None:
-            await self._stop_step(node.shutdown())
+            await self._stop_step(_unless_daemon_exits(node.shutdown(), p2p))
         if p2p is not None:
             await self._stop_step(p2p.shutdown())  # SIGTERM, then wait for the exit
 
@@ -730,10 +759,65 @@ class DhtExchange:
             logger.warning("Error while stopping the swarm node", exc_info=True)
 
 
+async def _unless_daemon_exits(step: Coroutine[Any, Any, None], p2p: P2P | None) -> None:
+    """Run ``step`` (a request to our p2pd) until it is done or the daemon has exited, whichever comes first.
+
+    hivemind's control client never fails the calls pending on a daemon that died (SIGKILL, OOM, crash): they would
+    wait out the whole stop timeout, per node, for an answer that cannot come.
+    """
+    child = getattr(p2p, "_child", None)  # hivemind's asyncio handle on the p2pd process
+    if child is None:
+        await step
+        return
+    work, exited = asyncio.ensure_future(step), asyncio.ensure_future(child.wait())
+    try:
+        await asyncio.wait({work, exited}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (work, exited):
+            task.cancel()
+        await asyncio.gather(work, exited, return_exceptions=True)
+    if not work.cancelled():
+        work.result()  # the step's own error, if any
+
+
+async def _store_many(node: DHTNode, keys: list[str], values: list[Any], expiration: float,
+                      subkeys: list[bytes]) -> dict:
+    """hivemind's ``store_many`` (answers per (key, subkey)) with a beam of twice the replicas, not its default
+    (bucket_size): finding where to store visits every node of the beam, and each answers with its neighbours and
+    whatever it holds under the key (a whole clock shard). The replicas and as many fallbacks are all a store needs.
+    """
+    return await node.store_many(keys, values, expiration, subkeys=subkeys, beam_size=2 * node.num_replicas)
+
+
+async def _first_replicas(node: DHTNode, keys: list[str], timeout: float) -> dict:
+    """Each key's value from the first replica found to hold it: one lookup per key, side by side, each asking one
+    node at a time. In one lookup of all keys, hivemind's workers that run out of keys of their own ask for a key
+    that another worker is already fetching, and every replica asked answers with the whole value.
+
+    Asking one node at a time, a lookup waits out each unresponsive node it meets: one that takes longer than
+    ``timeout`` is given up (its key is missing) rather than making the caller's timeout drop every key.
+    """
+
+    async def one(key: str) -> dict:
+        try:
+            return await asyncio.wait_for(node.get_many([key], num_workers=1), timeout)
+        except TimeoutError:
+            return {}
+
+    found = await asyncio.gather(*(one(key) for key in keys))
+    return {key: value for result in found for key, value in result.items()}
+
+
 async def _latest_many(node: DHTNode, keys: list[str]) -> dict:
-    """Every entry of each shard key, merged over its replicas. The beam is the replicas, not hivemind's default
-    (bucket_size): with the latter, each read of a shard costs a response from up to 20 nodes."""
-    return await node.get_many(keys, sufficient_expiration_time=float("inf"), beam_size=node.num_replicas)
+    """Every entry of each shard key, merged over the nearest few of its replicas. Every node of the beam answers
+    with the whole shard: hivemind's default beam (bucket_size) costs up to 20 copies of it, all its replicas 5;
+    a pointer is stored on all of them, so the union of the nearest ``READ_REPLICAS`` misses it only when none of
+    them got it, and survives one of them dying."""
+    # as many workers as requests needed (hivemind's default is 4 in all), so that a read of a few shards is one
+    # round of requests in parallel rather than several in sequence
+    workers = min(READ_REPLICAS * len(keys), _MAX_READ_WORKERS)
+    return await node.get_many(keys, sufficient_expiration_time=float("inf"), beam_size=READ_REPLICAS,
+                               num_workers=workers)
 
 
 def group_key(namespace: str, round: int, peer: str, index: int) -> str:
@@ -825,6 +909,36 @@ class SwarmValidator(RecordValidatorBase):
     @property
     def priority(self) -> int:
         return 5  # below RSASignatureValidator (10): it sees values unsigned
+
+
+class RememberingValidator(CompositeValidator):
+    """hivemind's CompositeValidator that remembers the records it accepted, so each is checked once.
+
+    A lookup receives the same entry from every replica that answers, and directory and clock shards are re-read
+    every poll: each copy cost an RSA verification (and a group record a full decode) on the DHT loop, the largest
+    share of a gathering node's CPU. An accepted record stays acceptable: its signature does not change, and
+    SwarmValidator's only clock check (expiry not too far ahead) only gets easier as time passes. Rejections are
+    not remembered, so junk cannot crowd out what is kept; memory is bounded by ``size`` digests.
+    """
+
+    def __init__(self, validators: Iterable[RecordValidatorBase], size: int = 8192) -> None:
+        super().__init__(validators)
+        self._accepted: OrderedDict[bytes, None] = OrderedDict()
+        self._size = size
+
+    def validate(self, record: DHTRecord) -> bool:
+        digest = hashlib.blake2b(
+            msgpack.packb([record.key, record.subkey, record.value, record.expiration_time]), digest_size=32
+        ).digest()
+        if digest in self._accepted:
+            self._accepted.move_to_end(digest)
+            return True
+        if not super().validate(record):
+            return False
+        self._accepted[digest] = None
+        if len(self._accepted) > self._size:
+            self._accepted.popitem(last=False)
+        return True
 
 
 class BoundedStorage(DHTLocalStorage):

@@ -14,7 +14,7 @@ from hivemind.dht.crypto import RSASignatureValidator
 from hivemind.dht.node import DHTNode
 from hivemind.dht.protocol import DHTProtocol
 from hivemind.dht.routing import DHTID
-from hivemind.dht.validation import DHTRecord
+from hivemind.dht.validation import DHTRecord, RecordValidatorBase
 from hivemind.p2p import PeerID
 from hivemind.utils.crypto import RSAPrivateKey
 from hivemind.utils.timed_storage import get_dht_time
@@ -26,7 +26,9 @@ from node.records import (
     encode_pointer, encode_record,
 )
 from node.game.records import StageItem, StageRecord, encode_stage_record
-from node.swarm import BoundedStorage, DhtExchange, group_key, shard_of, stage_key
+from node.swarm import (
+    BoundedStorage, DhtExchange, RememberingValidator, _first_replicas, group_key, shard_of, stage_key,
+)
 from node.taskref import TaskRef
 
 pytestmark = pytest.mark.timeout(120)
@@ -382,6 +384,74 @@ def test_storage_is_bounded_in_bytes_and_entries_per_key():
     assert storage.measure() <= 10_000 and storage.refused > 0
 
 
+class CountingValidator(RecordValidatorBase):
+    """Accepts every record but those whose value is b"bad", counting the records it checked."""
+
+    def __init__(self):
+        self.checked = 0
+
+    def validate(self, record):
+        self.checked += 1
+        return record.value != b"bad"
+
+
+def test_a_record_is_checked_once_when_accepted_and_every_time_when_rejected():
+    inner = CountingValidator()
+    validator = RememberingValidator([inner], size=2)
+    good, bad = DHTRecord(b"k", b"s", b"good", 1.0), DHTRecord(b"k", b"s", b"bad", 1.0)
+    assert validator.validate(good) and validator.validate(good)  # a second replica's copy
+    assert inner.checked == 1
+    assert not validator.validate(bad) and not validator.validate(bad)
+    assert inner.checked == 3
+    assert validator.validate(DHTRecord(b"k", b"s", b"good", 2.0))  # any other field: another record
+    assert validator.validate(DHTRecord(b"k2", b"s", b"good", 1.0))
+    assert inner.checked == 5
+    assert validator.validate(good)  # bounded: the oldest was forgotten, so it is checked again
+    assert inner.checked == 6
+
+
+def test_a_forged_copy_of_an_accepted_entry_is_still_refused(trio):
+    a, b, _ = trio
+    assert a.publish(record(a.peer_id, 60, groups=1))
+    assert len(b.gather(60).records) == 1  # b accepted a's genuine entries
+    validator = b._node.protocol.record_validator
+    key = DHTID.generate(source=group_key(b._namespace, 60, a.peer_id, 0)).to_bytes()
+    genuine = b._node.protocol.cache.get(DHTID.from_bytes(key)) or b._node.protocol.storage.get(DHTID.from_bytes(key))
+    (subkey, (value, expiration)), = genuine.value.items()
+    subkey_bytes = DHTProtocol.serializer.dumps(subkey)
+    assert validator.validate(DHTRecord(key, subkey_bytes, value, expiration))
+    forged = value.replace(b"[signature:", b"[signature:A", 1)
+    assert not validator.validate(DHTRecord(key, subkey_bytes, forged, expiration))
+    assert not validator.validate(DHTRecord(key, subkey_bytes, value, expiration + 1))  # the signature covers it
+
+
+def test_a_slow_group_lookup_is_given_up_without_dropping_the_others():
+    class Node:  # a DHT node on which one key's lookup hangs (its replicas do not answer)
+        async def get_many(self, keys, num_workers):
+            if keys == ["slow"]:
+                await asyncio.Event().wait()
+            return {keys[0]: "value"}
+
+    started = time.monotonic()
+    found = asyncio.run(_first_replicas(Node(), ["a", "slow", "b"], timeout=0.5))
+    assert found == {"a": "value", "b": "value"}
+    assert time.monotonic() - started < 0.5 + SLACK_S
+
+
+def test_a_read_takes_as_many_shards_as_the_last_density_says_within_bounds(tmp_path):
+    swarm = DhtExchange(load_or_create(tmp_path / "identity.key"), swarm_name=SWARM, directory_shards=80)
+    assert swarm._first_read(32, 80) == 4  # nothing known yet: the first step of a doubling read
+    swarm._measure_shards(16, 8)  # 2 peers a shard: 17 shards hold 32 and one more
+    assert swarm._first_read(32, 80) == 12  # but a wrong estimate must not cost an unbounded read
+    assert swarm._first_read(32, 6) == 6
+    swarm._measure_shards(0, 8)  # an empty read (nobody published yet) says nothing
+    assert swarm._first_read(32, 80) == 12
+    swarm._measure_shards(5 * 16, 5)
+    assert swarm._first_read(32, 80) == 4  # 3 shards would do; never fewer than a read started with
+    swarm._measure_shards(2 * 8, 2)
+    assert swarm._first_read(32, 80) == 5
+
+
 def test_unresponsive_and_stopped_peers_cost_at_most_the_timeout(tmp_path):
     with swarms(tmp_path, 2, call_timeout=3.0) as (a, b):
         assert a.publish(record(a.peer_id, 1, groups=2))
@@ -428,6 +498,20 @@ def test_shutdown_kills_a_hung_daemon(tmp_path):
     assert time.monotonic() - started < 2 * 1.0 + SLACK_S
     assert wait_until_gone(identity)
     assert swarm.timeouts["shutdown"] >= 1
+
+
+def test_shutdown_after_the_daemon_crashed_does_not_wait_for_it(tmp_path):
+    # a SIGKILLed p2pd never answers the DHT's requests to stop: a 30 s stop timeout must not be waited out
+    identity = load_or_create(tmp_path / "identity.key")
+    swarm = DhtExchange(identity, swarm_name=SWARM, host="127.0.0.1", call_timeout=30.0)
+    swarm.start()
+    (daemon,) = daemons_of(identity)
+    daemon.kill()
+    started = time.monotonic()
+    swarm.shutdown()
+    assert time.monotonic() - started < SLACK_S
+    assert not swarm.timeouts["shutdown"]
+    assert wait_until_gone(identity)
 
 
 @pytest.mark.parametrize(

@@ -2,12 +2,15 @@
 
 import random
 import time
+from collections import Counter
+from contextlib import contextmanager
 
 import pytest
+from hivemind.dht.routing import DHTID
 
 from node.identity import load_or_create
 from node.records import GroupRecord, encode_group_record
-from node.swarm import DhtExchange
+from node.swarm import READ_REPLICAS, DhtExchange, directory_key, group_key
 from tests.test_swarm import CALL_TIMEOUT, record
 
 pytestmark = pytest.mark.timeout(300)
@@ -82,6 +85,86 @@ def test_one_peer_announcing_a_far_future_round_is_ignored(sixteen):
     attacker.announce_round(10**9)
     for swarm in honest[:3]:
         assert swarm.swarm_round(current=1) == 1
+
+
+@contextmanager
+def calls_of(swarm):
+    """The operations of the DHT calls ``swarm`` makes (one per round trip of its caller) inside the block."""
+    made = []
+    original = swarm._call
+    swarm._call = lambda op, make: made.append(op) or original(op, make)
+    try:
+        yield made
+    finally:
+        del swarm._call
+
+
+@contextmanager
+def answers_to(swarm):
+    """(key id, peer asked, whether it answered with a value) for each key of each find request ``swarm`` sends."""
+    answers = []
+    protocol = swarm._node.protocol
+    original = protocol.call_find
+
+    async def call_find(peer, keys):
+        response = await original(peer, keys)
+        for key in keys:
+            found = response is not None and key in response and response[key][0] is not None
+            answers.append((key, peer, found))
+        return response
+
+    protocol.call_find = call_find
+    try:
+        yield answers
+    finally:
+        del protocol.call_find
+
+
+def test_a_gather_reads_the_directory_in_one_round_trip_once_it_knows_the_swarm(sixteen):
+    swarms, _ = sixteen
+    me = swarms[5]
+    me.gather(1)  # learns how many peers a shard holds
+    me._rounds.clear()
+    with calls_of(me) as made:
+        assert len(me.gather(1).records) == J
+    assert made == ["gather", "gather"]  # the directory, then the groups
+
+
+def test_a_clock_read_is_one_round_trip_once_it_knows_the_swarm(sixteen):
+    swarms, _ = sixteen
+    for swarm in swarms:
+        swarm.announce_round(1)
+    me = swarms[6]
+    me.announced_rounds()
+    with calls_of(me) as made:
+        assert len(me.announced_rounds()) == PEERS - 1
+    assert made == ["clock"]
+
+
+def test_each_group_is_received_once_and_each_shard_from_few_replicas(sixteen):
+    swarms, published = sixteen
+    groups, shards = Counter(), Counter()
+    for me in swarms[7:11]:  # nodes that never gathered round 1: nothing of it in their cache
+        with answers_to(me) as answers:
+            assert len(me.gather(1).records) == J
+        group_ids = {DHTID.generate(source=group_key(me._namespace, 1, peer, i)) for peer in published for i in range(8)}
+        shard_ids = {DHTID.generate(source=directory_key(me._namespace, 1, s)) for s in range(me._shards)}
+        groups.update((me.peer_id, key) for key, _, found in answers if found and key in group_ids)
+        shards.update((me.peer_id, key) for key, _, found in answers if found and key in shard_ids)
+    # a group from the first replica that has it (several lookup workers asking for it at once each got it whole);
+    # a shard merged over READ_REPLICAS of its 5 replicas (one more: a worker may ask a node that proves farther)
+    assert groups and max(groups.values()) == 1, groups
+    assert shards and max(shards.values()) <= READ_REPLICAS + 1, shards
+
+
+def test_publishing_does_not_ask_every_peer(sixteen, tmp_path):
+    swarms, _ = sixteen
+    me = swarms[11]
+    with answers_to(me) as answers:
+        assert me.publish(record(me.peer_id, 3, groups=1))
+    asked = {key: {peer for k, peer, _ in answers if k == key} for key, _, _ in answers}
+    # per key, the replicas (5) and as many fallbacks, not hivemind's default beam of 20: every other peer here
+    assert len(asked) == 2 and max(map(len, asked.values())) <= 2 * me._node.num_replicas + 2, asked
 
 
 def test_late_join_and_churn(sixteen, tmp_path):
