@@ -46,6 +46,7 @@ def draw(rows: list[tuple[str, dict]], out: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=110)
+    ax.set_xticks(sorted({int(n) for _, run in rows for n in run["greedy"]}))
     for i, (label, run) in enumerate(rows):
         color = f"C{i}"
         for kind, style, marker in (("greedy", "-", "o"), ("sampled", "--", "^")):

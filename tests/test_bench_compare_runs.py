@@ -1,0 +1,37 @@
+"""bench/compare_runs.py: the table and curves drawn from swarm_vs_solo results files."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _compare():
+    spec = importlib.util.spec_from_file_location("compare_runs", REPO / "bench" / "compare_runs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _results(folder: Path, greedy: dict, sampled: dict | None) -> Path:
+    folder.mkdir(parents=True)
+    run = {"config": "I=2,J=2", "seed": 0, "heldout_by_round": greedy, "heldout_sampled_by_round": sampled,
+           "minutes": 30.5, "cumulative_reward": 12.0, "outcome": "complete"}
+    (folder / "learning.json").write_text(json.dumps({"runs": [run]}))
+    return folder
+
+
+def test_each_result_is_a_row_of_greedy_and_sampled_accuracy_and_a_pair_of_curves(tmp_path):
+    compare = _compare()
+    full = _results(tmp_path / "full", {"0": 0.25, "5": 0.5}, {"0": 0.125, "5": 0.375})
+    greedy_only = _results(tmp_path / "lora", {"0": 0.25, "5": 0.3125}, None)
+    rows = [("full", compare.curves(full)[0]), ("lora", compare.curves(greedy_only)[0])]
+    lines = compare.table(rows).splitlines()
+    assert lines[0] == "| run | round 0 | round 5 | cumulative reward | minutes |"
+    assert lines[2] == "| full | 0.250 / 0.125 | 0.500 / 0.375 | 12.0 | 30.5 |"
+    assert lines[3] == "| lora | 0.250 | 0.312 | 12.0 | 30.5 |"
+    compare.draw(rows, tmp_path / "curves.png")
+    assert (tmp_path / "curves.png").stat().st_size > 10_000
