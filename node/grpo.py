@@ -143,7 +143,7 @@ class Policy:
     ) -> tuple[list[Completion], list[list[Completion]]]:
         """Each prompt's greedy answer and ``samples`` sampled ones: what a greedy and a sampled :meth:`generate`
         return, with the prompts prefilled once for both where the model allows it (held-out evaluation answers every
-        question both ways, and the prompts are most of its tokens)."""
+        question both ways)."""
         if samples < 1:
             raise ValueError("greedy_and_sampled needs at least one sample a prompt; use generate(greedy=True)")
         sampler = self.sampling_model()
