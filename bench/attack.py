@@ -1,0 +1,225 @@
+"""Hostile peers, measured: two honest node processes train N rounds without and with the adversary of
+tests/test_swarm_adversary_training.py, with the same settings and seeds, and a node restarted after each run.
+
+The adversary announces far-future rounds, publishes for a round out of reach, floods every round it sees with
+groups from many free identities (an honest task and question, a payload around the answer) and stuffs junk keys
+with long expiry. Per condition the bench reports rounds finished vs asked, gather and round seconds, peak RSS of
+each honest node (the node process with its children except the p2p daemon; the daemon separately), peer groups
+trained on, rejected groups by reason (from each run's metrics.jsonl), the highest round played (the clock stayed
+with the honest rounds or not) and whether a node restarted afterwards started and played a round. It uses the tiny
+random model, so a round costs seconds and the time measured is the swarm's, not the model's::
+
+    PYTHONPATH=. python bench/attack.py --rounds 6
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from node.events import RoundFinished  # noqa: E402
+from node.identity import load_or_create  # noqa: E402
+from node.runstore import RunStore  # noqa: E402
+from node.swarm import DhtExchange  # noqa: E402
+from tests.nodes import NodeProcess  # noqa: E402
+from tests.test_swarm_adversary_training import Adversary, _config  # noqa: E402
+
+RESULTS = REPO / "bench" / "results" / "attack.json"
+NODE_TIMEOUT_S = 600
+RSS_EVERY_S = 0.5
+DAEMON = "p2pd"
+
+
+class PeakRss:
+    """Samples a process tree until stopped: peak RSS of the node with its children except the p2p daemon, and of
+    the daemon(s) alone, so that the daemon's buffers under a flood show apart from the Python node's."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.node_mb = 0.0
+        self.daemon_mb = 0.0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop.wait(RSS_EVERY_S):
+            try:
+                root = psutil.Process(self.pid)
+                tree = [root, *root.children(recursive=True)]
+                node = daemon = 0
+                for process in tree:
+                    rss = process.memory_info().rss
+                    if process.name() == DAEMON:
+                        daemon += rss
+                    else:
+                        node += rss
+            except psutil.Error:  # the node exited, or a child came and went between listing and reading
+                continue
+            self.node_mb = max(self.node_mb, node / 2**20)
+            self.daemon_mb = max(self.daemon_mb, daemon / 2**20)
+
+    def finish(self) -> dict:
+        self.stop.set()
+        self.thread.join(10)
+        return {"node_mb": round(self.node_mb, 1), "p2pd_mb": round(self.daemon_mb, 1)}
+
+
+def summarize(metrics: list[RoundFinished], asked: int) -> dict:
+    """One honest node's rounds, from its metrics.jsonl."""
+
+    def spread(values: list[float]) -> dict:
+        if not values:
+            return {"p50": None, "p95": None, "max": None}
+        ordered = sorted(values)
+        p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+        return {"p50": round(statistics.median(ordered), 2), "p95": round(p95, 2), "max": round(ordered[-1], 2)}
+
+    rejected: Counter[str] = Counter()
+    for row in metrics:
+        rejected.update(row.rejected_reasons)
+    return {
+        "gather_s_by_round": {row.round: round(row.seconds_gather, 2) for row in metrics},
+        "rounds_finished": len(metrics), "rounds_asked": asked, "rounds_lost": max(0, asked - len(metrics)),
+        "gather_s": spread([row.seconds_gather for row in metrics]),
+        "round_s": spread([row.seconds_total for row in metrics]),
+        "groups_used": sum(row.groups_used for row in metrics),
+        "groups_received": sum(row.groups_received for row in metrics),
+        "rejected": dict(sorted(rejected.items())),
+        "max_round": max((row.round for row in metrics), default=None),
+    }
+
+
+def run_condition(model: str, work: Path, *, rounds: int, attack: bool, identities: int) -> dict:
+    configs = {"a": _config(model, work / "a", rounds=rounds)}
+    a = NodeProcess(configs["a"], name="a")
+    a.send("pause")
+    nodes, samplers, adversary, attacker = [a], {}, None, None
+    started_at = time.monotonic()
+    try:
+        started_a = a.wait_for(lambda e: e.kind == "node_started")
+        invite = started_a.invite
+        configs["b"] = _config(model, work / "b", rounds=rounds, join=invite)
+        b = NodeProcess(configs["b"], name="b")
+        b.send("pause")
+        nodes.append(b)
+        ids = [started_a.peer_id, b.wait_for(lambda e: e.kind == "node_started").peer_id]
+        for node in nodes:
+            node.wait_for(lambda e: e.kind == "state_changed" and e.state == "paused")
+        if attack:
+            attacker = DhtExchange(load_or_create(work / "attacker.key"), swarm_name="test", host="127.0.0.1",
+                                   initial_peers=invite, groups_wanted=1, call_timeout=5.0)
+            attacker.start()
+            adversary = Adversary(attacker, ids, identities=identities)
+            adversary.thread.start()
+        samplers = {n.name: PeakRss(n.pid) for n in nodes}
+        for node in nodes:
+            node.send("resume")
+        for node in nodes:
+            node.finish(timeout=NODE_TIMEOUT_S)
+    finally:
+        if adversary is not None:
+            adversary.stop.set()
+            adversary.thread.join(60)
+        if attacker is not None:
+            attacker.shutdown()
+        for node in nodes:
+            if node.process.poll() is None:
+                node.kill_tree()
+    result = {"attack": attack, "seconds": round(time.monotonic() - started_at, 1), "nodes": {}}
+    for node in nodes:
+        result["nodes"][node.name] = (summarize(RunStore(configs[node.name].run_dir).metrics(), rounds)
+                                      | {"peak_rss": samplers[node.name].finish() if node.name in samplers else None,
+                                         "exit_code": node.returncode})
+    if adversary is not None:
+        result["adversary"] = {"identities": identities, "rounds_flooded": sorted(adversary.rounds_flooded)}
+    result["restart"] = restart(model, work, rounds=rounds)
+    return result
+
+
+def restart(model: str, work: Path, *, rounds: int) -> dict:
+    """Node a again, alone, asked for one more round: it must start from its checkpoint and play that round."""
+    again = NodeProcess(_config(model, work / "a", rounds=rounds + 1), name="a-again")
+    started = None
+    try:
+        started = again.wait_for(lambda e: e.kind == "node_started")
+        again.finish(timeout=NODE_TIMEOUT_S)
+    except AssertionError:  # it did not start: that is the finding, reported below
+        pass
+    finally:
+        if again.process.poll() is None:
+            again.kill_tree()
+    return {"started": started is not None, "resumed_from_round": started and started.resumed_from_round,
+            "rounds_played": len(again.events_of("round_finished")), "exit_code": again.returncode}
+
+
+def table(results: list[dict]) -> str:
+    """Markdown: one row per (condition, honest node)."""
+    lines = ["| condition | node | rounds (lost) | gather s p50 / p95 / max | round s p50 / max "
+             "| peak RSS node / p2pd MB | peer groups used / received | rejected | max round "
+             "| restart: started, rounds played |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for result in results:
+        condition = "attack" if result["attack"] else "no attack"
+        restart_ = result["restart"]
+        for name, node in result["nodes"].items():
+            gather, round_s, rss = node["gather_s"], node["round_s"], node["peak_rss"] or {}
+            rejected = ", ".join(f"{k} {v}" for k, v in node["rejected"].items()) or "none"
+            again = f"{'yes' if restart_['started'] else 'no'}, {restart_['rounds_played']}" if name == "a" else ""
+            lines.append(
+                f"| {condition} | {name} | {node['rounds_finished']}/{node['rounds_asked']} ({node['rounds_lost']}) "
+                f"| {gather['p50']} / {gather['p95']} / {gather['max']} | {round_s['p50']} / {round_s['max']} "
+                f"| {rss.get('node_mb')} / {rss.get('p2pd_mb')} | {node['groups_used']} / {node['groups_received']} "
+                f"| {rejected} | {node['max_round']} | {again} |")
+    return "\n".join(lines)
+
+
+def tiny_model(work: Path) -> str:
+    from node import models  # torch loads in this process only to build the model
+    from tests.tiny_model import tiny_random
+
+    return str(tiny_random(models.resolve(models.BUNDLED), work / "tiny-model"))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--identities", type=int, default=12, help="sybil identities the adversary floods with")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="attack-bench-") as tmp:
+        work = Path(tmp)
+        model = tiny_model(work)
+        load_before = os.getloadavg()[0]
+        results = []
+        for attack in (False, True):
+            print(f"{'with' if attack else 'without'} the adversary, {args.rounds} rounds", flush=True)
+            results.append(run_condition(model, work / ("attack" if attack else "clean"), rounds=args.rounds,
+                                         attack=attack, identities=args.identities))
+    report = {"bench": "attack", "model": "tiny random (2 layers, hidden 64)", "rounds": args.rounds,
+              "machine": {"cpus": psutil.cpu_count(), "platform": platform.platform(),
+                          "load_average_1min": [round(load_before, 1), round(os.getloadavg()[0], 1)]},
+              "rss": "node = the node process and its children except p2pd; p2pd = the p2p daemon alone",
+              "conditions": results}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(table(results))
+
+
+if __name__ == "__main__":
+    main()
