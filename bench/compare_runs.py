@@ -45,7 +45,7 @@ def draw(rows: list[tuple[str, dict]], out: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=110)
+    fig, ax = plt.subplots(figsize=(10.5, 4.5), dpi=110)
     ax.set_xticks(sorted({int(n) for _, run in rows for n in run["greedy"]}))
     for i, (label, run) in enumerate(rows):
         color = f"C{i}"
@@ -58,7 +58,7 @@ def draw(rows: list[tuple[str, dict]], out: Path) -> None:
     ax.set_ylabel("held-out exact accuracy (mean of nodes)")
     ax.set_title("Held-out accuracy on unseen tasks: greedy (solid) and sampled answers (dashed)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out)
