@@ -126,7 +126,7 @@ class Policy:
         try:
             input_ids, attention = self._padded(prompts, sampler)
             cache = None
-            if num_generations > 1 and input_ids.size(1) > 1 and _prompt_sharing_is_exact(sampler):
+            if num_generations > 1 and _shares_prompts(sampler, input_ids):
                 # generate() repeats each prompt G times before its prefill, so every prompt would run G times; here
                 # it runs once and generate() continues every copy from its cache (only the last prompt token is new).
                 cache = _prompt_cache(sampler, input_ids, attention)
@@ -150,7 +150,7 @@ class Policy:
         try:
             input_ids, attention = self._padded(prompts, sampler)
             greedy_cache = sampled_cache = None
-            if input_ids.size(1) > 1 and _prompt_sharing_is_exact(sampler):
+            if _shares_prompts(sampler, input_ids):
                 greedy_cache = _prompt_cache(sampler, input_ids, attention)
                 sampled_cache = copy.deepcopy(greedy_cache)  # generate() appends to the cache it is given
                 sampled_cache.batch_repeat_interleave(samples)
@@ -445,6 +445,12 @@ def _prompt_sharing_is_exact(causal_lm) -> bool:
         and _full_attention_only(causal_lm)
         and "position_ids" in inspect.signature(causal_lm.base_model.forward).parameters
     )
+
+
+def _shares_prompts(sampler, input_ids: torch.Tensor) -> bool:
+    """Whether to prefill these padded prompts once (:func:`_prompt_cache`): the model allows it, and the batch is
+    wider than the one token generate() must be given to start from."""
+    return input_ids.size(1) > 1 and _prompt_sharing_is_exact(sampler)
 
 
 def _prompt_cache(causal_lm, input_ids: torch.Tensor, attention: torch.Tensor):
