@@ -589,10 +589,8 @@ class DhtExchange:
     def publish_stage(self, round: int, stage: int, value: bytes) -> bool:
         """Store our encoded stage record (:mod:`node.game.records`) for ``(round, stage)``."""
         key, subkey = stage_key(self._namespace, round, stage, self.peer_id), self._subkey("s", round, stage)
-        expiration = get_dht_time() + self._record_ttl
         self.traffic["publish_bytes"] += len(value)
-        stored = self._call("publish", lambda node: _store_many(node, [key], [value], expiration, [subkey]))
-        return bool(stored and stored.get((key, subkey)))
+        return self._store_entry("publish", key, value, subkey)
 
     def stage_entries(self, round: int, stage: int, authors: Iterable[str]) -> list[tuple[str | None, Any]]:
         """(signer or None, raw value) of the stage records these peers stored for ``(round, stage)``: one key per
@@ -623,8 +621,12 @@ class DhtExchange:
         """Store ``value`` as our entry in our shard of a clock (``key_of``: :func:`clock_key`, ...)."""
         shard = shard_of(self.peer_id, self._shards)
         key, subkey = key_of(self._namespace, shard), self._subkey(kind, shard)
+        return self._store_entry("announce", key, value, subkey)
+
+    def _store_entry(self, call: str, key: str, value: Any, subkey: bytes) -> bool:
+        """Store one entry of ours under ``key`` until now + the record TTL; whether a replica took it."""
         expiration = get_dht_time() + self._record_ttl
-        stored = self._call("announce", lambda node: _store_many(node, [key], [value], expiration, [subkey]))
+        stored = self._call(call, lambda node: _store_many(node, [key], [value], expiration, [subkey]))
         return bool(stored and stored.get((key, subkey)))
 
     def _announced(self, shards: Iterable[int], key_of: Callable[[str, int], str], maximum: int) -> dict[str, int]:
