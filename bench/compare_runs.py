@@ -8,7 +8,12 @@ this draws their results together::
         --labels "all weights, lr 1e-5" "LoRA r16, lr 1e-4" --out bench/results/adapter/heldout.png
 
 Each folder holds a ``learning.json``; every run in it becomes a greedy (solid) and, where the evaluation sampled
-answers, a sampled (dashed) curve of the mean over its nodes.
+answers, a sampled (dashed) curve of the mean over its nodes. ``--config`` and ``--seeds`` pick runs out of a sweep;
+``--mean`` draws one curve per label and configuration, the mean over its seeds (folders given the same label are
+one setting, e.g. one folder per seed)::
+
+    python bench/compare_runs.py bench/results bench/results/decay/s0 bench/results/decay/s1 \
+        --labels constant decay decay --config I=2,J=2 --seeds 0 1 --mean
 """
 
 from __future__ import annotations
@@ -18,11 +23,32 @@ import json
 from pathlib import Path
 
 
+def curve(run: dict) -> dict:
+    """What the table and the chart use of one run of a results file."""
+    return {"config": run["config"], "seed": run["seed"], "greedy": run["heldout_by_round"],
+            "sampled": run.get("heldout_sampled_by_round") or {}, "minutes": run["minutes"],
+            "cumulative_reward": run["cumulative_reward"], "outcome": run["outcome"]}
+
+
 def curves(folder: Path) -> list[dict]:
-    result = json.loads((folder / "learning.json").read_text())
-    return [{"config": run["config"], "seed": run["seed"], "greedy": run["heldout_by_round"],
-             "sampled": run.get("heldout_sampled_by_round") or {}, "minutes": run["minutes"],
-             "cumulative_reward": run["cumulative_reward"], "outcome": run["outcome"]} for run in result["runs"]]
+    return [curve(run) for run in json.loads((folder / "learning.json").read_text())["runs"]]
+
+
+def mean_over_seeds(runs: list[dict]) -> list[dict]:
+    """One run per configuration: accuracies averaged over its seeds at the rounds every seed evaluated."""
+    merged = []
+    for config in dict.fromkeys(run["config"] for run in runs):
+        same = [run for run in runs if run["config"] == config]
+        row = {"config": config, "seed": "+".join(str(run["seed"]) for run in same),
+               "outcome": "mean of " + ", ".join(run["outcome"] for run in same)}
+        for kind in ("greedy", "sampled"):
+            rounds = set.intersection(*(set(run[kind]) for run in same))
+            row[kind] = {n: round(sum(run[kind][n] for run in same) / len(same), 4)
+                         for n in sorted(rounds, key=int)}
+        for key in ("cumulative_reward", "minutes"):
+            row[key] = round(sum(run[key] for run in same) / len(same), 1)
+        merged.append(row)
+    return merged
 
 
 def table(rows: list[tuple[str, dict]]) -> str:
@@ -67,17 +93,27 @@ def draw(rows: list[tuple[str, dict]], out: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("folders", nargs="+", type=Path, help="folders with a learning.json")
-    parser.add_argument("--labels", nargs="+", help="one per folder (default: the folder's name)")
+    parser.add_argument("--labels", nargs="+", help="one per folder (default: the folder's name); folders with the same label are one setting")
     parser.add_argument("--out", type=Path, help="PNG of the curves")
+    parser.add_argument("--config", help="only runs of this configuration (e.g. I=2,J=2)")
+    parser.add_argument("--seeds", nargs="+", type=int, help="only runs of these seeds")
+    parser.add_argument("--mean", action="store_true", help="one row per label and configuration: the mean over its seeds")
     args = parser.parse_args()
     labels = args.labels or [folder.name for folder in args.folders]
     if len(labels) != len(args.folders):
         parser.error("give one label per folder")
-    rows = []
+    picked: dict[str, list[dict]] = {}  # by label: folders may share one, e.g. one folder per seed of a setting
     for label, folder in zip(labels, args.folders, strict=True):
-        runs = curves(folder)
+        picked.setdefault(label, []).extend(
+            run for run in curves(folder) if (args.config is None or run["config"] == args.config)
+            and (args.seeds is None or run["seed"] in args.seeds))
+    rows = []
+    for label, runs in picked.items():
+        if args.mean:
+            runs = mean_over_seeds(runs)
         for run in runs:
-            suffix = f" ({run['config']}, seed {run['seed']})" if len(runs) > 1 else ""
+            seeds = "seeds" if args.mean else "seed"
+            suffix = f" ({run['config']}, {seeds} {run['seed']})" if len(runs) > 1 else ""
             rows.append((label + suffix, run))
     print("held-out exact accuracy, greedy / sampled answers:")
     print(table(rows))

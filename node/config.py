@@ -76,6 +76,11 @@ class TrainingSettings(_Section):
     temperature: float = Field(1.0, gt=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     learning_rate: float = Field(5e-6, gt=0.0, le=1e-2)
+    lr_decay_rounds: int = Field(
+        0, ge=0, le=1_000_000,
+        description="N > 0: update k uses learning_rate / sqrt(1 + k / N), halved after 3N updates, so later rounds "
+        "take smaller steps; 0 = constant",
+    )
     beta: float = Field(0.0, ge=0.0, description="KL coefficient; 0 = no reference model (as in SAPO)")
     epsilon: float = Field(0.2, gt=0.0, lt=1.0, description="lower clip range")
     epsilon_high: float = Field(0.28, gt=0.0, lt=1.0, description="upper clip range")

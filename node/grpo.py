@@ -532,15 +532,18 @@ class GrpoLearner:
         self, policy: Policy, *, output_dir: Path, device: str, mixed_bf16: bool, num_generations: int,
         max_new_tokens: int, learning_rate: float, beta: float, epsilon: float, epsilon_high: float, loss_type: str,
         max_grad_norm: float, seed: int, micro_batch_groups: int = 0, lora: LoraSettings | None = None,
-        adapter_dir: Path | None = None, adamw_8bit: bool = False,
+        adapter_dir: Path | None = None, adamw_8bit: bool = False, lr_decay_rounds: int = 0,
     ) -> None:
         """``lora`` trains an adapter; ``adapter_dir`` resumes one saved by :meth:`save_adapter`.
+
+        ``lr_decay_rounds`` N > 0 scales the learning rate of update k by 1 / sqrt(1 + k / N); 0 keeps it constant.
 
         ``adamw_8bit`` keeps AdamW's two moments block-wise quantized to 8 bits (bitsandbytes; the update itself is
         computed in float32): 2 bytes per parameter instead of 8, the largest item of a full fine-tune.
         """
         self.policy = policy
         self.micro_batch_groups = micro_batch_groups
+        self.lr_decay_rounds = lr_decay_rounds
         self.adapter = RoundAdapter(eos_id=policy.eos_ids[0])
         with SETTING_UP:
             args = GRPOConfig(
@@ -617,6 +620,10 @@ class GrpoLearner:
     def global_step(self, value: int) -> None:
         self.trainer.state.global_step = value
 
+    def learning_rate_factor(self, updates_done: int) -> float:
+        """The configured learning rate's multiplier for the update after ``updates_done`` earlier ones."""
+        return 1.0 if not self.lr_decay_rounds else 1.0 / math.sqrt(1.0 + updates_done / self.lr_decay_rounds)
+
     def step(self, groups: list[TrainGroup]) -> StepStats:
         started = time.perf_counter()
         if any(len(g.completions) != self.num_generations for g in groups):
@@ -634,8 +641,11 @@ class GrpoLearner:
             trainer.current_gradient_accumulation_steps = len(groups) / len(chunk)
             loss += float(trainer.training_step(trainer.model, self.adapter.load(chunk), None).item())
         norm = torch.nn.utils.clip_grad_norm_(trainer.model.parameters(), trainer.args.max_grad_norm or math.inf)
+        # Set from the update count rather than stepped by the scheduler, so a run resumed from a checkpoint (which
+        # restores global_step) continues the decay where it stopped.
+        for group, base in zip(trainer.optimizer.param_groups, trainer.lr_scheduler.base_lrs, strict=True):
+            group["lr"] = base * self.learning_rate_factor(trainer.state.global_step)
         trainer.optimizer.step()
-        trainer.lr_scheduler.step()
         trainer.optimizer.zero_grad(set_to_none=True)
         trainer.state.global_step += 1
         metrics = trainer._metrics["train"]

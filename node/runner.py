@@ -186,7 +186,7 @@ class SwarmNode:
             learning_rate=train.learning_rate, beta=train.beta, epsilon=train.epsilon,
             epsilon_high=train.epsilon_high, loss_type=train.loss_type, max_grad_norm=train.max_grad_norm,
             seed=cfg.run.seed, micro_batch_groups=train.micro_batch_groups, lora=lora, adapter_dir=adapter_dir,
-            adamw_8bit=adamw_8bit,
+            adamw_8bit=adamw_8bit, lr_decay_rounds=train.lr_decay_rounds,
         )
         if latest:
             folder, state = latest

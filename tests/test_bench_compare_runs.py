@@ -16,11 +16,14 @@ def _compare():
     return module
 
 
+def _run(greedy: dict, sampled: dict | None, seed: int = 0, config: str = "I=2,J=2", reward: float = 12.0) -> dict:
+    return {"config": config, "seed": seed, "heldout_by_round": greedy, "heldout_sampled_by_round": sampled,
+            "minutes": 30.5, "cumulative_reward": reward, "outcome": "complete"}
+
+
 def _results(folder: Path, greedy: dict, sampled: dict | None) -> Path:
     folder.mkdir(parents=True)
-    run = {"config": "I=2,J=2", "seed": 0, "heldout_by_round": greedy, "heldout_sampled_by_round": sampled,
-           "minutes": 30.5, "cumulative_reward": 12.0, "outcome": "complete"}
-    (folder / "learning.json").write_text(json.dumps({"runs": [run]}))
+    (folder / "learning.json").write_text(json.dumps({"runs": [_run(greedy, sampled)]}))
     return folder
 
 
@@ -35,3 +38,18 @@ def test_each_result_is_a_row_of_greedy_and_sampled_accuracy_and_a_pair_of_curve
     assert lines[3] == "| lora | 0.250 | 0.312 | 12.0 | 30.5 |"
     compare.draw(rows, tmp_path / "curves.png")
     assert (tmp_path / "curves.png").stat().st_size > 10_000
+
+
+def test_the_mean_over_seeds_keeps_configurations_apart_and_only_rounds_every_seed_reached():
+    compare = _compare()
+    runs = [compare.curve(run) for run in (
+        _run({"0": 0.25, "5": 0.5, "10": 0.75}, {"0": 0.125}, seed=0, reward=10.0),
+        _run({"0": 0.25, "5": 0.25}, {"0": 0.375}, seed=1, reward=14.0),
+        _run({"0": 0.5}, None, seed=0, config="I=4,J=0"),
+    )]
+    shared, solo = compare.mean_over_seeds(runs)
+    assert (shared["config"], shared["seed"]) == ("I=2,J=2", "0+1")
+    assert shared["greedy"] == {"0": 0.25, "5": 0.375}
+    assert shared["sampled"] == {"0": 0.25}
+    assert shared["cumulative_reward"] == 12.0
+    assert (solo["seed"], solo["greedy"], solo["sampled"]) == ("0", {"0": 0.5}, {})

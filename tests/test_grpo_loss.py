@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ COSINE, RELATIVE = 0.999, 0.02
 
 
 def _learner(model_dir: Path, tmp_path: Path, loss_type: str, micro_batch_groups: int = 0,
-             adamw_8bit: bool = False) -> GrpoLearner:
+             adamw_8bit: bool = False, lr_decay_rounds: int = 0) -> GrpoLearner:
     torch.manual_seed(0)
     with models.LOADING:  # learners may be set up in threads (below)
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
@@ -29,7 +30,7 @@ def _learner(model_dir: Path, tmp_path: Path, loss_type: str, micro_batch_groups
     return GrpoLearner(
         policy, output_dir=tmp_path / "trl", device="cpu", mixed_bf16=False, num_generations=G, max_new_tokens=8,
         learning_rate=1e-3, beta=0.0, epsilon=0.2, epsilon_high=0.28, loss_type=loss_type, max_grad_norm=1.0, seed=0,
-        micro_batch_groups=micro_batch_groups, adamw_8bit=adamw_8bit,
+        micro_batch_groups=micro_batch_groups, adamw_8bit=adamw_8bit, lr_decay_rounds=lr_decay_rounds,
     )
 
 
@@ -146,6 +147,19 @@ def test_step_updates_weights_once_per_round(tiny_model_dir, tmp_path):
     with pytest.raises(ValueError, match="exactly 4 completions"):
         learner.step([TrainGroup(prompt_ids=(1, 2), completions=_batch(learner.policy)[0].completions[:3],
                                  rewards=(0.0, 1.0, 0.0))])
+
+
+def test_learning_rate_decays_with_updates_and_continues_after_a_resume(tiny_model_dir, tmp_path):
+    learner = _learner(tiny_model_dir, tmp_path, "grpo", lr_decay_rounds=2)
+    batch = _batch(learner.policy)
+    used = []
+    for _ in range(2):
+        learner.step(batch)
+        used.append({group["lr"] for group in learner.optimizer.param_groups})
+    learner.global_step = 6  # what a resumed run's checkpoint restores
+    learner.step(batch)
+    used.append({group["lr"] for group in learner.optimizer.param_groups})
+    assert [pytest.approx(rates.pop()) for rates in used] == [1e-3, 1e-3 / math.sqrt(1.5), 1e-3 / 2]
 
 
 def test_sampling_after_an_update_sees_the_whole_context(tiny_model_dir, tmp_path):
