@@ -93,11 +93,13 @@ def draw(rows: list[tuple[str, dict]], out: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("folders", nargs="+", type=Path, help="folders with a learning.json")
-    parser.add_argument("--labels", nargs="+", help="one per folder (default: the folder's name); folders with the same label are one setting")
+    parser.add_argument("--labels", nargs="+",
+                        help="one per folder (default: the folder's name); folders with the same label are one setting")
     parser.add_argument("--out", type=Path, help="PNG of the curves")
     parser.add_argument("--config", help="only runs of this configuration (e.g. I=2,J=2)")
     parser.add_argument("--seeds", nargs="+", type=int, help="only runs of these seeds")
-    parser.add_argument("--mean", action="store_true", help="one row per label and configuration: the mean over its seeds")
+    parser.add_argument("--mean", action="store_true",
+                        help="one row per label and configuration: the mean over its seeds")
     args = parser.parse_args()
     labels = args.labels or [folder.name for folder in args.folders]
     if len(labels) != len(args.folders):
