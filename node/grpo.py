@@ -643,8 +643,9 @@ class GrpoLearner:
         norm = torch.nn.utils.clip_grad_norm_(trainer.model.parameters(), trainer.args.max_grad_norm or math.inf)
         # Set from the update count rather than stepped by the scheduler, so a run resumed from a checkpoint (which
         # restores global_step) continues the decay where it stopped.
+        factor = self.learning_rate_factor(trainer.state.global_step)
         for group, base in zip(trainer.optimizer.param_groups, trainer.lr_scheduler.base_lrs, strict=True):
-            group["lr"] = base * self.learning_rate_factor(trainer.state.global_step)
+            group["lr"] = base * factor
         trainer.optimizer.step()
         trainer.optimizer.zero_grad(set_to_none=True)
         trainer.state.global_step += 1
