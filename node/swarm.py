@@ -333,6 +333,7 @@ class DhtExchange:
                 state.reread = self._rng.sample(range(self._shards), self._shards)
             unread, state.reread = state.reread[:1], state.reread[1:]
         batch = 2 if state.shards_read else self._first_read(target, len(unread))
+        entries_read = shards_read = 0
         while unread and state.directory_reads < DIRECTORY_READS_PER_SHARD * self._shards:
             shards, unread = unread[:batch], unread[batch:]
             keys = [self._directory_key(round, shard) for shard in shards]
@@ -341,7 +342,8 @@ class DhtExchange:
             state.shards_read.update(shards)
             self.traffic["lookups"] += len(keys)
             read = [self._dictionary_entries((found or {}).get(key)) for key in keys]
-            self._measure_shards(sum(map(len, read)), len(shards))
+            entries_read += sum(map(len, read))
+            shards_read += len(shards)
             for entries, shard in zip(read, shards):
                 for author, entry in entries:
                     if author is None or author == self.peer_id or author in state.pool:
@@ -360,6 +362,7 @@ class DhtExchange:
             if len(state.pool) >= target or state.fetched:
                 break
             batch = min(2 * batch, self._shards)
+        self._measure_shards(entries_read, shards_read)
 
     def _fetch_groups(self, round: int, state: _RoundGather) -> None:
         """Fetch one group of each of a few more peers, sampled uniformly; peers claiming spread first."""
@@ -455,13 +458,16 @@ class DhtExchange:
         self._rng.shuffle(shards)
         rounds: dict[str, int] = {}
         batch = self._first_read(CLOCK_SAMPLE, len(shards))
+        found_in_read = shards_read = 0
         while shards and len(rounds) < CLOCK_SAMPLE:
             reading, shards = shards[:batch], shards[batch:]
             found = self._announced(reading, clock_key, MAX_ROUND)
-            self._measure_shards(len(found), len(reading))
+            found_in_read += len(found)
+            shards_read += len(reading)
             rounds.update(found)
             rounds.pop(self.peer_id, None)
             batch = 2 * batch
+        self._measure_shards(found_in_read, shards_read)
         return rounds
 
     def _first_read(self, target: int, unread: int) -> int:
@@ -473,7 +479,9 @@ class DhtExchange:
         return min(unread, max(low, min(high, needed)))
 
     def _measure_shards(self, entries: int, shards: int) -> None:
-        """Remember how many peers a shard holds (an empty read says nothing: nobody may have published yet)."""
+        """Remember how many peers a shard holds, over every shard of one read: its last batch alone may be the
+        densest few shards, and a read sized by them would fall short and take a second round trip. (An empty read
+        says nothing: nobody may have published yet.)"""
         if entries and shards:
             self._per_shard = entries / shards
 

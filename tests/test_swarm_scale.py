@@ -1,5 +1,6 @@
 """A 16-peer swarm on loopback (real p2pd + hivemind): bounded per-node cost, uniform sampling, late join, churn."""
 
+import asyncio
 import random
 import time
 from collections import Counter
@@ -7,6 +8,7 @@ from contextlib import contextmanager
 
 import pytest
 from hivemind.dht.routing import DHTID
+from hivemind.utils import ValueWithExpiration, get_dht_time
 
 from node.identity import load_or_create
 from node.records import GroupRecord, encode_group_record
@@ -128,6 +130,29 @@ def test_a_gather_reads_the_directory_in_one_round_trip_once_it_knows_the_swarm(
     with calls_of(me) as made:
         assert len(me.gather(1).records) == J
     assert made == ["gather", "gather"]  # the directory, then the groups
+
+
+def test_a_read_is_sized_by_every_shard_the_last_one_read_not_its_densest_batch(tmp_path, monkeypatch):
+    """Shards 0-3 hold one peer each, 4-7 three each: two a shard. A first read takes the sparse four, then the dense
+    four; sized by that last batch (three a shard) the next read would take 7 shards, fall short and go again."""
+    swarm = DhtExchange(load_or_create(tmp_path / "me.key"), swarm_name="density", groups_wanted=J)  # never started
+    now = get_dht_time()
+
+    async def latest_many(node, keys):
+        shard_of_key = {directory_key(swarm._namespace, r, s): s for r in (1, 2) for s in range(8)}
+        return {key: ValueWithExpiration({b"%d-%d" % (shard_of_key[key], i): ValueWithExpiration(b"", now + 60)
+                                          for i in range(1 if shard_of_key[key] < 4 else 3)}, now + 60)
+                for key in keys}
+
+    monkeypatch.setattr("node.swarm._latest_many", latest_many)
+    monkeypatch.setattr(swarm._rng, "shuffle", list.sort)  # shards in order: the sparse ones first
+    made = []
+    swarm._call = lambda op, make: made.append(op) or asyncio.run(make(None))
+    swarm.gather(1)
+    assert made == ["gather", "gather"]  # 4 shards, then the other 4
+    made.clear()
+    swarm.gather(2)
+    assert made == ["gather"]  # all 8 at once
 
 
 def test_a_clock_read_is_one_round_trip_once_it_knows_the_swarm(sixteen):
