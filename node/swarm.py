@@ -332,7 +332,8 @@ class DhtExchange:
             if not state.reread:
                 state.reread = self._rng.sample(range(self._shards), self._shards)
             unread, state.reread = state.reread[:1], state.reread[1:]
-        batch = 2 if state.shards_read else self._first_read(target, len(unread))
+        first = not state.shards_read  # later reads of a round top up with a shard or two: too few to measure
+        batch = self._first_read(target, len(unread)) if first else 2
         entries_read = shards_read = 0
         while unread and state.directory_reads < DIRECTORY_READS_PER_SHARD * self._shards:
             shards, unread = unread[:batch], unread[batch:]
@@ -362,7 +363,8 @@ class DhtExchange:
             if len(state.pool) >= target or state.fetched:
                 break
             batch = min(2 * batch, self._shards)
-        self._measure_shards(entries_read, shards_read)
+        if first:
+            self._measure_shards(entries_read, shards_read)
 
     def _fetch_groups(self, round: int, state: _RoundGather) -> None:
         """Fetch one group of each of a few more peers, sampled uniformly; peers claiming spread first."""
