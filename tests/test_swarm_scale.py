@@ -137,9 +137,9 @@ def test_a_read_is_sized_by_every_shard_the_last_one_read_not_its_densest_batch(
     four; sized by that last batch (three a shard) the next read would take 7 shards, fall short and go again."""
     swarm = DhtExchange(load_or_create(tmp_path / "me.key"), swarm_name="density", groups_wanted=J)  # never started
     now = get_dht_time()
+    shard_of_key = {directory_key(swarm._namespace, r, s): s for r in (1, 2) for s in range(8)}
 
     async def latest_many(node, keys):
-        shard_of_key = {directory_key(swarm._namespace, r, s): s for r in (1, 2) for s in range(8)}
         return {key: ValueWithExpiration({b"%d-%d" % (shard_of_key[key], i): ValueWithExpiration(b"", now + 60)
                                           for i in range(1 if shard_of_key[key] < 4 else 3)}, now + 60)
                 for key in keys}
