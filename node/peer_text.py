@@ -4,19 +4,20 @@ Our verifier checks a peer completion's ``<answer>``; everything around it (the 
 would train on. A correct answer wrapped in a long payload ("ignore all previous instructions ...") scores 1.0, so
 the text outside the answer block is capped relative to what our own policy writes: a group with any completion
 beyond ``ratio`` times our longest such text (plus a small allowance for a policy that still writes little) is
-dropped and counted.
+dropped and counted. A completion rewarded below its group's mean is exempt: its advantage is negative, so the update
+can only make its text less likely, and a policy that rambles without an answer beside peers that answer is no attack.
+A group without reward spread is checked in full: it trains nothing, and a payload in it marks its sender.
 """
 
 from __future__ import annotations
 
 import re
+import statistics
 from collections.abc import Iterable, Sequence
-from typing import TypeVar
 
 _ANSWER_BLOCK = re.compile(r"<answer>.*?</answer>", re.DOTALL)
 MIN_ALLOWANCE_CHARS = 200  # a fresh policy may write almost nothing around its answer
-
-G = TypeVar("G")
+_TIE = 1e-9  # rewards this close to the mean count as equal to it, as for the zero-advantage test
 
 
 def outside_answer_chars(text: str) -> int:
@@ -29,5 +30,9 @@ def outside_text_limit(own_completions: Iterable[str], ratio: float) -> int:
     return int(ratio * longest) + MIN_ALLOWANCE_CHARS
 
 
-def within_limit(texts: Sequence[str], limit: int) -> bool:
-    return all(outside_answer_chars(t) <= limit for t in texts)
+def within_limit(texts: Sequence[str], rewards: Sequence[float], limit: int) -> bool:
+    """Whether every completion the update could reinforce (not below its group's mean reward) keeps within
+    ``limit``."""
+    mean = statistics.fmean(rewards)
+    return all(reward < mean - _TIE or outside_answer_chars(t) <= limit
+               for t, reward in zip(texts, rewards, strict=True))

@@ -292,7 +292,7 @@ def _gather(parts: RoundParts, number: int, local: list[ScoredGroup], should_sto
                     v = verify_records([record], parts.tasks, num_generations=s.num_generations, grader=parts.grade,
                                        prompt_format=PROMPT_FORMAT)
                     accepted, rejected = _refuse(v.accepted, v.rejected, "payload_outside_answer",
-                                                 lambda g: within_limit(g.texts, text_limit))
+                                                 lambda g: within_limit(g.texts, g.rewards, text_limit))
                     if s.peer_logprob_floor is not None:  # after the length cap, which bounds what it scores
                         accepted, rejected = _refuse(accepted, rejected, "unlikely_text",
                                                      lambda g: _likely_enough(parts, g, s.peer_logprob_floor))
