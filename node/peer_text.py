@@ -15,9 +15,10 @@ import re
 import statistics
 from collections.abc import Iterable, Sequence
 
+from node.sapo import REWARD_TIE
+
 _ANSWER_BLOCK = re.compile(r"<answer>.*?</answer>", re.DOTALL)
 MIN_ALLOWANCE_CHARS = 200  # a fresh policy may write almost nothing around its answer
-_TIE = 1e-9  # rewards this close to the mean count as equal to it, as for the zero-advantage test
 
 
 def outside_answer_chars(text: str) -> int:
@@ -34,5 +35,5 @@ def within_limit(texts: Sequence[str], rewards: Sequence[float], limit: int) -> 
     """Whether every completion the update could reinforce (not below its group's mean reward) keeps within
     ``limit``."""
     mean = statistics.fmean(rewards)
-    return all(reward < mean - _TIE or outside_answer_chars(t) <= limit
+    return all(reward < mean - REWARD_TIE or outside_answer_chars(t) <= limit
                for t, reward in zip(texts, rewards, strict=True))

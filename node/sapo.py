@@ -22,6 +22,7 @@ Grader = Callable[[Task, str, bool], Grade]  # (task, completion text, finished)
 TRAINED = "trained"
 DROPPED_EQUAL_REWARDS = "dropped_equal_rewards"
 NOT_NEEDED = "not_needed"
+REWARD_TIE = 1e-9  # rewards closer than this are equal: float sums of the same grades may differ in the last bits
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ class ScoredGroup:
     @property
     def zero_advantage(self) -> bool:
         """All completions scored the same: GRPO's advantages are all zero, the group gives no gradient."""
-        return max(self.rewards) - min(self.rewards) < 1e-9
+        return max(self.rewards) - min(self.rewards) < REWARD_TIE
 
     @property
     def accuracy(self) -> float:
