@@ -25,6 +25,11 @@ NOT_NEEDED = "not_needed"
 REWARD_TIE = 1e-9  # rewards closer than this are equal: float sums of the same grades may differ in the last bits
 
 
+def equal_rewards(rewards: Collection[float]) -> bool:
+    """Whether a group's completions all scored the same: GRPO's advantages are then all zero, as is its gradient."""
+    return max(rewards) - min(rewards) < REWARD_TIE
+
+
 @dataclass(frozen=True)
 class ScoredGroup:
     """One question and its G completions, graded by our verifier; ``peer_id`` is ours for local groups."""
@@ -44,7 +49,7 @@ class ScoredGroup:
     @property
     def zero_advantage(self) -> bool:
         """All completions scored the same: GRPO's advantages are all zero, the group gives no gradient."""
-        return max(self.rewards) - min(self.rewards) < REWARD_TIE
+        return equal_rewards(self.rewards)
 
     @property
     def accuracy(self) -> float:

@@ -36,7 +36,7 @@ from node.game.rewards import (
 )
 from node.grpo import Completion, GrpoLearner, Policy, TrainGroup
 from node.identity import peer_name
-from node.sapo import REWARD_TIE
+from node.sapo import equal_rewards
 from node.tasks import Task, TaskSource
 
 log = logging.getLogger(__name__)
@@ -410,7 +410,7 @@ class GameDriver:
             TrainGroup(prompt_ids=p, completions=tuple(c), rewards=tuple(r))
             for p, c, r in zip(prompts, completions, rewards, strict=True)
         ]
-        spread = [max(g.rewards) - min(g.rewards) > REWARD_TIE for g in groups]
+        spread = [not equal_rewards(g.rewards) for g in groups]
         state.groups += len(groups)
         state.groups_with_spread += sum(spread)
         if any(spread):  # as in a SAPO round: without reward spread there is no gradient, so no update is run
