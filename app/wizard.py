@@ -20,6 +20,7 @@ from app import fit
 from app.saved_swarms import Network, load_networks, save_network
 from app.node_query import NodeQuery
 from app.wallet_page import WalletPage
+from app.wizard_flow import NUMBERS, START, STEP_COUNT, Choices, Step, next_step
 from node import swarm_secret
 from node.api import LORA_RANK, HardwareReport, ModelFit
 from node.config import NodeConfig
@@ -29,9 +30,7 @@ from node.secret_store import PASSPHRASE_ENV, keyring_available
 from node.units import format_bytes
 
 GIB = 2**30
-IDENTITY_PAGE, WALLET_PAGE, HARDWARE_PAGE, MODEL_PAGE, SWARM_PAGE, WELCOME_PAGE = range(6)
 FIT_COLORS = {"fits": "#009E73", "tight": "#E69F00", "won't fit": "#D55E00", "unknown": "#7f7f7f"}
-STEPS = {IDENTITY_PAGE: 1, WALLET_PAGE: 1, HARDWARE_PAGE: 2, MODEL_PAGE: 3, SWARM_PAGE: 4}
 LORA_TIP = ("A LoRA adapter trains a few million extra weights beside the frozen model: a fraction of the memory, "
             "the same GRPO. The trained model is uploaded with the adapter merged into it, unless you choose to "
             "upload the adapter alone (Settings).")
@@ -54,9 +53,6 @@ class WelcomePage(QWizardPage):
         layout = QVBoxLayout(self)
         layout.addWidget(text)
         layout.addStretch(1)
-
-    def nextId(self) -> int:  # noqa: N802
-        return IDENTITY_PAGE
 
 
 # The games a swarm can play (node.config.GAMES): a title and one line on each, for the swarm page.
@@ -145,9 +141,6 @@ class IdentityPage(QWizardPage):
 
     def isComplete(self) -> bool:  # noqa: N802
         return self.peer is not None
-
-    def nextId(self) -> int:  # noqa: N802
-        return WALLET_PAGE if self.wallet.isChecked() else HARDWARE_PAGE
 
 
 class HardwarePage(QWizardPage):
@@ -390,6 +383,8 @@ class SwarmPage(QWizardPage):
         save_row.addWidget(self.save_name, 1)
         join_layout.addLayout(save_row)
         self.invite_text.textChanged.connect(self._check_invite)
+        self.save_as.toggled.connect(self.completeChanged)
+        self.save_name.textChanged.connect(self.completeChanged)
 
         self.networks = load_networks(networks_file)
         self.preset_combo = QComboBox()
@@ -574,15 +569,26 @@ class SetupWizard(QWizard):
         self.model_page = ModelPage(config, self.hardware_page)
         self.swarm_page = SwarmPage(config, self.identity_page, networks_file)
         self.swarm_page.known_passphrase = self._wallet_passphrase
-        for page_id, page in ((IDENTITY_PAGE, self.identity_page), (WALLET_PAGE, self.wallet_page),
-                              (HARDWARE_PAGE, self.hardware_page), (MODEL_PAGE, self.model_page),
-                              (SWARM_PAGE, self.swarm_page), (WELCOME_PAGE, self.welcome_page)):
-            self.setPage(page_id, page)
-            if page_id in STEPS:
-                page.setTitle(f"Step {STEPS[page_id]} of 4: {page.title()}")
-        self.setStartId(WELCOME_PAGE)
+        self.pages: dict[Step, QWizardPage] = {
+            Step.WELCOME: self.welcome_page, Step.IDENTITY: self.identity_page, Step.WALLET: self.wallet_page,
+            Step.HARDWARE: self.hardware_page, Step.MODEL: self.model_page, Step.SWARM: self.swarm_page}
+        for step, page in self.pages.items():
+            self.setPage(step, page)
+            if step in NUMBERS:
+                page.setTitle(f"Step {NUMBERS[step]} of {STEP_COUNT}: {page.title()}")
+        self.setStartId(START)
         self.resize(860, 720)
         self.result_config: NodeConfig | None = None
+
+    def choices(self) -> Choices:
+        return Choices(wallet=self.identity_page.wallet.isChecked())
+
+    def nextId(self) -> int:  # noqa: N802
+        """The page after the current one, from the flow table; -1 makes the current page the last (Finish)."""
+        if self.currentPage() is None:
+            return -1
+        step = next_step(Step(self.currentId()), self.choices())
+        return -1 if step is None else step
 
     @property
     def passphrase(self) -> str | None:

@@ -1,14 +1,18 @@
-"""The first-run wizard, offscreen, asking the real node CLI for identity and hardware."""
+"""The first-run wizard, offscreen, asking the real node CLI for identity and hardware, driven by clicks on its
+buttons as a user drives it (tests/wizard_clicks.py)."""
 
 from __future__ import annotations
 
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel
 
 from app.saved_swarms import load_networks
 from app.wizard import SetupWizard
+from app.wizard_flow import NUMBERS, STEP_COUNT, Choices, Step, every_choice, path
 from node.api import BUNDLED, SMOLLM2_135M, HardwareReport
 from node.config import NodeConfig
 from node.invite import format_invite, parse_invite
+from tests.wizard_clicks import click, click_row, press_finish, press_next, shown_buttons, type_into, walk_to
 
 PEER = "QmYyQSo1c1Ym7orWxLYvCrM2EmxFTANf8wXmmE7DWjhx5N"
 INVITE = format_invite("study-group", [f"/ip4/192.168.1.7/tcp/31337/p2p/{PEER}"])
@@ -42,9 +46,35 @@ def open_wizard(qtbot, tmp_path, config_changes: dict | None = None) -> SetupWiz
                     timeout=QUERY_MS)
     assert wizard.currentPage() is wizard.welcome_page and "four short steps" in wizard.welcome_page.findChild(
         QLabel).text()
-    wizard.next()
+    assert shown_buttons(wizard) == {"Next", "Cancel"}
+    press_next(qtbot, wizard)
     assert wizard.identity_page.title().startswith("Step 1 of 4")
     return wizard
+
+
+def test_every_path_through_the_wizard_ends_on_the_swarm_step_with_finish():
+    for choices in every_choice():
+        steps = path(choices)  # raises where a step leads back to an earlier one
+        assert steps[0] is Step.WELCOME and steps[-1] is Step.SWARM
+        numbers = [NUMBERS[step] for step in steps[1:]]
+        assert numbers == sorted(numbers) and numbers[0] == 1 and numbers[-1] == STEP_COUNT
+        assert (Step.WALLET in steps) == choices.wallet
+    assert {step for choices in every_choice() for step in path(choices)} == set(Step)
+
+
+def test_the_last_page_shows_finish_and_pressing_it_saves_and_closes(qtbot, tmp_path):
+    wizard = open_wizard(qtbot, tmp_path)
+    for page in (wizard.identity_page, wizard.hardware_page, wizard.model_page):
+        assert wizard.currentPage() is page and shown_buttons(wizard) == {"Back", "Next", "Cancel"}
+        press_next(qtbot, wizard)
+    assert wizard.currentPage() is wizard.swarm_page and wizard.swarm_page.title().startswith("Step 4 of 4")
+    assert shown_buttons(wizard) == {"Back", "Finish", "Cancel"}
+    for mode in (wizard.swarm_page.join, wizard.swarm_page.preset, wizard.swarm_page.new):
+        click(mode)  # the last page stays the last whatever the swarm
+        assert "Finish" in shown_buttons(wizard) and "Next" not in shown_buttons(wizard)
+    qtbot.keyClick(wizard.swarm_page.swarm_name, Qt.Key.Key_Return)  # Enter finishes, as Finish does
+    qtbot.waitUntil(lambda: not wizard.isVisible(), timeout=5_000)
+    assert wizard.result() == SetupWizard.DialogCode.Accepted and wizard.result_config is not None
 
 
 def test_wizard_joins_a_swarm_with_a_model_that_fits(qtbot, tmp_path):
@@ -56,29 +86,32 @@ def test_wizard_joins_a_swarm_with_a_model_that_fits(qtbot, tmp_path):
     real = wizard.hardware_page.data
     assert isinstance(real, HardwareReport) and real.recommendation is not None  # the real answer decodes
     wizard.hardware_page._loaded(CPU_LAPTOP)  # the answer goes through the same seam codec
-    wizard.next()
+    press_next(qtbot, wizard)
     assert "CPU only" in wizard.hardware_page.found.text() and "3 questions" in wizard.hardware_page.advice.text()
-    wizard.next()
+    press_next(qtbot, wizard)
     models = wizard.model_page
     assert models.selected().id == BUNDLED  # the recommendation is preselected
-    models.table.selectRow(0)  # the model that won't fit
+    click_row(models.table, 0)  # the model that won't fit
     assert not models.isComplete() and "won't fit" in models.note.text()
-    models.table.selectRow(2)
+    assert not wizard.button(wizard.WizardButton.NextButton).isEnabled()
+    click_row(models.table, 2)
     assert models.isComplete() and "downloads" in models.note.text()
-    models.table.selectRow(1)
-    wizard.next()
+    click_row(models.table, 1)
+    press_next(qtbot, wizard)
 
     swarm = wizard.swarm_page
     assert swarm.new.isChecked() and peer["peer_id"] in parse_invite(swarm.invite_preview.text()).peers[0]
-    swarm.join.setChecked(True)
-    swarm.invite_text.setPlainText("not an invite")
+    click(swarm.join)
+    type_into(swarm.invite_text, "not an invite")
     assert not swarm.isComplete() and "Not a valid invite" in swarm.invite_status.text()
-    swarm.invite_text.setPlainText(INVITE)
+    assert not wizard.button(wizard.WizardButton.FinishButton).isEnabled()
+    type_into(swarm.invite_text, INVITE)
     assert swarm.isComplete() and "study-group" in swarm.invite_status.text()
-    swarm.save_as.setChecked(True)
-    assert not swarm.isComplete()  # a saved network needs a name
-    swarm.save_name.setText("Study group")
-    wizard.accept()
+    click(swarm.save_as)
+    assert not wizard.button(wizard.WizardButton.FinishButton).isEnabled()  # a saved network needs a name
+    type_into(swarm.save_name, "Study group")
+    press_finish(qtbot, wizard)
+    assert not wizard.isVisible()
 
     config = wizard.result_config
     assert config.training.model == "bundled"
@@ -89,26 +122,24 @@ def test_wizard_joins_a_swarm_with_a_model_that_fits(qtbot, tmp_path):
 
 def test_wizard_starts_a_new_swarm_on_a_fixed_port(qtbot, tmp_path):
     wizard = open_wizard(qtbot, tmp_path)
-    for _ in range(3):
-        wizard.next()
+    walk_to(qtbot, wizard, wizard.swarm_page)
     swarm = wizard.swarm_page
-    swarm.swarm_name.setText("my-swarm")
-    swarm.port.setValue(40123)
+    type_into(swarm.swarm_name, "my-swarm")
+    type_into(swarm.port, "40123")
     invite = parse_invite(swarm.invite_preview.text())
     assert invite.swarm_name == "my-swarm" and all("/tcp/40123/" in a for a in invite.peers)
-    wizard.accept()
+    press_finish(qtbot, wizard)
     assert wizard.result_config.swarm.port == 40123 and wizard.result_config.swarm.initial_peers == []
     assert wizard.result_config.training.local_questions == wizard.hardware_page.data.recommendation.local_questions
 
 
 def test_wizard_offers_the_saved_networks(qtbot, tmp_path):
     wizard = open_wizard(qtbot, tmp_path)
-    for _ in range(3):
-        wizard.next()
+    walk_to(qtbot, wizard, wizard.swarm_page)
     swarm = wizard.swarm_page
-    swarm.preset.setChecked(True)
+    click(swarm.preset)
     assert swarm.preset_combo.count() >= 1 and "loopback" in swarm.preset_combo.itemText(0)
-    wizard.accept()
+    press_finish(qtbot, wizard)
     assert wizard.result_config.swarm.host == "127.0.0.1"
 
 
@@ -123,9 +154,7 @@ def _with_adapters(report: dict) -> dict:
 def _model_page(qtbot, tmp_path, config_changes: dict | None = None):
     wizard = open_wizard(qtbot, tmp_path, config_changes)
     wizard.hardware_page._loaded(_with_adapters(CPU_LAPTOP))
-    wizard.next()
-    wizard.next()
-    assert wizard.currentPage() is wizard.model_page
+    walk_to(qtbot, wizard, wizard.model_page)
     return wizard, wizard.model_page
 
 
@@ -138,10 +167,11 @@ def test_the_model_step_shows_all_weights_and_an_adapter_side_by_side(qtbot, tmp
     assert [models.table.item(1, c).text() for c in (2, 3)] == ["3.0 GiB, fits", "1.0 GiB, fits"]
     assert models.selected().id == BUNDLED and not models.trains_lora() and models.isComplete()
 
-    models.table.selectRow(0)  # fits only as an adapter: the adapter is chosen for it, all weights cannot be
+    click_row(models.table, 0)  # fits only as an adapter: the adapter is chosen for it, all weights cannot be
     assert models.trains_lora() and models.isComplete() and not models.full.isEnabled()
     assert "LoRA adapter" in models.note.text() and "all weights won't fit here" in models.note.text()
-    wizard.accept()
+    walk_to(qtbot, wizard, wizard.swarm_page)
+    press_finish(qtbot, wizard)
     config = wizard.result_config
     default = type(config.training).model_fields["learning_rate"].default
     assert config.training.model == "Qwen/Qwen2.5-1.5B-Instruct" and config.training.lora_rank == 16
@@ -150,18 +180,20 @@ def test_the_model_step_shows_all_weights_and_an_adapter_side_by_side(qtbot, tmp
 
 def test_the_training_choice_lands_in_the_config_and_is_shown_again(qtbot, tmp_path):
     wizard, models = _model_page(qtbot, tmp_path)
-    models.lora.click()  # the bundled model fits either way: the user's choice stands
+    click(models.lora)  # the bundled model fits either way: the user's choice stands
     assert models.trains_lora() and models.isComplete()
-    models.table.selectRow(2)
+    click_row(models.table, 2)
     assert models.trains_lora()  # kept while browsing models
-    models.table.selectRow(1)
-    wizard.accept()
+    click_row(models.table, 1)
+    walk_to(qtbot, wizard, wizard.swarm_page)
+    press_finish(qtbot, wizard)
     chosen = wizard.result_config
     assert (chosen.training.model, chosen.training.lora_rank) == (BUNDLED, 16)
 
     again, page = _model_page(qtbot, tmp_path, {"training": {"lora_rank": 16, "learning_rate": 3e-5}})
     assert page.trains_lora()  # an adapter run opens with the adapter chosen
-    page.full.click()
-    again.accept()
+    click(page.full)
+    walk_to(qtbot, again, again.swarm_page)
+    press_finish(qtbot, again)
     config = again.result_config
     assert config.training.lora_rank == 0 and config.training.learning_rate == 3e-5  # the user's own rate is kept
