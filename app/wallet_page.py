@@ -153,16 +153,17 @@ class WalletPage(QWizardPage):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(network_box)
         layout.addWidget(wallet_box)
-        layout.addWidget(self.error)
         layout.addStretch(1)
-        # The phrase, its quiz and the passphrase need more height than a 700-pixel screen leaves: scroll.
+        # The phrase, its quiz and the passphrase need more height than a 700-pixel screen leaves: scroll. Next's
+        # error stays below the scrolled part, always in view, or Next would seem to do nothing.
         scroll = QScrollArea()
         scroll.setWidgetResizable(True)
         scroll.setFrameShape(QFrame.Shape.NoFrame)
         scroll.setWidget(content)
         outer = QVBoxLayout(self)
         outer.setContentsMargins(0, 0, 0, 0)
-        outer.addWidget(scroll)
+        outer.addWidget(scroll, 1)
+        outer.addWidget(self.error)
 
     # -- network -------------------------------------------------------------------------------------------
 

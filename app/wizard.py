@@ -8,7 +8,7 @@ import socket
 from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QBrush, QColor, QGuiApplication
 from PySide6.QtWidgets import (
     QAbstractItemView, QButtonGroup, QCheckBox, QComboBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout,
@@ -72,6 +72,14 @@ def _need(num_bytes: int, label: str) -> str:
     return f"{num_bytes / GIB:.1f} GiB, {label}"
 
 
+def _indented_note(text: str) -> QLabel:
+    """An explanation under a radio button, aligned with its text."""
+    label = QLabel(text)
+    label.setWordWrap(True)
+    label.setContentsMargins(24, 0, 0, 4)
+    return label
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("", 0))
@@ -86,10 +94,9 @@ class IdentityPage(QWizardPage):
         self.setTitle("Who are you in the swarm?")
         self.setSubTitle("Your node has a peer identity (a key file on this computer). A wallet can additionally "
                          "record your participation on chain.")
-        self.local_only = QRadioButton("Local only: train and share with peers, nothing recorded on chain")
+        self.local_only = QRadioButton("Local only")
         self.local_only.setChecked(True)
-        self.wallet = QRadioButton("Wallet login: register this peer on the swarm's coordinator contract and record "
-                                   "rewards on chain (Gensyn Testnet, a local chain or a custom RPC)")
+        self.wallet = QRadioButton("Wallet login")
         self.wallet.setChecked(config.chain.network != "none")
         self.peer_label = QLabel("Loading your peer identity…")
         self.peer_label.setObjectName("wizardPeer")
@@ -108,8 +115,13 @@ class IdentityPage(QWizardPage):
         buttons.addStretch(1)
         box_layout.addLayout(buttons)
         layout = QVBoxLayout(self)
-        layout.addWidget(self.local_only)
-        layout.addWidget(self.wallet)
+        # A radio button's text never wraps: the explanations are labels below, so the page keeps the wizard's width.
+        for button, explanation in (
+                (self.local_only, "Train and share with peers; nothing is recorded on chain."),
+                (self.wallet, "Register this peer on the swarm's coordinator contract and record rewards on chain "
+                              "(Gensyn Testnet, a local chain or a custom RPC).")):
+            layout.addWidget(button)
+            layout.addWidget(_indented_note(explanation))
         layout.addSpacing(12)
         layout.addWidget(box)
         layout.addStretch(1)
@@ -553,6 +565,19 @@ class SwarmPage(QWizardPage):
                 "port": self.port.value(), "game": self.game.currentData()}
 
 
+WIZARD_SIZE = QSize(860, 720)
+
+
+def fitted_size(widget: QWidget) -> QSize:
+    """The wizard's size: one size for every page (it never grows as pages change), within the screen it opens on
+    (a 1024x700 laptop screen leaves less than 720 pixels of height)."""
+    screen = widget.screen() or QGuiApplication.primaryScreen()
+    if screen is None:
+        return WIZARD_SIZE
+    room = screen.availableGeometry().size() - QSize(40, 60)  # the window frame and a margin
+    return WIZARD_SIZE.boundedTo(room).expandedTo(widget.minimumSizeHint())
+
+
 class SetupWizard(QWizard):
     """Produces a validated NodeConfig from the current one; nothing is saved until Finish."""
 
@@ -577,7 +602,7 @@ class SetupWizard(QWizard):
             if step in NUMBERS:
                 page.setTitle(f"Step {NUMBERS[step]} of {STEP_COUNT}: {page.title()}")
         self.setStartId(START)
-        self.resize(860, 720)
+        self.resize(fitted_size(self))
         self.result_config: NodeConfig | None = None
 
     def choices(self) -> Choices:

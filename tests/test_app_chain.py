@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from app.account_page import AccountPage
-from app.wizard import HARDWARE_PAGE, WALLET_PAGE, SetupWizard
+from app.wizard import SetupWizard
+from app.wizard_flow import Step
 from node.config import NodeConfig
 from node.wallet import WalletStore
 from tests.chain_helpers import deployed, devchain, funded_account  # noqa: F401 - devchain is a fixture
+from tests.wizard_clicks import NEXT, button_named, choose, click, press_finish, press_next, type_into, walk_to
 
 PEER = "QmYyQSo1c1Ym7orWxLYvCrM2EmxFTANf8wXmmE7DWjhx5N"
 OTHER_PEER = "QmSC4ZigCVQwsb531fxsEeLGG2QVmhTgrYCM8Y5U4ZWGph"
@@ -20,38 +22,36 @@ def test_wizard_creates_a_wallet_after_the_phrase_is_confirmed(qtbot, tmp_path, 
     wizard = SetupWizard(config, tmp_path / "networks.toml")
     qtbot.addWidget(wizard)
     wizard.show()
-    qtbot.waitUntil(lambda: wizard.identity_page.peer is not None, timeout=180_000)
-    wizard.next()  # past the welcome page
-    wizard.identity_page.wallet.setChecked(True)
-    wizard.next()
-    assert wizard.currentId() == WALLET_PAGE
+    walk_to(qtbot, wizard, wizard.identity_page, timeout=180_000)
+    click(wizard.identity_page.wallet)
+    press_next(qtbot, wizard, timeout=180_000)  # the identity page waits for the node's answer
+    assert wizard.currentId() == Step.WALLET and wizard.wallet_page.title().startswith("Step 1 of 4")
     page = wizard.wallet_page
     assert page.file_store  # no OS keyring here: the key is sealed with a passphrase
-    page.network.setCurrentIndex(page.network.findData("local"))
-    page.rpc.setText(devchain.url)
-    page.coordinator.setText(target.coordinator)
-    page.check_network()
+    choose(page.network, "local")
+    type_into(page.rpc, devchain.url)
+    type_into(page.coordinator, target.coordinator)
+    click(button_named(page, "Check network"))
     qtbot.waitUntil(lambda: "Connected" in page.network_status.text(), timeout=30_000)
 
-    page.generate()
+    click(button_named(page, "Generate recovery phrase"))
     pending = page.pending
     assert all(word in page.words.text() for word in pending.words)
-    page.passphrase.setText(PASSPHRASE)
-    page.repeat.setText(PASSPHRASE)
+    type_into(page.passphrase, PASSPHRASE)
+    type_into(page.repeat, PASSPHRASE)
+    for edit in page.quiz.values():
+        type_into(edit, "wrong")
+    click(wizard.button(NEXT))
+    assert wizard.currentId() == Step.WALLET and "do not match" in page.error.text()
+    assert page.error.visibleRegion().boundingRect().height() >= page.error.height() // 2  # scrolled into view
     for position, edit in page.quiz.items():
-        edit.setText("wrong")
-    wizard.next()
-    assert wizard.currentId() == WALLET_PAGE and "do not match" in page.error.text()
-    for position, edit in page.quiz.items():
-        edit.setText(pending.words[position - 1])
-    wizard.next()
-    assert wizard.currentId() == HARDWARE_PAGE
+        type_into(edit, pending.words[position - 1])
+    press_next(qtbot, wizard)
+    assert wizard.currentId() == Step.HARDWARE
     assert pending.address not in page.words.text()  # the phrase is not shown again
 
-    qtbot.waitUntil(lambda: wizard.hardware_page.data is not None, timeout=180_000)
-    wizard.next()
-    wizard.next()
-    wizard.accept()
+    walk_to(qtbot, wizard, wizard.swarm_page, timeout=180_000)
+    press_finish(qtbot, wizard)
     chain = wizard.result_config.chain
     assert (chain.network, chain.rpc_url, chain.coordinator) == ("local", devchain.url, target.coordinator)
     assert wizard.passphrase == PASSPHRASE

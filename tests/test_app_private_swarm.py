@@ -22,6 +22,7 @@ from node.invite import format_invite, parse_invite
 from node.secret_store import PASSPHRASE_ENV
 from tests.apphelpers import make_window
 from tests.test_app_wizard import CPU_LAPTOP, PEER
+from tests.wizard_clicks import click, press_finish, type_into, walk_to
 
 ADDRESS = f"/ip4/192.168.1.7/tcp/31337/p2p/{PEER}"
 SECRET = "kq3V+a/b=c&d?e%f-team-secret"  # characters a URL query must escape
@@ -55,8 +56,11 @@ def config_in(folder: Path, **swarm) -> NodeConfig:
 
 
 def open_wizard(qtbot, config: NodeConfig, folder: Path) -> SetupWizard:
+    """The wizard on its swarm step, reached by pressing Next."""
     wizard = SetupWizard(config, folder / "networks.toml")
     qtbot.addWidget(wizard)
+    wizard.show()
+    walk_to(qtbot, wizard, wizard.swarm_page)
     return wizard
 
 
@@ -86,23 +90,23 @@ def test_the_wizard_starts_a_private_swarm_with_its_secret_in_the_store_only(qtb
     caplog.set_level(logging.DEBUG)
     wizard = open_wizard(qtbot, config_in(tmp_path), tmp_path)
     page = wizard.swarm_page
-    page.initializePage()
-    page.swarm_name.setText("team")
+    type_into(page.swarm_name, "team")
     assert page.new.isChecked() and not page.private.isChecked()  # public unless asked
     assert page.copy.isEnabled() and parse_invite(page.invite_preview.text()).admission_secret is None
     assert not page.passphrase_box.isVisibleTo(page)
 
-    page.private.setChecked(True)
+    click(page.private)
     assert "invite" in page.private.text() and "secret" in page.private_info.text()
     # The secret is made at Finish: no invite without it to copy meanwhile.
     assert page.invite_preview.text() == "" and not page.copy.isEnabled()
     # No keyring, no passphrase known: the page asks for the store's.
     assert page.passphrase_box.isVisibleTo(page) and not page.isComplete()
-    page.passphrase.setText(PASSPHRASE)
+    type_into(page.passphrase, PASSPHRASE)
     assert not page.isComplete()  # typed twice: a typo would lock the secret away
-    page.repeat.setText(PASSPHRASE)
+    assert not wizard.button(wizard.WizardButton.FinishButton).isEnabled()
+    type_into(page.repeat, PASSPHRASE)
     assert page.isComplete()
-    wizard.accept()
+    press_finish(qtbot, wizard)
 
     config = wizard.result_config
     assert config is not None and config.swarm.swarm_name == "team" and wizard.passphrase == PASSPHRASE
@@ -115,15 +119,15 @@ def test_the_wizard_starts_a_private_swarm_with_its_secret_in_the_store_only(qtb
     # Opened again from Settings: the swarm is shown private and keeps its secret (invites already shared stay valid).
     again = open_wizard(qtbot, config, tmp_path)
     assert again.swarm_page.private.isChecked()
-    again.swarm_page.passphrase.setText(PASSPHRASE)
-    again.swarm_page.repeat.setText(PASSPHRASE)
-    again.accept()
+    type_into(again.swarm_page.passphrase, PASSPHRASE)
+    type_into(again.swarm_page.repeat, PASSPHRASE)
+    press_finish(qtbot, again)
     assert swarm_secret.load(config.run.data_dir, "team", PASSPHRASE) == secret
     # Made public: the secret is forgotten.
     public = open_wizard(qtbot, config, tmp_path)
-    public.swarm_page.private.setChecked(False)
+    click(public.swarm_page.private)
     assert not public.swarm_page.passphrase_box.isVisibleTo(public.swarm_page)
-    public.accept()
+    press_finish(qtbot, public)
     assert not swarm_secret.exists(config.run.data_dir, "team")
 
 
@@ -133,9 +137,10 @@ def test_a_wrong_or_missing_passphrase_keeps_the_wizard_open_and_says_why(qtbot,
     wizard = open_wizard(qtbot, config, tmp_path)
     page = wizard.swarm_page
     assert page.private.isChecked()
-    page.passphrase.setText("not the passphrase")
-    page.repeat.setText("not the passphrase")
-    wizard.accept()
+    type_into(page.passphrase, "not the passphrase")
+    type_into(page.repeat, "not the passphrase")
+    press_finish(qtbot, wizard)
+    assert wizard.isVisible() and wizard.currentPage() is page  # still open, on the page that says why
     assert wizard.result_config is None and "Wrong passphrase" in page.secret_status.text()
     assert swarm_secret.load(config.run.data_dir, config.swarm.swarm_name, PASSPHRASE) == SECRET
 
@@ -144,11 +149,11 @@ def test_joining_with_a_private_invite_stores_its_secret_through_the_seam(qtbot,
     caplog.set_level(logging.DEBUG)
     wizard = open_wizard(qtbot, config_in(tmp_path), tmp_path)
     page = wizard.swarm_page
-    page.join.setChecked(True)
-    page.invite_text.setPlainText(format_invite("study-group", [ADDRESS], "sapo", SECRET))
+    click(page.join)
+    type_into(page.invite_text, format_invite("study-group", [ADDRESS], "sapo", SECRET))
     assert page.isComplete() and "private" in page.invite_status.text() and SECRET not in page.invite_status.text()
     assert not page.passphrase_box.isVisibleTo(page)  # the environment unlocks the store
-    wizard.accept()
+    press_finish(qtbot, wizard)
     config = wizard.result_config
     assert swarm_secret.load(config.run.data_dir, "study-group") == SECRET
     config.save(tmp_path / "data" / "config.toml")
@@ -157,9 +162,9 @@ def test_joining_with_a_private_invite_stores_its_secret_through_the_seam(qtbot,
 
     # An invite without a secret (written by hand) leaves the stored one.
     rejoin = open_wizard(qtbot, config, tmp_path)
-    rejoin.swarm_page.join.setChecked(True)
-    rejoin.swarm_page.invite_text.setPlainText(format_invite("study-group", [ADDRESS]))
-    rejoin.accept()
+    click(rejoin.swarm_page.join)
+    type_into(rejoin.swarm_page.invite_text, format_invite("study-group", [ADDRESS]))
+    press_finish(qtbot, rejoin)
     assert swarm_secret.load(config.run.data_dir, "study-group") == SECRET
 
 
@@ -187,8 +192,9 @@ def test_the_headers_invite_of_a_private_swarm_carries_its_secret_and_says_so(qt
     other = config_in(tmp_path / "joiner")
     page = SwarmPage(other, wizard_module.IdentityPage(other), tmp_path / "networks.toml")
     qtbot.addWidget(page)
-    page.join.setChecked(True)
-    page.invite_text.setPlainText(QApplication.clipboard().text())
+    page.show()
+    click(page.join)
+    type_into(page.invite_text, QApplication.clipboard().text())
     assert page.isComplete() and page.admission_secret() == SECRET
 
 

@@ -37,13 +37,20 @@ CPU_LAPTOP = {
 }
 
 
-def open_wizard(qtbot, tmp_path, config_changes: dict | None = None) -> SetupWizard:
+def welcome(qtbot, tmp_path, config_changes: dict | None = None) -> SetupWizard:
+    """The wizard as it opens, once the node answered its identity and hardware queries."""
     config = NodeConfig.build({"run": {"data_dir": str(tmp_path / "data")}, **(config_changes or {})})
     wizard = SetupWizard(config, tmp_path / "networks.toml")
     qtbot.addWidget(wizard)
     wizard.show()
     qtbot.waitUntil(lambda: wizard.identity_page.peer is not None and wizard.hardware_page.data is not None,
                     timeout=QUERY_MS)
+    return wizard
+
+
+def open_wizard(qtbot, tmp_path, config_changes: dict | None = None) -> SetupWizard:
+    """The wizard on its first step, after the welcome page's Next."""
+    wizard = welcome(qtbot, tmp_path, config_changes)
     assert wizard.currentPage() is wizard.welcome_page and "four short steps" in wizard.welcome_page.findChild(
         QLabel).text()
     assert shown_buttons(wizard) == {"Next", "Cancel"}
@@ -60,6 +67,20 @@ def test_every_path_through_the_wizard_ends_on_the_swarm_step_with_finish():
         assert numbers == sorted(numbers) and numbers[0] == 1 and numbers[-1] == STEP_COUNT
         assert (Step.WALLET in steps) == choices.wallet
     assert {step for choices in every_choice() for step in path(choices)} == set(Step)
+
+
+def test_the_wizard_keeps_its_size_on_every_page(qtbot, tmp_path):
+    wizard = welcome(qtbot, tmp_path)
+    size = wizard.size()
+    press_next(qtbot, wizard)
+    assert wizard.size() == size, f"the first step: {wizard.size()} after {size}"
+    click(wizard.identity_page.wallet)  # the longest path
+    while wizard.currentPage() is not wizard.swarm_page:
+        if wizard.currentPage() is wizard.wallet_page:
+            click(wizard.button(wizard.WizardButton.BackButton))
+            click(wizard.identity_page.local_only)
+        press_next(qtbot, wizard, timeout=QUERY_MS)
+        assert wizard.size() == size, f"{wizard.currentPage().title()}: {wizard.size()} after {size}"
 
 
 def test_the_last_page_shows_finish_and_pressing_it_saves_and_closes(qtbot, tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QTreeWidgetItem
 
 from app.dashboard import Dashboard
@@ -16,6 +17,7 @@ from node.invite import format_invite, parse_invite
 from tests.apphelpers import recorded_events
 from tests.test_app_wizard import PEER, open_wizard
 from tests.test_game_driver import answers_of, honest, play_all, player
+from tests.wizard_clicks import click, press_finish, type_into, walk_to
 
 
 def metrics(number: int, **game) -> RoundFinished:
@@ -60,28 +62,28 @@ def test_gossip_names_the_stage_of_each_game_sample(qtbot):
 
 def test_wizard_offers_the_game_and_the_invite_carries_it(qtbot, tmp_path):
     wizard = open_wizard(qtbot, tmp_path)
-    for _ in range(3):
-        wizard.next()
+    walk_to(qtbot, wizard, wizard.swarm_page)
     swarm = wizard.swarm_page
     assert swarm.game.currentData() == "sapo" and parse_invite(swarm.invite_preview.text()).game == "sapo"
     assert "own questions" in swarm.game_info.text()
-    swarm.game.setCurrentIndex(swarm.game.findData("multistage"))
+    swarm.game.setFocus()
+    qtbot.keyClick(swarm.game, Qt.Key.Key_Down)  # the next game in the list
+    assert swarm.game.currentData() == "multistage"
     assert "critique" in swarm.game.currentText().lower() and "judges" in swarm.game_info.text()
     assert parse_invite(swarm.invite_preview.text()).game == "multistage"
-    wizard.accept()
+    press_finish(qtbot, wizard)
     config = wizard.result_config
     assert config.swarm.game == "multistage"
 
 
 def test_joining_with_a_game_invite_plays_its_game(qtbot, tmp_path):
     wizard = open_wizard(qtbot, tmp_path)
-    for _ in range(3):
-        wizard.next()
+    walk_to(qtbot, wizard, wizard.swarm_page)
     swarm = wizard.swarm_page
-    swarm.join.setChecked(True)
-    swarm.invite_text.setPlainText(format_invite("critics", [f"/ip4/192.168.1.7/tcp/31337/p2p/{PEER}"], "multistage"))
+    click(swarm.join)
+    type_into(swarm.invite_text, format_invite("critics", [f"/ip4/192.168.1.7/tcp/31337/p2p/{PEER}"], "multistage"))
     assert swarm.isComplete() and "Answer, critique, revise" in swarm.invite_status.text()
-    wizard.accept()
+    press_finish(qtbot, wizard)
     assert wizard.result_config.swarm.game == "multistage" and wizard.result_config.swarm.swarm_name == "critics"
 
 

@@ -12,7 +12,7 @@ from PySide6.QtCore import QPoint, QTimer, Qt
 from PySide6.QtTest import QTest
 from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import (
-    QAbstractButton, QAbstractSpinBox, QApplication, QCheckBox, QRadioButton, QTableWidget, QWidget, QWizard,
+    QAbstractButton, QAbstractSpinBox, QApplication, QCheckBox, QComboBox, QRadioButton, QTableWidget, QWidget, QWizard,
 )
 
 NEXT, FINISH, BACK, CANCEL = (QWizard.WizardButton.NextButton, QWizard.WizardButton.FinishButton,
@@ -41,6 +41,22 @@ def click_row(table: QTableWidget, row: int) -> None:
     assert rect.isValid(), f"row {row} is not shown"
     QTest.mouseClick(table.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
     assert table.currentRow() == row
+
+
+def button_named(root: QWidget, text: str) -> QAbstractButton:
+    """The one button under ``root`` that shows ``text``."""
+    found = [b for b in root.findChildren(QAbstractButton) if b.text() == text]
+    assert len(found) == 1, f"{len(found)} buttons named {text!r}"
+    return found[0]
+
+
+def choose(combo: QComboBox, data: object) -> None:
+    """Picks an entry of a drop-down with the arrow keys, as a user does from the keyboard."""
+    target = combo.findData(data)
+    assert target >= 0, f"{data!r} is not offered"
+    combo.setFocus()
+    while combo.currentIndex() != target:
+        QTest.keyClick(combo, Qt.Key.Key_Down if combo.currentIndex() < target else Qt.Key.Key_Up)
 
 
 def type_into(field: QWidget, text: str) -> None:
