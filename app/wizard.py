@@ -356,6 +356,8 @@ class SwarmPage(QWizardPage):
                                    "its invite carries: share the invite like a password.")
         self.private_info.setWordWrap(True)
         self.private.toggled.connect(self._update_invite)
+        self.private.toggled.connect(self.private_info.setVisible)  # a public swarm has no secret to speak of
+        self.private_info.setVisible(self.private.isChecked())
         self.game = QComboBox()
         self.game.setObjectName("gameChoice")
         for game, (title, _) in GAMES.items():

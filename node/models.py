@@ -81,7 +81,7 @@ CATALOG: dict[str, ModelSpec] = _catalog(
         "Qwen/Qwen2.5-1.5B-Instruct",
         1_543_714_304,
         3_087_467_144,
-        "Strongest reasoning in the catalog; needs a GPU with about 40 GiB to train",
+        "Strongest reasoning in the catalog; slow to train without a large GPU",
         "qwen2.5",
         QWEN_VOCAB,
     ),

@@ -94,9 +94,10 @@ def test_the_wizard_starts_a_private_swarm_with_its_secret_in_the_store_only(qtb
     assert page.new.isChecked() and not page.private.isChecked()  # public unless asked
     assert page.copy.isEnabled() and parse_invite(page.invite_preview.text()).admission_secret is None
     assert not page.passphrase_box.isVisibleTo(page)
+    assert not page.private_info.isVisible()  # a public swarm has no secret to speak of
 
     click(page.private)
-    assert "invite" in page.private.text() and "secret" in page.private_info.text()
+    assert "invite" in page.private.text() and "secret" in page.private_info.text() and page.private_info.isVisible()
     # The secret is made at Finish: no invite without it to copy meanwhile.
     assert page.invite_preview.text() == "" and not page.copy.isEnabled()
     # No keyring, no passphrase known: the page asks for the store's.

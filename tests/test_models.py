@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import gguf
@@ -105,6 +106,12 @@ def test_catalog_sizes_are_plausible():
 
 
 # --- memory estimate and fit check ---------------------------------------------------------------------------
+
+
+def test_no_catalog_description_names_a_memory_size():
+    """The memory a model needs is computed for the machine at hand and shown beside the description; a fixed figure
+    in the text (say, a GPU's) contradicts it on every other machine."""
+    assert not [spec.id for spec in CATALOG.values() if re.search(r"\d\s*[GM]i?B", spec.description)]
 
 
 def test_fit_label_thresholds():

@@ -98,7 +98,8 @@ class Script:
     inside the code under test, where the test cannot run code until it closes. Each step waits for its condition
     (with a deadline), then acts; a failure is kept, every open wizard is cancelled, and :meth:`check` raises it."""
 
-    def __init__(self, timeout_s: float = 60) -> None:
+    def __init__(self, timeout_s: float = 60, on_error: Callable[[], None] = lambda: None) -> None:
+        self.on_error = on_error
         self.steps: list[tuple[str, Callable[[], object], Callable[[], None]]] = []
         self.timeout_ms = int(timeout_s * 1000)
         self.error: BaseException | None = None
@@ -140,6 +141,7 @@ class Script:
             for widget in QApplication.topLevelWidgets():  # leave no modal loop waiting for a click
                 if isinstance(widget, QWizard) and widget.isVisible():
                     widget.reject()
+            self.on_error()
 
     def check(self) -> None:
         if self.error is not None:
