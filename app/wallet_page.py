@@ -5,11 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtWidgets import (
-    QButtonGroup, QComboBox, QFileDialog, QFormLayout, QFrame, QGroupBox, QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit,
-    QPushButton, QRadioButton, QScrollArea, QStackedWidget, QVBoxLayout, QWidget, QWizardPage,
+    QButtonGroup, QComboBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit,
+    QPushButton, QRadioButton, QStackedWidget, QVBoxLayout, QWidget, QWizardPage,
 )
 
 from app.errors import ErrorLabel, Problem
+from app.scroll import scroll_area
 from app.worker import Worker
 from node.chain.networks import PRESETS, rpc_health
 from node.config import NodeConfig
@@ -156,13 +157,9 @@ class WalletPage(QWizardPage):
         layout.addStretch(1)
         # The phrase, its quiz and the passphrase need more height than a 700-pixel screen leaves: scroll. Next's
         # error stays below the scrolled part, always in view, or Next would seem to do nothing.
-        scroll = QScrollArea()
-        scroll.setWidgetResizable(True)
-        scroll.setFrameShape(QFrame.Shape.NoFrame)
-        scroll.setWidget(content)
         outer = QVBoxLayout(self)
         outer.setContentsMargins(0, 0, 0, 0)
-        outer.addWidget(scroll, 1)
+        outer.addWidget(scroll_area(content), 1)
         outer.addWidget(self.error)
 
     # -- network -------------------------------------------------------------------------------------------

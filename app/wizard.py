@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
 
 from app import fit
 from app.saved_swarms import Network, load_networks, save_network
+from app.scroll import scroll_area
 from app.node_query import NodeQuery
 from app.wallet_page import WalletPage
 from app.wizard_flow import NUMBERS, START, STEP_COUNT, Choices, Step, next_step
@@ -434,13 +435,20 @@ class SwarmPage(QWizardPage):
         self.secret_status.setObjectName("secretStatus")
         self.secret_status.setWordWrap(True)
 
-        layout = QVBoxLayout(self)
+        content = QWidget()
+        layout = QVBoxLayout(content)
+        layout.setContentsMargins(0, 0, 0, 0)
         for button, box in ((self.new, self.new_box), (self.join, self.join_box), (self.preset, self.preset_box)):
             layout.addWidget(button)
             layout.addWidget(box)
         layout.addWidget(self.passphrase_box)
-        layout.addWidget(self.secret_status)
         layout.addStretch(1)
+        # A private swarm's passphrase makes the page taller than a laptop screen leaves: it scrolls, and Finish's
+        # error stays in view below.
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.addWidget(scroll_area(content), 1)
+        outer.addWidget(self.secret_status)
         (self.join if config.swarm.initial_peers else self.new).setChecked(True)
         if config.swarm.initial_peers:
             self.invite_text.setPlainText(

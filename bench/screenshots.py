@@ -95,6 +95,19 @@ def first_run(out: Path, suffix: str, width: int, height: int, rounds: int) -> S
     def shot(name: str):
         return lambda: save(wizard(), out, f"{name}{suffix}")
 
+    def settled(condition):
+        """True once ``condition`` has held for a moment: a picture taken in the same tick as a click can catch a
+        layout half done."""
+        since: list[float] = []
+
+        def ready() -> bool:
+            if not condition():
+                since.clear()
+                return False
+            since[:] = since or [time.monotonic()]
+            return time.monotonic() - since[0] >= 0.4
+        return ready
+
     def fit_screen() -> None:
         w = wizard()
         w.resize(min(w.width(), width - 40), min(w.height(), height - 40))
@@ -120,45 +133,45 @@ def first_run(out: Path, suffix: str, width: int, height: int, rounds: int) -> S
     script = Script(timeout_s=900, on_error=leave)
     (script
      .when("the welcome page", next_ready("welcome_page"), fit_screen)
-     .when("the welcome page, sized", lambda: True, shot("wizard-0-welcome"))
+     .when("the welcome page, sized", settled(lambda: True), shot("wizard-0-welcome"))
      .when("Next", lambda: True, lambda: click(wizard().button(NEXT)))
-     .when("the identity", next_ready("identity_page"), shot("wizard-1-identity"))
+     .when("the identity", settled(next_ready("identity_page")), shot("wizard-1-identity"))
      .when("wallet login", lambda: True, lambda: click(wizard().identity_page.wallet))
      .when("Next", lambda: True, lambda: click(wizard().button(NEXT)))
      .when("the wallet page", on("wallet_page"),
            lambda: click(button_named(wizard().wallet_page, "Generate recovery phrase")))
-     .when("the phrase", lambda: wizard().wallet_page.pending is not None, shot("wizard-1b-wallet"))
+     .when("the phrase", settled(lambda: wizard().wallet_page.pending is not None), shot("wizard-1b-wallet"))
      .when("Next without the quiz", lambda: True, lambda: click(wizard().button(NEXT)))
-     .when("the wallet error", lambda: bool(wizard().wallet_page.error.text()), shot("wizard-1c-wallet-error"))
+     .when("the wallet error", settled(lambda: bool(wizard().wallet_page.error.text())), shot("wizard-1c-wallet-error"))
      .when("Back", lambda: True, lambda: click(wizard().button(BACK)))
      .when("local only", on("identity_page"), lambda: click(wizard().identity_page.local_only))
      .when("Next", lambda: True, lambda: click(wizard().button(NEXT)))
-     .when("the hardware", next_ready("hardware_page"), shot("wizard-2-hardware"))
+     .when("the hardware", settled(next_ready("hardware_page")), shot("wizard-2-hardware"))
      .when("Next", lambda: True, lambda: click(wizard().button(NEXT)))
-     .when("the model", next_ready("model_page"), shot("wizard-3-model"))
+     .when("the model", settled(next_ready("model_page")), shot("wizard-3-model"))
      .when("Next", lambda: True, lambda: click(wizard().button(NEXT)))
-     .when("the swarm", on("swarm_page"), shot("wizard-4-swarm"))
+     .when("the swarm", settled(on("swarm_page")), shot("wizard-4-swarm"))
      .when("private", lambda: True, lambda: click(wizard().swarm_page.private))
-     .when("the private swarm", lambda: wizard().swarm_page.private_info.isVisible(), shot("wizard-4-swarm-private"))
+     .when("the private swarm", settled(lambda: wizard().swarm_page.private_info.isVisible()), shot("wizard-4-swarm-private"))
      .when("public again", lambda: True, lambda: click(wizard().swarm_page.private))
      .when("join", lambda: True, lambda: click(wizard().swarm_page.join))
      .when("an invite", lambda: True,
            lambda: type_into(wizard().swarm_page.invite_text, wizard().swarm_page.invite_preview.text()))
-     .when("the join", lambda: bool(wizard().swarm_page.invite_status.text()), shot("wizard-4-swarm-join"))
+     .when("the join", settled(lambda: bool(wizard().swarm_page.invite_status.text())), shot("wizard-4-swarm-join"))
      .when("a new swarm", lambda: True, lambda: click(wizard().swarm_page.new))
      .when("Finish", lambda: wizard().button(FINISH).isVisible(), lambda: click(wizard().button(FINISH)))
      .when("the main window", lambda: window() is not None, lambda: window().resize(width, height))
-     .when("the node starting", lambda: True, lambda: save(window(), out, f"first-run-starting{suffix}"))
-     .when(f"{rounds} rounds", lambda: rounds_trained() >= rounds, lambda: save(window(), out, f"first-run-dashboard{suffix}"))
+     .when("the node starting", settled(lambda: True), lambda: save(window(), out, f"first-run-starting{suffix}"))
+     .when(f"{rounds} rounds", settled(lambda: rounds_trained() >= rounds), lambda: save(window(), out, f"first-run-dashboard{suffix}"))
      .when("gossip", lambda: True, tab("gossip"))
-     .when("gossip shown", lambda: True, lambda: save(window(), out, f"first-run-gossip{suffix}"))
+     .when("gossip shown", settled(lambda: True), lambda: save(window(), out, f"first-run-gossip{suffix}"))
      .when("logs", lambda: True, tab("logs"))
-     .when("logs shown", lambda: True, lambda: save(window(), out, f"first-run-logs{suffix}"))
+     .when("logs shown", settled(lambda: True), lambda: save(window(), out, f"first-run-logs{suffix}"))
      .when("dashboard", lambda: True, tab("dashboard"))
      .when("Settings", lambda: True,
            lambda: click(window().findChild(QToolBar, "controls").widgetForAction(window().settings_action)))
-     .when("the settings' memory figures", lambda: top_level(SettingsDialog) is not None
-           and top_level(SettingsDialog).hardware is not None, lambda: save(top_level(SettingsDialog), out, f"settings{suffix}"))
+     .when("the settings' memory figures", settled(lambda: top_level(SettingsDialog) is not None
+           and top_level(SettingsDialog).hardware is not None), lambda: save(top_level(SettingsDialog), out, f"settings{suffix}"))
      .when("Settings closed", lambda: True, lambda: top_level(SettingsDialog).reject())
      .when("the File menu", lambda: top_level(SettingsDialog) is None,
            lambda: QTest.mouseClick(window().menuBar(), Qt.MouseButton.LeftButton,
@@ -166,7 +179,7 @@ def first_run(out: Path, suffix: str, width: int, height: int, rounds: int) -> S
      .when("Quit", lambda: file_menu().isVisible(),
            lambda: QTest.mouseClick(file_menu(), Qt.MouseButton.LeftButton,
                                     pos=file_menu().actionGeometry(window().quit_action).center()))
-     .when("the quit dialog", lambda: window() is None or window().quit_dialog is not None,
+     .when("the quit dialog", settled(lambda: window() is None or window().quit_dialog is not None),
            lambda: window() and window().quit_dialog and save(window().quit_dialog, out, f"quit{suffix}")))
     return script
 

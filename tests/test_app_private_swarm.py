@@ -245,3 +245,19 @@ def test_the_app_asks_for_the_stores_passphrase_at_start_for_a_private_swarm(qtb
     desktop.unlock_secrets(private)
     assert [title for title, _ in prompts] == ["Unlock private swarm"] * 2 and "Wrong passphrase" in prompts[1][1]
     assert desktop.supervisor.environment[PASSPHRASE_ENV] == PASSPHRASE
+
+
+def test_a_private_swarm_on_a_laptop_screen_scrolls_and_squeezes_no_field(qtbot, tmp_path, locked):
+    wizard = open_wizard(qtbot, config_in(tmp_path), tmp_path)
+    wizard.resize(wizard.width(), 600)  # what a 1024x700 screen leaves
+    page = wizard.swarm_page
+    click(page.private)  # the secret's explanation and the store's passphrase appear
+    qtbot.waitUntil(lambda: page.passphrase_box.isVisible(), timeout=5_000)
+
+    def squeezed() -> list[str]:
+        return [widget.objectName() or type(widget).__name__
+                for widget in (page.swarm_name, page.game, page.port, page.private, page.private_info,
+                               page.invite_preview, page.passphrase, page.repeat)
+                if widget.height() < widget.minimumSizeHint().height()]
+
+    qtbot.waitUntil(lambda: not squeezed(), timeout=3_000)  # once the layout has settled
