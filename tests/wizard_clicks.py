@@ -98,46 +98,49 @@ class Script:
     inside the code under test, where the test cannot run code until it closes. Each step waits for its condition
     (with a deadline), then acts; a failure is kept, every open wizard is cancelled, and :meth:`check` raises it."""
 
+    TICK_MS = 50
+
     def __init__(self, timeout_s: float = 60, on_error: Callable[[], None] = lambda: None) -> None:
         self.on_error = on_error
         self.steps: list[tuple[str, Callable[[], object], Callable[[], None]]] = []
         self.timeout_ms = int(timeout_s * 1000)
         self.error: BaseException | None = None
         self.waited_ms = 0
-        self.timer = QTimer(interval=50)
-        self.timer.timeout.connect(self._tick)
 
     def when(self, what: str, condition: Callable[[], object], action: Callable[[], None]) -> Script:
         self.steps.append((what, condition, action))
         return self
 
     def start(self) -> Script:
-        self.timer.start()
+        self._schedule()
         return self
 
     @property
     def done(self) -> bool:
         return not self.steps or self.error is not None
 
+    def _schedule(self) -> None:
+        # A new single-shot timer for every tick: Qt never re-enters a timer whose handler is still running, and an
+        # action may open a modal loop (a dialog's exec()) that the next steps must drive from inside.
+        QTimer.singleShot(self.TICK_MS, self._tick)
+
     def _tick(self) -> None:
         if self.done:
-            self.timer.stop()
             return
         what, condition, action = self.steps[0]
-        self.waited_ms += self.timer.interval()
+        self.waited_ms += self.TICK_MS
         try:
             if not condition():
                 if self.waited_ms > self.timeout_ms:
                     raise TimeoutError(f"waited {self.timeout_ms} ms for: {what}")
+                self._schedule()
                 return
             self.steps.pop(0)
             self.waited_ms = 0
-            # An action may open a modal loop (a wizard's exec()): the timer keeps ticking inside it, so the next
-            # steps drive that window. Actions therefore only click; every wait is a step's condition.
-            action()
+            self._schedule()  # before the action: it may not return until its modal loop closes
+            action()  # actions only click; every wait is a step's condition
         except BaseException as exc:  # noqa: BLE001 - kept for the test to raise
             self.error = exc
-            self.timer.stop()
             for widget in QApplication.topLevelWidgets():  # leave no modal loop waiting for a click
                 if isinstance(widget, QWizard) and widget.isVisible():
                     widget.reject()
