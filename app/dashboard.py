@@ -66,7 +66,7 @@ class Dashboard(QWidget):
         self.curves: dict[str, pg.PlotDataItem] = {}
         self.bars: dict[str, pg.BarGraphItem] = {}
 
-        accuracy = self._chart("accuracy", "Accuracy on unseen tasks", fraction=True,
+        accuracy = self._chart("accuracy", "Accuracy on unseen tasks", zero_to_one=True,
                                empty="No held-out evaluation yet: the node runs one at round 0 and every few rounds.")
         self._curve(accuracy, "accuracy", "greedy", COLORS["accuracy"], width=3, symbol="o")
         self._curve(accuracy, "exact_mean", "sampled answers", COLORS["exact_mean"], symbol="t")
@@ -76,14 +76,14 @@ class Dashboard(QWidget):
         self.baseline.setVisible(False)
         accuracy.item.addItem(self.baseline, ignoreBounds=True)
         accuracy.add_entry(COLORS["baseline"], "baseline", dashed=True)
-        reward = self._chart("reward", "Reward per round", fraction=True)
+        reward = self._chart("reward", "Reward per round", zero_to_one=True)
         self._curve(reward, "local", "own questions", COLORS["local"], symbol="o", width=0)
         self._curve(reward, "local_avg", f"{MOVING_AVERAGE_ROUNDS}-round average", COLORS["average"], width=3)
         self._curve(reward, "external", "peers' questions", COLORS["external"], symbol="t", width=0)
-        wellformed = self._chart("wellformed", "Answer format", fraction=True)
+        wellformed = self._chart("wellformed", "Answer format", zero_to_one=True)
         self._curve(wellformed, "wellformed", "well-formed", COLORS["wellformed"], symbol="o")
         self._curve(wellformed, "correct", "exactly right", COLORS["correct"], symbol="s")
-        spread = self._chart("spread", "Groups with reward spread", fraction=True)
+        spread = self._chart("spread", "Groups with reward spread", zero_to_one=True)
         self._curve(spread, "spread", "share of groups", COLORS["spread"], symbol="o")
         update = self._chart("update", "Update size")
         self._curve(update, "advantage", "mean |advantage|", COLORS["advantage"], symbol="o")

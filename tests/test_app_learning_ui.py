@@ -100,9 +100,17 @@ def test_flat_rewards_are_explained_in_one_line(qtbot, tmp_path):
 # -- plots: ticks and ranges -------------------------------------------------------------------------------
 
 
+def shown(qtbot, window):
+    """The window on screen with its charts painted: pyqtgraph fits its ranges when it paints."""
+    window.show()
+    qtbot.waitExposed(window)
+    for _ in range(3):
+        QApplication.processEvents()
+
+
 def test_round_and_count_axes_have_whole_ticks_and_no_si_prefix(qtbot, tmp_path):
     window = played(qtbot, tmp_path, of(RoundFinished)[:1])
-    window.show()
+    shown(qtbot, window)
     for name, chart in window.dashboard.charts.items():
         bottom = chart.item.getAxis("bottom")
         assert isinstance(bottom, IntegerAxis) and not bottom.autoSIPrefix, name
@@ -117,6 +125,34 @@ def test_round_and_count_axes_have_whole_ticks_and_no_si_prefix(qtbot, tmp_path)
     assert all(float(t).is_integer() for _, values in left.tickValues(low, high, 200) for t in values)
     reward_range = window.dashboard.charts["reward"].item.getViewBox().viewRange()[1]
     assert reward_range[0] <= 0 and reward_range[1] >= 1  # rates keep 0..1 from the first point
+    # One point at round 0: the round axis starts at 0 (no negative rounds), counts start at 0.
+    for name in ("reward", "wellformed", "groups", "seconds"):
+        low, high = window.dashboard.charts[name].item.getViewBox().viewRange()[0]
+        assert -1 < low <= -0.4 and high >= 4, (name, low, high)
+    assert -0.5 < low_count(groups) <= 0
+
+
+def low_count(chart) -> float:
+    return chart.item.getViewBox().viewRange()[1][0]
+
+
+def test_rewards_above_one_are_drawn_and_zoom_resets_to_them(qtbot, tmp_path):
+    """A correct answer with the format bonus scores 1.2: the reward chart must not cut it off at 1."""
+    first = of(RoundFinished)[0]
+    rounds = [dataclasses.replace(first, round=r, reward_local=reward, reward_external=reward - 0.1)
+              for r, reward in enumerate((0.4, 1.07, 1.2, 1.075))]
+    window = played(qtbot, tmp_path, rounds)
+    window.resize(1024, 700)
+    shown(qtbot, window)
+    view = window.dashboard.charts["reward"].item.getViewBox()
+    low, high = view.viewRange()[1]
+    assert low <= 0 and high >= 1.2
+    view.scaleBy((1, 0.3))  # the user zooms in on the y axis (the wheel or a right-drag)
+    assert view.viewRange()[1][1] < 1.2
+    qtbot.mouseClick(window.dashboard.reset_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: view.viewRange()[1][1] >= 1.2, timeout=5000)
+    x, y = window.dashboard.curves["local"].getData()
+    assert list(y) == [0.4, 1.07, 1.2, 1.075]
 
 
 # -- gossip ------------------------------------------------------------------------------------------------
