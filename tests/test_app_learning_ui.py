@@ -189,6 +189,43 @@ def test_gossip_shows_expected_reason_and_every_fate_with_counters_that_add_up(q
                                                "Counting bits")
 
 
+def click_row(qtbot, table, row: int, column: int = 3) -> None:
+    index = table.model().index(row, column)
+    table.scrollTo(index)
+    qtbot.mouseClick(table.viewport(), Qt.MouseButton.LeftButton, pos=table.visualRect(index).center())
+
+
+def test_gossip_says_what_really_happened_in_a_round_that_skipped_its_update(qtbot, tmp_path):
+    """A round whose groups all scored 0.00 skips the update: its groups were not trained on, and the view says so."""
+    started = of(NodeStarted)[0]
+    own = [RolloutSample(round=3, source_peer=started.peer_id, source_name=started.peer_name, local=True,
+                         family="products", question=f"Calculate {i} * 7.", completion="I think so", reward=0.0,
+                         expected=str(7 * i), reason="no_answer_block", fate="update_skipped",
+                         group_rewards=[0.0] * 4) for i in (3, 4)]
+    peer = RolloutSample(round=3, source_peer="QmPeer", source_name="merry-brave-otter", local=False, family="gcd",
+                         question="Find the greatest common divisor of 12 and 18.", completion="<answer>6</answer>",
+                         reward=1.0, expected="6", reason="correct", fate="dropped_equal_rewards",
+                         group_rewards=[1.0] * 4)
+    window = played(qtbot, tmp_path, [started, *own, peer])
+    window.resize(1024, 700)
+    window.show()
+    qtbot.mouseClick(window.tabs.tabBar(), Qt.MouseButton.LeftButton,
+                     pos=window.tabs.tabBar().tabRect(window.tabs.indexOf(window.gossip)).center())
+    gossip = window.gossip
+    assert gossip.isVisible()
+    click_row(qtbot, gossip.table, next(r for r in range(gossip.proxy.rowCount())
+                                        if gossip.proxy.index(r, 1).data() == "this node"))
+    detail = gossip.detail.toPlainText()
+    assert "Fate: update skipped." in detail and "Fate: trained on" not in detail
+    assert "skipped the round's update" in detail
+    assert "update skipped" in [gossip.proxy.index(r, 8).data() for r in range(gossip.proxy.rowCount())]
+    assert gossip.counters.text().startswith("Shown: 2 groups of this node (2 not trained (update skipped))")
+    qtbot.mouseClick(gossip.peers_only, Qt.MouseButton.LeftButton, pos=gossip.peers_only.rect().center())
+    assert gossip.peers_only.isChecked() and gossip.proxy.rowCount() == 1
+    assert gossip.counters.text().startswith("Shown: 1 peer groups = 0 trained on + 1 dropped")
+    assert "this node" not in gossip.counters.text() and "update skipped" not in gossip.detail.toPlainText()
+
+
 def test_peer_text_is_plain_text_everywhere(qtbot, tmp_path):
     window = played(qtbot, tmp_path)
     gossip = window.gossip

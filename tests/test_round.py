@@ -112,6 +112,8 @@ def test_a_round_trains_on_verified_peer_groups_and_accounts_for_every_one(tiny_
     for sample in samples:
         if sample.local or sample.fate in ("trained", "dropped_equal_rewards"):
             assert sample.expected is not None and len(sample.group_rewards) == G
+        if sample.local:  # the update ran: a group of equal rewards was in it, but taught nothing
+            assert sample.fate == ("no_signal" if len(set(sample.group_rewards)) == 1 else "trained"), sample
     assert {e.phase for e in events} >= {"generating", "sharing", "training"}
 
 
@@ -125,7 +127,8 @@ def test_a_round_without_reward_spread_skips_the_update(tiny_model_dir, tmp_path
     m = results["QmSolo"].metrics
     assert m.update_skipped and solo.learner.global_step == 0 and m.grad_norm is None
     assert m.reward_local == 0.0 and m.groups_with_spread == 0.0 and m.accuracy_local == 0.0
-    assert all(s.fate == "trained" and s.reason in ("no_answer_block", "cut_at_token_limit", "wrong_value")
+    # Nothing was trained on, and the gossip view must not say otherwise.
+    assert all(s.fate == "update_skipped" and s.reason in ("no_answer_block", "cut_at_token_limit", "wrong_value")
                for s in results["QmSolo"].samples)
 
 
