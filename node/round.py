@@ -306,7 +306,8 @@ def _gather(parts: RoundParts, number: int, local: list[ScoredGroup], should_sto
             "fetch budget spent" if exhausted and usable < s.external_groups else "")
         if reason:
             break
-        detail = f"{usable}/{s.external_groups} usable peer groups; {len(published_now)} of {live} live peers published"
+        heard = f"{len(published_now)} of {live} live peers published" if live else "no live peer seen yet"
+        detail = f"{usable}/{s.external_groups} usable peer groups; {heard}"
         on_wait(detail)
         report(RoundProgress(round=number, phase="waiting_for_peers", done=usable, total=s.external_groups,
                              detail=detail))

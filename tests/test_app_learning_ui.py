@@ -317,11 +317,52 @@ def test_round_progress_shows_phase_bar_and_eta(qtbot, tmp_path):
     now[0] += 10
     window.supervisor.feed(RoundProgress(round=3, phase="waiting_for_peers", done=1, total=2,
                                                        detail="1/2 usable peer groups; 1 of 2 live peers published"))
-    assert "Waiting for peers (1/2 usable peer groups): 1/2 usable" in progress.label.text()
+    assert progress.label.text() == "Round 3: Waiting for peers: 1/2 usable peer groups; 1 of 2 live peers published"
     assert progress.eta.text() == f"about {median - 10:.0f} s left in this round"
     window.supervisor.feed(RoundProgress(round=4, phase="loading_model"))
     assert progress.bar.maximum() == 0 and progress.eta.text() == ""  # busy, no count, no ETA
     assert eta_seconds([], 3) is None and eta_seconds([10, 50, 30], 40) == 0.0
+
+
+def test_the_window_never_widens_itself_and_the_header_says_each_thing_once(qtbot, tmp_path):
+    """At 1024 pixels a long wait detail, swarm line or model name is cut with "…", never pushes the window wider,
+    and the tabs below stay where they are."""
+    window = make_window(qtbot, config_in(tmp_path))
+    window.resize(1024, 700)
+    window.show()
+    qtbot.waitExposed(window)
+    started = dataclasses.replace(of(NodeStarted)[0], swarm_name="demo",
+                                  model="HuggingFaceTB/SmolLM2-360M-Instruct-with-a-very-long-fine-tune-name")
+    window.supervisor.feed(started)
+    window.supervisor.feed(StateChanged(state="training"))
+    tabs_at = window.tabs.mapTo(window, window.tabs.rect().topLeft())
+    header = window.header
+    for detail in ("0/2 usable peer groups; 0 of 0 live peers published",
+                   "0/2 usable peer groups; 3 of 11 live peers published; " + "still waiting " * 20):
+        window.supervisor.feed(StateChanged(state="waiting_for_peers", detail=detail))
+        window.supervisor.feed(RoundProgress(round=22, phase="waiting_for_peers", done=0, total=2, detail=detail))
+        QApplication.processEvents()
+        assert window.width() == 1024 and window.minimumSizeHint().width() <= 1024
+        assert window.tabs.mapTo(window, window.tabs.rect().topLeft()) == tabs_at
+        assert header.progress.label.text().count("usable peer groups") == 1  # said once, not twice
+    assert header.progress.label.is_elided() and header.progress.label.toolTip() == header.progress.label.text()
+    # The swarm, model and device on one line (cut where the model name is too long), never squeezed into several.
+    assert header.swarm.text().startswith("Swarm demo · HuggingFaceTB/SmolLM2-360M") and header.swarm.text().endswith(
+        "on CPU")
+    assert header.swarm.height() < 2 * header.swarm.fontMetrics().height()
+    assert header.swarm.width() > header.width() // 2
+
+
+def test_an_invite_of_this_computer_only_says_so(qtbot, tmp_path):
+    window = make_window(qtbot, config_in(tmp_path))
+    window.show()
+    started = of(NodeStarted)[0]
+    assert all("/127.0.0.1/" in address for address in started.invite)  # as the demo's node listens
+    window.supervisor.feed(started)
+    note = window.header.invite_note
+    assert note.isVisible() and "this computer only" in note.text() and "127.0.0.1" in note.text()
+    window.supervisor.feed(dataclasses.replace(started, invite=[*started.invite, "/ip4/192.0.2.7/tcp/38111/p2p/Qm1"]))
+    assert not note.isVisible()
 
 
 # -- controls ----------------------------------------------------------------------------------------------
