@@ -122,6 +122,8 @@ class Chart(QFrame):
 
     def set_empty(self, empty: bool) -> None:
         self.empty.setVisible(empty)
+        if empty:
+            self.empty.raise_()  # above the plot, which a stack of all its widgets may have drawn on top
 
     def reset_zoom(self) -> None:
         self.item.getViewBox().enableAutoRange()

@@ -24,6 +24,7 @@ COLORS = {"local": "#0072B2", "external": "#E69F00", "average": "#009E73", "accu
           "used": "#009E73", "dropped": "#999999", "not_needed": "#56B4E9", "rejected": "#D55E00", "peers": "#CC79A7",
           "stage_answer": "#56B4E9", "stage_critique": "#CC79A7", "stage_revise": "#D55E00",
           "accuracy_answer": "#0072B2", "accuracy_swarm_final": "#009E73"}
+SKIPPED_SHADE = (128, 128, 128, 45)  # rounds not played: a light grey on dark and light themes alike
 # The multi-stage game's curves, added to the reward chart once a round of that game arrives (SAPO runs never
 # show them): key -> legend label, dotted.
 GAME_CURVES = {
@@ -57,12 +58,18 @@ EXPLAIN = {
 }
 
 
+def _span(first: int, last: int) -> str:
+    return f"round {first}" if first == last else f"rounds {first}–{last}"
+
+
 class Dashboard(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         pg.setConfigOptions(antialias=True)
         self.history = RunHistory()
         self.charts: dict[str, Chart] = {}
+        self.skipped: list[tuple[int, int]] = []  # rounds not played, shaded on every chart
+        self.skip_marks: list[tuple[pg.PlotItem, pg.LinearRegionItem]] = []
         self.curves: dict[str, pg.PlotDataItem] = {}
         self.bars: dict[str, pg.BarGraphItem] = {}
 
@@ -197,6 +204,7 @@ class Dashboard(QWidget):
         self.charts["groups"].set_empty(not any(h.groups["received"]) and not any(h.peers))
         self.flat.setText(h.flat_explanation())
         self.flat.setVisible(bool(self.flat.text()))
+        self._mark_skipped(h.skipped_rounds())
         if h.last is not None:
             self.summary.setText(self._summary())
 
@@ -214,7 +222,31 @@ class Dashboard(QWidget):
         if m.stage_rewards:
             external = "stages " + ", ".join(f"{stage} {reward:.2f}" for stage, reward in m.stage_rewards.items())
         return (f"{held_out}Last round ({m.round}): reward {m.reward_local:.2f}, {external}; "
-                f"well-formed {m.wellformed_rate:.0%}; {update}; {m.seconds_total:.0f} s.")
+                f"well-formed {m.wellformed_rate:.0%}; {update}; {m.seconds_total:.0f} s.{self._skipped_text()}")
+
+    def _skipped_text(self) -> str:
+        if not self.skipped:
+            return ""
+        spans = ", ".join(_span(first, last) for first, last in self.skipped)
+        return f" Not played here (shaded): {spans}; this node caught up with the swarm's round."
+
+    def _mark_skipped(self, skipped: list[tuple[int, int]]) -> None:
+        """Shade the rounds this node skipped on every chart, so a gap in the curves is explained where it shows."""
+        if skipped == self.skipped:
+            return
+        for item, region in self.skip_marks:
+            item.removeItem(region)
+        self.skip_marks, self.skipped = [], skipped
+        tip = ("Rounds this node did not play: it found the swarm further on (after a start, a pause or a slow round) "
+               "and joined the swarm's current round.")
+        for chart in self.charts.values():
+            for first, last in skipped:
+                region = pg.LinearRegionItem((first - 0.5, last + 0.5), movable=False, pen=pg.mkPen(None),
+                                             brush=pg.mkBrush(SKIPPED_SHADE))
+                region.setZValue(-10)  # behind the data
+                region.setToolTip(f"{_span(first, last).capitalize()}: not played. {tip}")
+                chart.item.addItem(region, ignoreBounds=True)
+                self.skip_marks.append((chart.item, region))
 
     def _set(self, key: str, x, values) -> None:
         y = np.asarray(values, dtype=float)

@@ -10,6 +10,7 @@ import dataclasses
 from pathlib import Path
 
 import numpy as np
+import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication, QStyleOptionHeader
 
@@ -153,6 +154,19 @@ def test_rewards_above_one_are_drawn_and_zoom_resets_to_them(qtbot, tmp_path):
     qtbot.waitUntil(lambda: view.viewRange()[1][1] >= 1.2, timeout=5000)
     x, y = window.dashboard.curves["local"].getData()
     assert list(y) == [0.4, 1.07, 1.2, 1.075]
+
+
+def test_rounds_skipped_to_catch_up_with_the_swarm_are_shaded_and_explained(qtbot, tmp_path):
+    first = of(RoundFinished)[0]
+    window = played(qtbot, tmp_path, [dataclasses.replace(first, round=r) for r in (0, 1, 2, 9, 10, 12)])
+    shown(qtbot, window)
+    dashboard = window.dashboard
+    for name, chart in dashboard.charts.items():
+        regions = sorted(item.getRegion() for item in chart.item.items if isinstance(item, pg.LinearRegionItem))
+        assert regions == [(2.5, 8.5), (10.5, 11.5)], name
+    assert "Not played here (shaded): rounds 3–8, round 11; this node caught up with the swarm" in dashboard.summary.text()
+    window.supervisor.feed(dataclasses.replace(first, round=13))  # no new gap: the marks stay as they are
+    assert sum(isinstance(item, pg.LinearRegionItem) for item in dashboard.charts["reward"].item.items) == 2
 
 
 # -- gossip ------------------------------------------------------------------------------------------------
