@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QApplication, QStyleOptionHeader
+from PySide6.QtWidgets import QApplication, QDialogButtonBox, QStyleOptionHeader
 
 from app.charts import IntegerAxis
 from app.errors import Problem, sentence
@@ -496,6 +496,40 @@ def test_settings_show_the_fit_live_and_save_the_round_size(qtbot, tmp_path):
     assert (t.model, t.local_questions, t.num_generations, t.external_groups, t.max_new_tokens) == ("bundled", 3, 6, 0, 64)
 
 
+def type_into(qtbot, spin, value: int) -> None:
+    spin.setFocus()
+    spin.selectAll()
+    qtbot.keyClicks(spin, str(value))
+    qtbot.keyClick(spin, Qt.Key.Key_Tab)
+
+
+def test_settings_refuse_a_setup_that_cannot_fit_and_say_what_would(qtbot, tmp_path):
+    """OK on a setup the node would refuse at start keeps the dialog open and says what fits, in Settings' words;
+    no "close other programs" when most of the RAM is free and the setup is simply too big."""
+    from node.api import HardwareReport
+
+    report = HardwareReport.from_json(node_hardware())
+    report = dataclasses.replace(report, hardware=dataclasses.replace(
+        report.hardware, kind="cpu", gpus=(), total_ram_bytes=int(23.4 * 2**30), available_ram_bytes=int(21.5 * 2**30)))
+    dialog = SettingsDialog(config_in(tmp_path), idle_supported=False, hardware=report)
+    qtbot.addWidget(dialog)
+    dialog.show()
+    dialog.model.setCurrentIndex(dialog.model.findData("Qwen/Qwen2.5-1.5B-Instruct"))
+    type_into(qtbot, dialog.generations, 32)
+    type_into(qtbot, dialog.max_tokens, 1024)
+    assert dialog.generations.value() == 32 and "won't fit" in dialog.fit.text()
+    assert "close other programs" not in dialog.fit.text()
+    assert "completions per question" in dialog.fit.text() and "num_generations" not in dialog.fit.text()
+    ok = dialog.findChild(QDialogButtonBox).button(QDialogButtonBox.StandardButton.Ok)
+    qtbot.mouseClick(ok, Qt.MouseButton.LeftButton)
+    assert dialog.isVisible() and dialog.result_config is None  # not saved: no restart that would fail
+    assert "do not fit" in dialog.error.text() and "Choose" in dialog.error.text()
+    dialog.model.setCurrentIndex(dialog.model.findData("bundled"))
+    assert dialog.fit.text().startswith("Needs about") and dialog.error.text() == ""
+    qtbot.mouseClick(ok, Qt.MouseButton.LeftButton)
+    assert not dialog.isVisible() and dialog.result_config.training.num_generations == 32
+
+
 def test_fit_labels_follow_total_memory_with_a_note_when_free_ram_is_short():
     from app import fit
     from node.api import Hardware, ModelFit
@@ -508,6 +542,10 @@ def test_fit_labels_follow_total_memory_with_a_note_when_free_ram_is_short():
     assert verdict == "fits" and "close other programs" in text
     hardware = dataclasses.replace(hardware, available_ram_bytes=15 * 2**30)
     assert "close other programs" not in fit.describe(model, hardware, sequences_per_pass=8, max_new_tokens=128)[1]
+    # Too big for the whole computer: freeing RAM cannot help, so no note says to.
+    verdict, text = fit.describe(model, dataclasses.replace(hardware, available_ram_bytes=2**30), sequences_per_pass=64,
+                                 max_new_tokens=512)
+    assert verdict == "won't fit" and "close other programs" not in text
 
 
 def test_sentences_are_capitalised_and_end_with_a_stop():
