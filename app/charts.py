@@ -66,7 +66,7 @@ class Chart(QFrame):
         super().__init__(parent)
         self.setObjectName(f"chart_{name}")
         self.explanation = explanation
-        self.entries: list[tuple[str, str, bool]] = []  # legend: colour, label, dashed
+        self.entries: dict[str, tuple[str, str, bool]] = {}  # legend: key -> colour, label, dashed
         self.title = QLabel(f"<b>{html.escape(title)}</b>")
         self.title.setObjectName("chartTitle")
         self.title.setToolTip(explanation)
@@ -103,6 +103,7 @@ class Chart(QFrame):
 
         top = QHBoxLayout()
         top.setContentsMargins(4, 0, 4, 0)
+        top.setSpacing(12)  # a wrapped legend's first line must not run into the title
         top.addWidget(self.title, 0, Qt.AlignmentFlag.AlignTop)
         top.addWidget(self.legend, 1)
         layout = QVBoxLayout(self)
@@ -117,7 +118,13 @@ class Chart(QFrame):
         return self.plot.getPlotItem()
 
     def add_entry(self, color: str, label: str, *, dashed: bool = False) -> None:
-        self.entries.append((color, label, dashed))
+        self.entries[label] = (color, label, dashed)
+        self._legend()
+
+    def set_entry(self, key: str, label: str) -> None:
+        """Rename the legend entry first added as ``key`` (e.g. the baseline, once its value is known)."""
+        color, _, dashed = self.entries[key]
+        self.entries[key] = (color, label, dashed)
         self._legend()
 
     def set_empty(self, empty: bool) -> None:
@@ -130,8 +137,8 @@ class Chart(QFrame):
 
     def _legend(self) -> None:
         parts = []
-        for color, label, dashed in self.entries:
-            mark = "- -" if dashed else "&#9632;"
+        for color, label, dashed in self.entries.values():
+            mark = "&#9476;&#9476;" if dashed else "&#9632;"  # a dashed line that, unlike "- -", never wraps
             text = html.escape(label).replace(" ", "&nbsp;")  # wrap between entries, never inside one
             parts.append(f"<span style='color:{color}; font-weight:bold'>{mark}</span>&nbsp;{text}")
         self.legend.setText("&nbsp;&nbsp; ".join(parts))

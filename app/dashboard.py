@@ -6,6 +6,8 @@ learning model changes instead (well-formed answers, groups with reward spread, 
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QEvent, Qt
@@ -58,6 +60,16 @@ EXPLAIN = {
 }
 
 
+# A space beside a figure ("reward 0.60", "43 s", "(baseline 9%)", "round 11"): the summary may wrap anywhere else.
+_FIGURE_SPACE = re.compile(r"(?<=\d) (?=[a-z])|(?<=%) (?=\w)|(?<![;,.:]) (?=\(?\d)")
+
+
+def _glue_figures(text: str) -> str:
+    """``text`` with a no-break space on each side of its figures: a label wraps between words, never splits a
+    figure from its name or its unit."""
+    return _FIGURE_SPACE.sub("\u00a0", text)
+
+
 def _span(first: int, last: int) -> str:
     return f"round {first}" if first == last else f"rounds {first}–{last}"
 
@@ -77,9 +89,9 @@ class Dashboard(QWidget):
                                empty="No held-out evaluation yet: the node runs one at round 0 and every few rounds.")
         self._curve(accuracy, "accuracy", "greedy", COLORS["accuracy"], width=3, symbol="o")
         self._curve(accuracy, "exact_mean", "sampled answers", COLORS["exact_mean"], symbol="t")
-        self.baseline = pg.InfiniteLine(angle=0, movable=False, label="", labelOpts={
-            "position": 0.97, "color": COLORS["baseline"], "anchors": [(1, 1), (1, 1)]},
-            pen=pg.mkPen(COLORS["baseline"], width=1.5, style=Qt.PenStyle.DashLine))
+        # Named in the legend, not on the plot: a label on the line lay across the curve it is compared with.
+        self.baseline = pg.InfiniteLine(angle=0, movable=False,
+                                        pen=pg.mkPen(COLORS["baseline"], width=1.5, style=Qt.PenStyle.DashLine))
         self.baseline.setVisible(False)
         accuracy.item.addItem(self.baseline, ignoreBounds=True)
         accuracy.add_entry(COLORS["baseline"], "baseline", dashed=True)
@@ -194,7 +206,8 @@ class Dashboard(QWidget):
         self._set("exact_mean", eval_x, [e.exact_mean for e in evals])
         if h.baseline is not None:
             self.baseline.setValue(h.baseline.accuracy_greedy)
-            self.baseline.label.setFormat(f"baseline {h.baseline.accuracy_greedy:.0%} (round {h.baseline.round})")
+            self.charts["accuracy"].set_entry(
+                "baseline", f"baseline {h.baseline.accuracy_greedy:.0%} (round {h.baseline.round})")
         self.baseline.setVisible(h.baseline is not None)
         self.charts["accuracy"].set_empty(not evals)
         self._stack(self.charts["groups"], x, {fate: h.groups[fate] for fate in FATES})
@@ -221,8 +234,9 @@ class Dashboard(QWidget):
             held_out += ". "
         if m.stage_rewards:
             external = "stages " + ", ".join(f"{stage} {reward:.2f}" for stage, reward in m.stage_rewards.items())
-        return (f"{held_out}Last round ({m.round}): reward {m.reward_local:.2f}, {external}; "
-                f"well-formed {m.wellformed_rate:.0%}; {update}; {m.seconds_total:.0f} s.{self._skipped_text()}")
+        return _glue_figures(f"{held_out}Last round ({m.round}): reward {m.reward_local:.2f}, {external}; "
+                             f"well-formed {m.wellformed_rate:.0%}; {update}; {m.seconds_total:.0f} s."
+                             f"{self._skipped_text()}")
 
     def _skipped_text(self) -> str:
         if not self.skipped:

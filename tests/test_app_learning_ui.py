@@ -45,6 +45,11 @@ def played(qtbot, tmp_path, events=None):
     return window
 
 
+def plain(text: str) -> str:
+    """Text with its no-break spaces as spaces."""
+    return text.replace("\u00a0", " ")
+
+
 def of(kind, events=None):
     return [e for e in (stream() if events is None else events) if isinstance(e, kind)]
 
@@ -63,13 +68,28 @@ def test_headline_shows_held_out_accuracy_with_its_baseline(qtbot, tmp_path):
     assert not d.charts["accuracy"].empty.isVisible()
     x, y = d.curves["exact_mean"].getData()
     assert list(y) == [e.exact_mean for e in evals]
-    assert "Unseen tasks 37% (baseline 9%), sampled answers 30% (baseline 7%)." in d.summary.text()
+    assert "Unseen tasks 37% (baseline 9%), sampled answers 30% (baseline 7%)." in plain(d.summary.text())
+    # The baseline is named in the legend, never written across the curve it is compared with.
+    assert "baseline&nbsp;9%&nbsp;(round&nbsp;0)" in d.charts["accuracy"].legend.text()
+    assert not [item for item in d.baseline.childItems() if isinstance(item, pg.TextItem)]
     # Every chart explains itself on hover.
     assert all(chart.plot.toolTip() and chart.title.toolTip() for chart in d.charts.values())
     # Signals that move replace the loss: none of them is flat over this run.
     for curve in ("wellformed", "spread", "advantage", "grad_norm", "local_avg"):
         _, values = d.curves[curve].getData()
         assert np.nanmax(values) - np.nanmin(values) > 0.1, curve
+
+
+def test_the_summary_wraps_between_words_never_inside_a_figure(qtbot, tmp_path):
+    window = played(qtbot, tmp_path)
+    window.resize(1024, 700)
+    shown(qtbot, window)
+    summary = window.dashboard.summary
+    assert summary.height() > 1.5 * summary.fontMetrics().height()  # it does wrap at 1024 pixels
+    text = summary.text()
+    for figure in ("reward 0.75", "(baseline 9%)", "43 s", "75% of", "round (23)"):
+        assert figure.replace(" ", "\u00a0") in text, figure
+        assert figure not in text, figure
 
 
 def test_empty_charts_say_why(qtbot, tmp_path):
@@ -164,7 +184,8 @@ def test_rounds_skipped_to_catch_up_with_the_swarm_are_shaded_and_explained(qtbo
     for name, chart in dashboard.charts.items():
         regions = sorted(item.getRegion() for item in chart.item.items if isinstance(item, pg.LinearRegionItem))
         assert regions == [(2.5, 8.5), (10.5, 11.5)], name
-    assert "Not played here (shaded): rounds 3–8, round 11; this node caught up with the swarm" in dashboard.summary.text()
+    assert "Not played here (shaded): rounds 3–8, round 11; this node caught up with the swarm" in plain(
+        dashboard.summary.text())
     window.supervisor.feed(dataclasses.replace(first, round=13))  # no new gap: the marks stay as they are
     assert sum(isinstance(item, pg.LinearRegionItem) for item in dashboard.charts["reward"].item.items) == 2
 
