@@ -21,14 +21,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.names import fate_hint, fate_text, reason_text, task_name
+from app.names import fate_hint, fate_text, reason_short, reason_text, task_name
 from node.events import RolloutSample
 from node.game import STAGES
 
 MAX_ROWS = 1000
 COLUMNS = ("Round", "Peer", "Task", "Question", "Answer", "Expected", "Reward", "Scored", "Fate")
-QUESTION, ANSWER, EXPECTED = 3, 4, 5
-COLUMN_WIDTHS = {1: 125, 2: 150, EXPECTED: 70, 7: 105, 8: 160}
+QUESTION, ANSWER, EXPECTED, SCORED = 3, 4, 5, 7
+COLUMN_WIDTHS = {1: 125, 2: 150, EXPECTED: 70, SCORED: 105, 8: 160}
 FATE_FILTERS = ("All groups", "Trained on", "Trained on, no signal", "Not trained: update skipped",
                 "Dropped: all rewards equal", "Not needed", "Rejected")
 _FATE_KEYS = (None, "trained", "no_signal", "update_skipped", "dropped_equal_rewards", "not_needed", "rejected")
@@ -74,7 +74,7 @@ class SampleModel(QAbstractTableModel):
                 _one_line(s.completion),
                 _one_line(s.expected) if s.expected is not None else "—",
                 "—" if _rejected(s) else f"{s.reward:.2f}",
-                reason_text(s.reason) if s.reason else "—",
+                reason_short(s.reason) if s.reason else "—",
                 fate_text(s.fate),
             )[column]
         if role == Qt.ItemDataRole.UserRole:  # sort keys: newest first means the time the row arrived as well
@@ -88,6 +88,8 @@ class SampleModel(QAbstractTableModel):
                 return plain_tooltip(text[:2000]) if text else None
             if column == 8:
                 return plain_tooltip(fate_hint(s.fate))
+            if column == SCORED and s.reason:
+                return plain_tooltip(reason_text(s.reason))
             if column == 2:
                 return plain_tooltip(s.family)
         if role == Qt.ItemDataRole.TextAlignmentRole and column in (0, 6):

@@ -15,6 +15,8 @@ REASONS = {
     "correct": "correct", "wrong_value": "wrong value", "partial_credit": "partial credit",
     "no_answer_block": "no <answer> block", "cut_at_token_limit": "cut at the token limit",
 }
+# The same, short enough for the gossip table's Scored column (the detail pane and the tooltip say it in full).
+REASONS_SHORT = {"no_answer_block": "no <answer>", "cut_at_token_limit": "cut off"}
 FATES = {
     "trained": "trained on", "no_signal": "trained, no signal", "update_skipped": "update skipped",
     "dropped_equal_rewards": "dropped: equal rewards", "not_needed": "not needed",
@@ -42,6 +44,10 @@ def task_name(family: str) -> str:
 
 def reason_text(reason: str) -> str:
     return REASONS.get(reason) or reason.replace("_", " ")
+
+
+def reason_short(reason: str) -> str:
+    return REASONS_SHORT.get(reason) or reason_text(reason)
 
 
 def fate_text(fate: str) -> str:

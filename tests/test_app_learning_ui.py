@@ -219,7 +219,8 @@ def test_gossip_shows_expected_reason_and_every_fate_with_counters_that_add_up(q
     assert "rejected: answer count mismatch" in gossip.detail.toPlainText()
     model = gossip.model
     row = next(i for i, s in enumerate(model.samples) if s.reason == "no_answer_block")
-    assert model.data(model.index(row, 7)) == "no <answer> block"
+    assert model.data(model.index(row, 7)) == "no <answer>"
+    assert "no &lt;answer&gt; block" in model.data(model.index(row, 7), Qt.ItemDataRole.ToolTipRole)
     assert model.data(model.index(row, 2)) in ("Arithmetic", "Chain sums", "Products", "Greatest common divisor",
                                                "Counting bits")
 
@@ -259,6 +260,27 @@ def test_gossip_says_what_really_happened_in_a_round_that_skipped_its_update(qtb
     assert gossip.peers_only.isChecked() and gossip.proxy.rowCount() == 1
     assert gossip.counters.text().startswith("Shown: 1 peer groups = 0 trained on + 1 dropped")
     assert "this node" not in gossip.counters.text() and "update skipped" not in gossip.detail.toPlainText()
+
+
+def test_gossip_columns_show_every_score_and_fate_whole_at_1024_pixels(qtbot, tmp_path):
+    from app.gossip import COLUMNS, SCORED
+    from app.names import FATES, REASONS, fate_text, reason_short
+
+    window = played(qtbot, tmp_path)
+    window.resize(1024, 700)
+    shown(qtbot, window)
+    qtbot.mouseClick(window.tabs.tabBar(), Qt.MouseButton.LeftButton,
+                     pos=window.tabs.tabBar().tabRect(window.tabs.indexOf(window.gossip)).center())
+    table = window.gossip.table
+    metrics = table.fontMetrics()
+    padding = 2 * table.style().pixelMetric(table.style().PixelMetric.PM_FocusFrameHMargin) + 8
+    for reason in REASONS:
+        assert metrics.horizontalAdvance(reason_short(reason)) + padding <= table.columnWidth(SCORED), reason
+    for fate in ("trained", "no_signal", "update_skipped", "dropped_equal_rewards", "not_needed"):
+        assert metrics.horizontalAdvance(fate_text(fate)) + padding <= table.columnWidth(8), fate
+    header = table.horizontalHeader()
+    assert header.fontMetrics().horizontalAdvance(COLUMNS[SCORED]) + 20 <= header.sectionSize(SCORED)
+    assert set(FATES) >= {"no_signal", "update_skipped"}
 
 
 def test_peer_text_is_plain_text_everywhere(qtbot, tmp_path):
