@@ -157,6 +157,22 @@ def low_count(chart) -> float:
     return chart.item.getViewBox().viewRange()[1][0]
 
 
+def test_small_charts_label_0_and_1_at_the_default_size(qtbot, tmp_path):
+    from PySide6.QtGui import QImage, QPainter
+
+    window = played(qtbot, tmp_path)
+    window.resize(1024, 700)
+    shown(qtbot, window)
+    for name in ("accuracy", "reward", "wellformed", "spread"):
+        axis = window.dashboard.charts[name].item.getAxis("left")
+        image = QImage(10, 10, QImage.Format.Format_ARGB32)
+        painter = QPainter(image)
+        _, _, texts = axis.generateDrawSpecs(painter)  # the tick labels pyqtgraph draws
+        painter.end()
+        labels = [text for _, _, text in texts]
+        assert "0" in labels and "1.0" in labels, (name, labels)
+
+
 def test_rewards_above_one_are_drawn_and_zoom_resets_to_them(qtbot, tmp_path):
     """A correct answer with the format bonus scores 1.2: the reward chart must not cut it off at 1."""
     first = of(RoundFinished)[0]
