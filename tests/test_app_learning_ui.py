@@ -419,6 +419,7 @@ def test_the_window_never_widens_itself_and_the_header_says_each_thing_once(qtbo
         assert window.tabs.mapTo(window, window.tabs.rect().topLeft()) == tabs_at
         assert header.progress.label.text().count("usable peer groups") == 1  # said once, not twice
     assert header.progress.label.is_elided() and header.progress.label.toolTip() == header.progress.label.text()
+    assert window.status_label.width() <= window.width() and "still waiting" in window.status_label.text()
     # The swarm, model and device on one line (cut where the model name is too long), never squeezed into several.
     assert header.swarm.text().startswith("Swarm demo · HuggingFaceTB/SmolLM2-360M") and header.swarm.text().endswith(
         "on CPU")
