@@ -33,7 +33,7 @@ FATE_FILTERS = ("All groups", "Trained on", "Trained on, no signal", "Not traine
                 "Dropped: all rewards equal", "Not needed", "Rejected")
 _FATE_KEYS = (None, "trained", "no_signal", "update_skipped", "dropped_equal_rewards", "not_needed", "rejected")
 # Groups given to the update that taught nothing, by what happened to them (counted only when there are some).
-_UNTRAINED = {"no_signal": "trained on without signal (all rewards equal)", "update_skipped": "not trained (update skipped)"}
+_UNTRAINED = {"no_signal": "with all rewards equal (no signal)", "update_skipped": "not trained (update skipped)"}
 MAX_QUESTIONS = 100  # game threads kept; a question holds at most our entry and K peers' per stage
 THREAD_COLUMNS = ("Question · stage · text", "Author", "Reward", "Fate")
 AUTHOR, REWARD, FATE = 1, 2, 3
@@ -389,7 +389,7 @@ class GossipView(QWidget):
         own = Counter(s.fate for s in self.model.samples if s.local)
         fates = ", ".join(f"{own[fate]} {text}" for fate, text in (("trained", "trained on"), *_UNTRAINED.items())
                           if own[fate])
-        self.counters.setText(f"Shown: {own.total()} groups of this node" + (f" ({fates})" if fates else "")
+        self.counters.setText(f"Shown: {own.total()} groups of this node" + (f": {fates}" if fates else "")
                               + f"; {peers}")
 
     def _update_empty(self, *_: object) -> None:

@@ -271,7 +271,7 @@ def test_gossip_says_what_really_happened_in_a_round_that_skipped_its_update(qtb
     assert "Fate: update skipped." in detail and "Fate: trained on" not in detail
     assert "skipped the round's update" in detail
     assert "update skipped" in [gossip.proxy.index(r, 8).data() for r in range(gossip.proxy.rowCount())]
-    assert gossip.counters.text().startswith("Shown: 2 groups of this node (2 not trained (update skipped))")
+    assert gossip.counters.text().startswith("Shown: 2 groups of this node: 2 not trained (update skipped); ")
     qtbot.mouseClick(gossip.peers_only, Qt.MouseButton.LeftButton, pos=gossip.peers_only.rect().center())
     assert gossip.peers_only.isChecked() and gossip.proxy.rowCount() == 1
     assert gossip.counters.text().startswith("Shown: 1 peer groups = 0 trained on + 1 dropped")
