@@ -4,6 +4,7 @@ whole-number round ticks, sane ranges from the first point, and a message while 
 from __future__ import annotations
 
 import html
+import math
 
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
@@ -36,16 +37,36 @@ class PlainAxis(pg.AxisItem):
         self.enableAutoSIPrefix(False)
 
 
+class RoundsViewBox(pg.ViewBox):
+    """Fits the data like pyqtgraph's auto-range, but always shows ``y_span`` (0..1 for shares and rewards, 0..4 for
+    counts) and every value beyond it (a correct, well-formed answer scores above 1), and starts the round axis at
+    the first round with room for the next ones: one point is not centred in a range of negative rounds."""
+
+    def __init__(self, y_span: tuple[float, float]) -> None:
+        super().__init__()
+        self.y_span = y_span
+
+    def childrenBounds(self, frac=None, orthoRange=(None, None), items=None):  # noqa: N802, N803
+        x, y = super().childrenBounds(frac=frac, orthoRange=orthoRange, items=items)
+        if x is not None:
+            # a point's round, or a bar's (bars reach 0.4 either side of theirs)
+            first, last = math.ceil(x[0] - 0.5), math.floor(x[1] + 0.5)
+            x = [first - 0.5, max(last, first + MIN_ROUNDS_SHOWN - 1) + 0.5]
+        low, high = self.y_span
+        y = [low, high] if y is None else [min(y[0], low), max(y[1], high)]
+        return [x, y]
+
+
 class Chart(QFrame):
-    """A titled plot; ``explanation`` is what the chart means, shown on hover over the title and the plot."""
+    """A titled plot; ``explanation`` is what the chart means, shown on hover over the title and the plot.
+    ``zero_to_one``: shares and rewards, whose axis always shows 0 to 1; ``counts``: whole numbers from 0."""
 
     def __init__(self, name: str, title: str, explanation: str, *, y_label: str = "", counts: bool = False,
-                 fraction: bool = False, empty: str = "No rounds yet", parent: QWidget | None = None) -> None:
+                 zero_to_one: bool = False, empty: str = "No rounds yet", parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName(f"chart_{name}")
         self.explanation = explanation
-        self.fraction = fraction
-        self.entries: list[tuple[str, str, bool]] = []  # legend: colour, label, dashed
+        self.entries: dict[str, tuple[str, str, bool]] = {}  # legend: key -> colour, label, dashed
         self.title = QLabel(f"<b>{html.escape(title)}</b>")
         self.title.setObjectName("chartTitle")
         self.title.setToolTip(explanation)
@@ -54,7 +75,9 @@ class Chart(QFrame):
         self.legend.setWordWrap(True)
         self.legend.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignTop)
         self.legend.setToolTip(explanation)
-        self.plot = pg.PlotWidget(axisItems={"bottom": IntegerAxis("bottom"),
+        y_span = (0.0, 1.0) if zero_to_one else (0.0, MIN_COUNT_SHOWN) if counts else (0.0, 0.0)
+        self.plot = pg.PlotWidget(viewBox=RoundsViewBox(y_span),
+                                  axisItems={"bottom": IntegerAxis("bottom"),
                                              "left": IntegerAxis("left") if counts else PlainAxis("left")})
         self.plot.setObjectName(f"plot_{name}")
         self.plot.setToolTip(explanation)
@@ -65,13 +88,7 @@ class Chart(QFrame):
         if y_label:
             item.setLabel("left", y_label)
         item.hideButtons()  # the "A" auto-range button sits on the data; the dashboard has a Reset zoom button
-        view = item.getViewBox()
-        view.setLimits(minXRange=MIN_ROUNDS_SHOWN)
-        if counts:
-            view.setLimits(minYRange=MIN_COUNT_SHOWN)
-        if fraction:
-            view.setYRange(0, 1, padding=0.04)
-            view.enableAutoRange(axis=pg.ViewBox.YAxis, enable=False)
+        item.getViewBox().setLimits(minXRange=MIN_ROUNDS_SHOWN)  # zooming in stops at a few rounds
         self.empty = QLabel(empty)
         self.empty.setObjectName("chartEmpty")
         self.empty.setWordWrap(True)
@@ -86,6 +103,7 @@ class Chart(QFrame):
 
         top = QHBoxLayout()
         top.setContentsMargins(4, 0, 4, 0)
+        top.setSpacing(12)  # a wrapped legend's first line must not run into the title
         top.addWidget(self.title, 0, Qt.AlignmentFlag.AlignTop)
         top.addWidget(self.legend, 1)
         layout = QVBoxLayout(self)
@@ -100,24 +118,27 @@ class Chart(QFrame):
         return self.plot.getPlotItem()
 
     def add_entry(self, color: str, label: str, *, dashed: bool = False) -> None:
-        self.entries.append((color, label, dashed))
+        self.entries[label] = (color, label, dashed)
+        self._legend()
+
+    def set_entry(self, key: str, label: str) -> None:
+        """Rename the legend entry first added as ``key`` (e.g. the baseline, once its value is known)."""
+        color, _, dashed = self.entries[key]
+        self.entries[key] = (color, label, dashed)
         self._legend()
 
     def set_empty(self, empty: bool) -> None:
         self.empty.setVisible(empty)
+        if empty:
+            self.empty.raise_()  # above the plot, which a stack of all its widgets may have drawn on top
 
     def reset_zoom(self) -> None:
-        view = self.item.getViewBox()
-        view.enableAutoRange(axis=pg.ViewBox.XAxis)
-        if self.fraction:
-            view.setYRange(0, 1, padding=0.04)
-        else:
-            view.enableAutoRange(axis=pg.ViewBox.YAxis)
+        self.item.getViewBox().enableAutoRange()
 
     def _legend(self) -> None:
         parts = []
-        for color, label, dashed in self.entries:
-            mark = "- -" if dashed else "&#9632;"
+        for color, label, dashed in self.entries.values():
+            mark = "&#9476;&#9476;" if dashed else "&#9632;"  # a dashed line that, unlike "- -", never wraps
             text = html.escape(label).replace(" ", "&nbsp;")  # wrap between entries, never inside one
             parts.append(f"<span style='color:{color}; font-weight:bold'>{mark}</span>&nbsp;{text}")
         self.legend.setText("&nbsp;&nbsp; ".join(parts))

@@ -6,6 +6,8 @@ learning model changes instead (well-formed answers, groups with reward spread, 
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QEvent, Qt
@@ -24,6 +26,7 @@ COLORS = {"local": "#0072B2", "external": "#E69F00", "average": "#009E73", "accu
           "used": "#009E73", "dropped": "#999999", "not_needed": "#56B4E9", "rejected": "#D55E00", "peers": "#CC79A7",
           "stage_answer": "#56B4E9", "stage_critique": "#CC79A7", "stage_revise": "#D55E00",
           "accuracy_answer": "#0072B2", "accuracy_swarm_final": "#009E73"}
+SKIPPED_SHADE = (128, 128, 128, 45)  # rounds not played: a light grey on dark and light themes alike
 # The multi-stage game's curves, added to the reward chart once a round of that game arrives (SAPO runs never
 # show them): key -> legend label, dotted.
 GAME_CURVES = {
@@ -57,33 +60,49 @@ EXPLAIN = {
 }
 
 
+# A space beside a figure ("reward 0.60", "43 s", "(baseline 9%)", "round 11"): the summary may wrap anywhere else.
+_FIGURE_SPACE = re.compile(r"(?<=\d) (?=[a-z])|(?<=%) (?=\w)|(?<![;,.:]) (?=\(?\d)")
+
+
+def _glue_figures(text: str) -> str:
+    """``text`` with a no-break space on each side of its figures: a label wraps between words, never splits a
+    figure from its name or its unit."""
+    return _FIGURE_SPACE.sub("\u00a0", text)
+
+
+def _span(first: int, last: int) -> str:
+    return f"round {first}" if first == last else f"rounds {first}–{last}"
+
+
 class Dashboard(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         pg.setConfigOptions(antialias=True)
         self.history = RunHistory()
         self.charts: dict[str, Chart] = {}
+        self.skipped: list[tuple[int, int]] = []  # rounds not played, shaded on every chart
+        self.skip_marks: list[tuple[pg.PlotItem, pg.LinearRegionItem]] = []
         self.curves: dict[str, pg.PlotDataItem] = {}
         self.bars: dict[str, pg.BarGraphItem] = {}
 
-        accuracy = self._chart("accuracy", "Accuracy on unseen tasks", fraction=True,
+        accuracy = self._chart("accuracy", "Accuracy on unseen tasks", zero_to_one=True,
                                empty="No held-out evaluation yet: the node runs one at round 0 and every few rounds.")
         self._curve(accuracy, "accuracy", "greedy", COLORS["accuracy"], width=3, symbol="o")
         self._curve(accuracy, "exact_mean", "sampled answers", COLORS["exact_mean"], symbol="t")
-        self.baseline = pg.InfiniteLine(angle=0, movable=False, label="", labelOpts={
-            "position": 0.97, "color": COLORS["baseline"], "anchors": [(1, 1), (1, 1)]},
-            pen=pg.mkPen(COLORS["baseline"], width=1.5, style=Qt.PenStyle.DashLine))
+        # Named in the legend, not on the plot: a label on the line lay across the curve it is compared with.
+        self.baseline = pg.InfiniteLine(angle=0, movable=False,
+                                        pen=pg.mkPen(COLORS["baseline"], width=1.5, style=Qt.PenStyle.DashLine))
         self.baseline.setVisible(False)
         accuracy.item.addItem(self.baseline, ignoreBounds=True)
         accuracy.add_entry(COLORS["baseline"], "baseline", dashed=True)
-        reward = self._chart("reward", "Reward per round", fraction=True)
+        reward = self._chart("reward", "Reward per round", zero_to_one=True)
         self._curve(reward, "local", "own questions", COLORS["local"], symbol="o", width=0)
         self._curve(reward, "local_avg", f"{MOVING_AVERAGE_ROUNDS}-round average", COLORS["average"], width=3)
         self._curve(reward, "external", "peers' questions", COLORS["external"], symbol="t", width=0)
-        wellformed = self._chart("wellformed", "Answer format", fraction=True)
+        wellformed = self._chart("wellformed", "Answer format", zero_to_one=True)
         self._curve(wellformed, "wellformed", "well-formed", COLORS["wellformed"], symbol="o")
         self._curve(wellformed, "correct", "exactly right", COLORS["correct"], symbol="s")
-        spread = self._chart("spread", "Groups with reward spread", fraction=True)
+        spread = self._chart("spread", "Groups with reward spread", zero_to_one=True)
         self._curve(spread, "spread", "share of groups", COLORS["spread"], symbol="o")
         update = self._chart("update", "Update size")
         self._curve(update, "advantage", "mean |advantage|", COLORS["advantage"], symbol="o")
@@ -187,7 +206,8 @@ class Dashboard(QWidget):
         self._set("exact_mean", eval_x, [e.exact_mean for e in evals])
         if h.baseline is not None:
             self.baseline.setValue(h.baseline.accuracy_greedy)
-            self.baseline.label.setFormat(f"baseline {h.baseline.accuracy_greedy:.0%} (round {h.baseline.round})")
+            self.charts["accuracy"].set_entry(
+                "baseline", f"baseline {h.baseline.accuracy_greedy:.0%} (round {h.baseline.round})")
         self.baseline.setVisible(h.baseline is not None)
         self.charts["accuracy"].set_empty(not evals)
         self._stack(self.charts["groups"], x, {fate: h.groups[fate] for fate in FATES})
@@ -197,6 +217,7 @@ class Dashboard(QWidget):
         self.charts["groups"].set_empty(not any(h.groups["received"]) and not any(h.peers))
         self.flat.setText(h.flat_explanation())
         self.flat.setVisible(bool(self.flat.text()))
+        self._mark_skipped(h.skipped_rounds())
         if h.last is not None:
             self.summary.setText(self._summary())
 
@@ -213,8 +234,33 @@ class Dashboard(QWidget):
             held_out += ". "
         if m.stage_rewards:
             external = "stages " + ", ".join(f"{stage} {reward:.2f}" for stage, reward in m.stage_rewards.items())
-        return (f"{held_out}Last round ({m.round}): reward {m.reward_local:.2f}, {external}; "
-                f"well-formed {m.wellformed_rate:.0%}; {update}; {m.seconds_total:.0f} s.")
+        return _glue_figures(f"{held_out}Last round ({m.round}): reward {m.reward_local:.2f}, {external}; "
+                             f"well-formed {m.wellformed_rate:.0%}; {update}; {m.seconds_total:.0f} s."
+                             f"{self._skipped_text()}")
+
+    def _skipped_text(self) -> str:
+        if not self.skipped:
+            return ""
+        spans = ", ".join(_span(first, last) for first, last in self.skipped)
+        return f" Not played here (shaded): {spans}; this node caught up with the swarm's round."
+
+    def _mark_skipped(self, skipped: list[tuple[int, int]]) -> None:
+        """Shade the rounds this node skipped on every chart, so a gap in the curves is explained where it shows."""
+        if skipped == self.skipped:
+            return
+        for item, region in self.skip_marks:
+            item.removeItem(region)
+        self.skip_marks, self.skipped = [], skipped
+        tip = ("Rounds this node did not play: it found the swarm further on (after a start, a pause or a slow round) "
+               "and joined the swarm's current round.")
+        for chart in self.charts.values():
+            for first, last in skipped:
+                region = pg.LinearRegionItem((first - 0.5, last + 0.5), movable=False, pen=pg.mkPen(None),
+                                             brush=pg.mkBrush(SKIPPED_SHADE))
+                region.setZValue(-10)  # behind the data
+                region.setToolTip(f"{_span(first, last).capitalize()}: not played. {tip}")
+                chart.item.addItem(region, ignoreBounds=True)
+                self.skip_marks.append((chart.item, region))
 
     def _set(self, key: str, x, values) -> None:
         y = np.asarray(values, dtype=float)

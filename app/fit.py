@@ -33,8 +33,9 @@ def required(model: ModelFit, *, sequences_per_pass: int, max_new_tokens: int) -
 
 
 def free_ram_note(hardware: Hardware | None, need: int) -> str:
-    """A note when the RAM free right now is less than the node needs (only where the model trains in RAM)."""
-    if hardware is None or hardware.kind == "cuda":
+    """A note when the RAM free right now is less than the node needs (only where the model trains in RAM, and only
+    where it fits the computer's memory at all: closing programs cannot make room that is not there)."""
+    if hardware is None or hardware.kind == "cuda" or need > budget(hardware):
         return ""
     free = hardware.available_ram_bytes
     if free and need > free:
@@ -52,3 +53,30 @@ def describe(model: ModelFit, hardware: Hardware | None, *, sequences_per_pass: 
     text = f"Needs about {format_bytes(need)} of {format_bytes(total)} {where}: {verdict}."
     note = free_ram_note(hardware, need)
     return verdict, f"{text} {note}".strip()
+
+
+def what_fits(model: ModelFit, others: list[ModelFit], hardware: Hardware | None, *, groups_per_pass: int,
+              generations: int, max_new_tokens: int) -> str:
+    """For a setup that won't fit: the changes that would, in Settings' words ("" when none is known)."""
+    total = budget(hardware)
+
+    def fits(candidate: ModelFit, g: int, tokens: int) -> bool:
+        return label(required(candidate, sequences_per_pass=groups_per_pass * g, max_new_tokens=tokens), total) \
+            != "won't fit"
+
+    ways = []
+    if model.bytes_per_token:  # an older node gives no figures for other round shapes
+        g = next((g for g in range(generations - 1, 1, -1) if fits(model, g, max_new_tokens)), None)
+        if g is not None:
+            ways.append(f"{g} or fewer completions per question")
+        tokens = next((t for t in range(max_new_tokens - 16, 15, -16) if fits(model, generations, t)), None)
+        if tokens is not None:
+            ways.append(f"max tokens {tokens} or fewer")
+    smaller = [m for m in others if m.id != model.id and fits(m, generations, max_new_tokens)]
+    if smaller:  # the one that needs the most of those that fit: the strongest this computer trains
+        best = max(smaller, key=lambda m: required(m, sequences_per_pass=groups_per_pass * generations,
+                                                   max_new_tokens=max_new_tokens))
+        ways.append(f"the model {best.name}")
+    if not ways:
+        return "Choose a smaller model or a smaller round."
+    return "Choose " + (ways[0] if len(ways) == 1 else ", ".join(ways[:-1]) + " or " + ways[-1]) + "."

@@ -21,16 +21,19 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.names import fate_hint, fate_text, reason_text, task_name
+from app.names import fate_hint, fate_text, reason_short, reason_text, task_name
 from node.events import RolloutSample
 from node.game import STAGES
 
 MAX_ROWS = 1000
 COLUMNS = ("Round", "Peer", "Task", "Question", "Answer", "Expected", "Reward", "Scored", "Fate")
-QUESTION, ANSWER, EXPECTED = 3, 4, 5
-COLUMN_WIDTHS = {1: 125, 2: 150, EXPECTED: 70, 7: 105, 8: 160}
-FATE_FILTERS = ("All groups", "Trained on", "Dropped: all rewards equal", "Not needed", "Rejected")
-_FATE_KEYS = (None, "trained", "dropped_equal_rewards", "not_needed", "rejected")
+QUESTION, ANSWER, EXPECTED, SCORED = 3, 4, 5, 7
+COLUMN_WIDTHS = {1: 125, 2: 150, EXPECTED: 70, SCORED: 105, 8: 160}
+FATE_FILTERS = ("All groups", "Trained on", "Trained on, no signal", "Not trained: update skipped",
+                "Dropped: all rewards equal", "Not needed", "Rejected")
+_FATE_KEYS = (None, "trained", "no_signal", "update_skipped", "dropped_equal_rewards", "not_needed", "rejected")
+# Groups given to the update that taught nothing, by what happened to them (counted only when there are some).
+_UNTRAINED = {"no_signal": "with all rewards equal (no signal)", "update_skipped": "not trained (update skipped)"}
 MAX_QUESTIONS = 100  # game threads kept; a question holds at most our entry and K peers' per stage
 THREAD_COLUMNS = ("Question · stage · text", "Author", "Reward", "Fate")
 AUTHOR, REWARD, FATE = 1, 2, 3
@@ -71,7 +74,7 @@ class SampleModel(QAbstractTableModel):
                 _one_line(s.completion),
                 _one_line(s.expected) if s.expected is not None else "—",
                 "—" if _rejected(s) else f"{s.reward:.2f}",
-                reason_text(s.reason) if s.reason else "—",
+                reason_short(s.reason) if s.reason else "—",
                 fate_text(s.fate),
             )[column]
         if role == Qt.ItemDataRole.UserRole:  # sort keys: newest first means the time the row arrived as well
@@ -85,6 +88,8 @@ class SampleModel(QAbstractTableModel):
                 return plain_tooltip(text[:2000]) if text else None
             if column == 8:
                 return plain_tooltip(fate_hint(s.fate))
+            if column == SCORED and s.reason:
+                return plain_tooltip(reason_text(s.reason))
             if column == 2:
                 return plain_tooltip(s.family)
         if role == Qt.ItemDataRole.TextAlignmentRole and column in (0, 6):
@@ -374,13 +379,18 @@ class GossipView(QWidget):
             )
             return
         c = self.fate_counts()
-        own = sum(1 for s in self.model.samples if s.local)
-        received = sum(c.values())
-        self.counters.setText(
-            f"Shown: {own} groups of this node; {received} peer groups = {c['trained']} trained on + "
-            f"{c['dropped_equal_rewards']} dropped (all rewards equal) + {c['not_needed']} not needed + "
-            f"{c['rejected']} rejected."
-        )
+        peers = (f"{sum(c.values())} peer groups = {c['trained']} trained on + "
+                 + "".join(f"{c[fate]} {text} + " for fate, text in _UNTRAINED.items() if c[fate])
+                 + f"{c['dropped_equal_rewards']} dropped (all rewards equal) + {c['not_needed']} not needed + "
+                 f"{c['rejected']} rejected.")
+        if self.peers_only.isChecked():
+            self.counters.setText(f"Shown: {peers}")
+            return
+        own = Counter(s.fate for s in self.model.samples if s.local)
+        fates = ", ".join(f"{own[fate]} {text}" for fate, text in (("trained", "trained on"), *_UNTRAINED.items())
+                          if own[fate])
+        self.counters.setText(f"Shown: {own.total()} groups of this node" + (f": {fates}" if fates else "")
+                              + f"; {peers}")
 
     def _update_empty(self, *_: object) -> None:
         if (self.threads.shown_questions() if self.game else self.proxy.rowCount()) > 0:
@@ -404,6 +414,9 @@ class GossipView(QWidget):
         self.proxy.fate = _FATE_KEYS[self.fate.currentIndex()]
         self.proxy.invalidate()
         self.threads.set_filter(self.proxy.text)
+        if not self.game and not self.table.currentIndex().isValid():
+            self.detail.clear()  # the row it showed is filtered out
+        self._update_counters()
         self._update_empty()
 
     def _show(self, current: QModelIndex) -> None:

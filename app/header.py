@@ -8,6 +8,7 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QFrame, QGridLayout, QHBoxLayout, QLabel, QPushButton, QToolButton, QWidget
 
 from app import status
+from app.elided_label import ElidedLabel
 from app.history import RunHistory
 from app.progress import RoundProgressView
 from node.events import NodeStarted
@@ -18,6 +19,8 @@ PUBLIC_TIP = "Copy the invite others paste into their setup wizard to join this 
 PRIVATE_TIP = ("Copy the invite others paste into their setup wizard to join this private swarm; it carries the "
                "swarm's secret")
 PRIVATE_NOTE = "Private swarm: Copy invite includes the swarm's secret. Share it only with people you want in the swarm."
+LOOPBACK_NOTE = "The invite works on this computer only: this node listens on 127.0.0.1 (as the demo does)."
+LOOPBACK_PREFIXES = ("/ip4/127.", "/ip6/::1/")
 DEVICES = {"cpu": "CPU", "cuda": "NVIDIA GPU", "mps": "Apple GPU"}
 
 
@@ -40,9 +43,8 @@ class StatusHeader(QFrame):
         self.copy_id = QToolButton(text="Copy id", toolTip="Copy the full peer id")
         self.copy_id.setEnabled(False)
         self.copy_id.clicked.connect(lambda: self._copy(self.copy_id, self.peer_id))
-        self.swarm = QLabel("")
-        self.swarm.setTextFormat(Qt.TextFormat.PlainText)
-        self.swarm.setWordWrap(True)
+        self.swarm = ElidedLabel("")  # one line: the swarm, the model and the device are read together
+        self.swarm.setObjectName("swarmLine")
         self.progress = RoundProgressView()
         self.state = QLabel(status.label("stopped"))
         self.state.setObjectName("stateBadge")
@@ -55,7 +57,6 @@ class StatusHeader(QFrame):
         self.invite_note.setObjectName("inviteNote")
         self.invite_note.setTextFormat(Qt.TextFormat.PlainText)
         self.invite_note.setWordWrap(True)
-        self.invite_note.setAlignment(Qt.AlignmentFlag.AlignRight)
         self.invite_note.hide()
         self.counters = QLabel("")
         self.counters.setObjectName("counters")
@@ -66,19 +67,23 @@ class StatusHeader(QFrame):
             "trained on + dropped because every completion scored the same + not needed (enough were taken) + "
             "rejected by this node's checks.")
 
+        # Each line has its own row and every text that varies is elided or wrapped: the header never asks for
+        # more width than the window has, so the window never widens itself and the tabs below never move sideways.
         who = QHBoxLayout()
         who.addWidget(self.name)
-        who.addWidget(self.peer, 1)
+        who.addWidget(self.peer)
         who.addWidget(self.copy_id)
-        who.addWidget(self.state)  # in this row, not the grid: a long badge must not widen the row below
+        who.addStretch(1)
+        who.addWidget(self.state)
+        where = QHBoxLayout()
+        where.addWidget(self.swarm, 1)
+        where.addWidget(self.copy_invite)
         grid = QGridLayout(self)
-        grid.addLayout(who, 0, 0, 1, 3)
-        grid.addWidget(self.swarm, 1, 0)
-        grid.addWidget(self.progress, 1, 1)
-        grid.addWidget(self.copy_invite, 1, 2, Qt.AlignmentFlag.AlignRight)
-        grid.addWidget(self.counters, 2, 0, 1, 3)
-        grid.addWidget(self.invite_note, 3, 0, 1, 3)
-        grid.setColumnStretch(1, 1)
+        grid.addLayout(who, 0, 0)
+        grid.addLayout(where, 1, 0)
+        grid.addWidget(self.progress, 2, 0)
+        grid.addWidget(self.counters, 3, 0)
+        grid.addWidget(self.invite_note, 4, 0)
         self.set_state("stopped")
         self.set_totals(RunHistory())
 
@@ -99,7 +104,9 @@ class StatusHeader(QFrame):
             if started.invite and not secret_problem else ""
         self.copy_invite.setEnabled(bool(self.invite))
         self.copy_invite.setToolTip(PRIVATE_TIP if admission_secret else PUBLIC_TIP)
-        note = secret_problem or (PRIVATE_NOTE if admission_secret else "")
+        loopback = bool(started.invite) and all(a.startswith(LOOPBACK_PREFIXES) for a in started.invite)
+        note = " ".join(filter(None, (secret_problem or (PRIVATE_NOTE if admission_secret else ""),
+                                      LOOPBACK_NOTE if self.invite and loopback else "")))
         self.invite_note.setText(note)
         self.invite_note.setVisible(bool(note))
 

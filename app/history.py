@@ -105,6 +105,11 @@ class RunHistory:
         """The first held-out evaluation (before any training when the run started fresh)."""
         return self.evaluations[0] if self.evaluations else None
 
+    def skipped_rounds(self) -> list[tuple[int, int]]:
+        """Runs of round numbers (first, last) this node never played: it joined the swarm's later round instead
+        (the node logs "catching up with the swarm" when it does)."""
+        return [(a + 1, b - 1) for a, b in zip(self.rounds, self.rounds[1:]) if b - a > 1]
+
     def flat_rounds(self) -> int:
         """Rounds in a row, up to the last one, in which no trained group had reward spread."""
         count = 0

@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (
 from app import autostart, status
 from app.account_page import AccountPage
 from app.dashboard import Dashboard
+from app.elided_label import ElidedLabel
 from app.errors import Problem, error_dialog, sentence
 from app.gossip import GossipView
 from app.header import StatusHeader
@@ -128,7 +129,7 @@ class MainWindow(QMainWindow):
         self.stop_action.triggered.connect(supervisor.stop)
         self.settings_action.triggered.connect(self.open_settings)
         self.quit_action.triggered.connect(self.quit)
-        self.status_label = QLabel()
+        self.status_label = ElidedLabel()  # the node's state in full can be long: cut, never widens the window
         self.statusBar().addWidget(self.status_label, 1)
 
         self.tray: Tray | None = None

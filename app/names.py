@@ -15,12 +15,19 @@ REASONS = {
     "correct": "correct", "wrong_value": "wrong value", "partial_credit": "partial credit",
     "no_answer_block": "no <answer> block", "cut_at_token_limit": "cut at the token limit",
 }
+# The same, short enough for the gossip table's Scored column (the detail pane and the tooltip say it in full).
+REASONS_SHORT = {"no_answer_block": "no <answer>", "cut_at_token_limit": "cut off"}
 FATES = {
-    "trained": "trained on", "dropped_equal_rewards": "dropped: equal rewards", "not_needed": "not needed",
+    "trained": "trained on", "no_signal": "trained, no signal", "update_skipped": "update skipped",
+    "dropped_equal_rewards": "dropped: equal rewards", "not_needed": "not needed",
     "shown": "read by our model", "scored": "scored for winners", "unreadable": "unreadable",  # the game's peer items
 }
 FATE_HINTS = {
     "trained": "This node trained on this group.",
+    "no_signal": "In this node's update, but every completion got the same reward: its advantages were all zero, so "
+                 "it changed nothing.",
+    "update_skipped": "Not trained on: no group of this round had reward spread, so this node skipped the round's "
+                      "update.",
     "dropped_equal_rewards": "Every completion of this group got the same reward, so it carries no learning signal.",
     "not_needed": "Usable, but this node had already taken as many peer groups as a round uses.",
     "rejected": "This node's checks refused the group; nothing of it was trained on.",
@@ -37,6 +44,10 @@ def task_name(family: str) -> str:
 
 def reason_text(reason: str) -> str:
     return REASONS.get(reason) or reason.replace("_", " ")
+
+
+def reason_short(reason: str) -> str:
+    return REASONS_SHORT.get(reason) or reason_text(reason)
 
 
 def fate_text(fate: str) -> str:

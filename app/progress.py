@@ -5,9 +5,10 @@ from __future__ import annotations
 import statistics
 import time
 
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QWidget
 
+from app.elided_label import ElidedLabel
 from node.events import RoundFinished, RoundProgress
 
 RECENT_ROUNDS = 5
@@ -44,10 +45,10 @@ def format_eta(seconds: float | None) -> str:
 
 def phase_text(progress: RoundProgress) -> str:
     text = PHASES.get(progress.phase, progress.phase.replace("_", " ").capitalize())
+    if progress.detail and progress.phase == "waiting_for_peers":
+        return f"{text}: {progress.detail}"  # the node's own count, with who has published: said once
     if progress.total > 0 and progress.phase in UNITS:
         text += f" ({progress.done}/{progress.total} {UNITS[progress.phase]})"
-    if progress.detail and progress.phase == "waiting_for_peers":
-        text += f": {progress.detail}"
     return text
 
 
@@ -60,9 +61,8 @@ class RoundProgressView(QWidget):
         self.current: RoundProgress | None = None
         self.round_started: float | None = None  # when this round's first progress event arrived
         self.clock = time.monotonic  # the app's own clock: the node's event times may come from another machine
-        self.label = QLabel("")
+        self.label = ElidedLabel("")  # the wait's detail can be long: it is cut, never widens the window
         self.label.setObjectName("roundPhase")
-        self.label.setTextFormat(Qt.TextFormat.PlainText)
         self.bar = QProgressBar()
         self.bar.setObjectName("roundProgress")
         self.bar.setTextVisible(False)

@@ -171,11 +171,20 @@ class SettingsDialog(QDialog):
             return "unknown"
         verdict, text = fit.describe(model, self.hardware.hardware, sequences_per_pass=self.sequences_per_pass(),
                                      max_new_tokens=self.max_tokens.value())
+        if verdict == "won't fit":
+            text += " " + self._what_fits(model)
+        elif self.error.problem is not None and self.error.problem.details.startswith("Needs about"):
+            self.error.clear()  # the setup OK refused fits now
         self.fit.setText(text)
         # Amber while free RAM is short right now, even where the computer's total memory is enough.
         color = FIT_COLORS["tight"] if verdict == "fits" and "close other programs" in text else FIT_COLORS[verdict]
         self.fit.setStyleSheet(f"QLabel#settingsFit {{ color: {color}; }}")
         return verdict
+
+    def _what_fits(self, model) -> str:
+        return fit.what_fits(model, self.hardware.models, self.hardware.hardware,
+                             groups_per_pass=self.sequences_per_pass() // self.generations.value(),
+                             generations=self.generations.value(), max_new_tokens=self.max_tokens.value())
 
     def _browse(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Data folder", self.data_dir.text())
@@ -187,6 +196,12 @@ class SettingsDialog(QDialog):
         self.reject()
 
     def accept(self) -> None:
+        if self.update_fit() == "won't fit":  # the node would refuse it at start: saved, it only fails later
+            model = self.hardware.model(self.model.currentData())
+            self.error.show_problem(Problem(
+                "This model and round size do not fit in this computer's memory, so the node would not start.",
+                self._what_fits(model), self.fit.text()))
+            return
         overrides = {
             "training": {"model": self.model.currentData(), "local_questions": self.questions.value(),
                          "num_generations": self.generations.value(), "external_groups": self.peer_groups.value(),

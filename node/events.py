@@ -117,7 +117,10 @@ class RolloutSample(Event):
     reward: float
     expected: str | None = None  # our own regenerated ground truth (never taken from a peer)
     reason: str = ""  # why it scored what it did: correct, wrong_value, partial_credit, no_answer_block, cut_at_token_limit
-    fate: str = "trained"  # trained, dropped_equal_rewards, not_needed, rejected:<reason>
+    # what became of the group (node.sapo): trained, no_signal (in the update, all rewards equal), update_skipped (no
+    # group of the round had reward spread), dropped_equal_rewards, not_needed, rejected:<reason>; the game's peer
+    # items: shown, scored, unreadable
+    fate: str = "trained"
     group_rewards: list[float] = field(default_factory=list)
     stage: str = ""  # multistage game: "answer", "critique" or "revise" (empty for SAPO)
 

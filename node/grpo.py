@@ -15,6 +15,7 @@ import math
 import os
 import threading
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,7 @@ from pathlib import Path
 import torch
 from datasets import Dataset
 from transformers import StoppingCriteria, StoppingCriteriaList
+from transformers.generation import utils as generation_utils
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 from accelerate.utils import is_peft_model  # noqa: E402
@@ -29,6 +31,19 @@ from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 from trl.kernels import ChunkedLogProbFunction  # noqa: E402
 
 log = logging.getLogger(__name__)
+
+
+def silence_known_deprecations() -> None:
+    """TRL 1.16 still calls transformers' old activation-checkpointing names (``gradient_checkpointing_enable`` and
+    kin, in ``trl.models.utils``), which transformers 5.2x answers with a FutureWarning at every node start: a user
+    can do nothing about it, so it must not reach the Logs tab as a warning. Only those messages, from that module."""
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers\.modeling_utils",
+                            message=r"`(is_)?gradient_checkpointing\w*` is deprecated")
+
+
+silence_known_deprecations()
+# generate()'s name for a prefilled key/value cache (``past_key_values`` warns from transformers 5.2x on)
+_CACHE_KWARG = "cache" if "cache" in getattr(generation_utils, "ALL_CACHE_NAMES", ()) else "past_key_values"
 
 # The trainer is stepped by hand, one optimizer step per round, so no schedule length is needed; a constant
 # learning rate keeps a swarm's late joiners and early members on the same footing.
@@ -191,7 +206,7 @@ class Policy:
         width = input_ids.size(1)
         shared = {}
         if cache is not None:
-            shared["past_key_values"] = cache
+            shared[_CACHE_KWARG] = cache
             input_ids = input_ids.repeat_interleave(num_generations, dim=0)
             attention = attention.repeat_interleave(num_generations, dim=0)
         torch.manual_seed(seed)
@@ -551,6 +566,7 @@ class GrpoLearner:
                 report_to=[],
                 use_cpu=device == "cpu",
                 bf16=mixed_bf16,
+                activation_checkpointing=True,  # TRL's default, under the name that does not warn
                 per_device_train_batch_size=num_generations,
                 num_generations=num_generations,
                 steps_per_generation=1,

@@ -329,25 +329,30 @@ def check_fits(
     required = estimate_training_bytes(model.params, vocab_size=model.vocab_size or QWEN_VOCAB, **settings)
     if fit_label(required, available_bytes) != "won't fit":
         return
-    hint = "lower num_generations or max_new_tokens, or use a machine with more memory"
+    # In the words of the app's Settings and setup wizard, with the config file's key after each for CLI users.
+    hint = ("choose fewer completions per question or fewer max tokens in Settings (num_generations, max_new_tokens "
+            "in the config file), or use a machine with more memory")
     if not lora_rank:
         adapter = estimate_training_bytes(
             model.params, vocab_size=model.vocab_size or QWEN_VOCAB, **{**settings, "lora_rank": 16,
                                                                           "adamw_8bit": False}
         )
         if fit_label(adapter, available_bytes) != "won't fit":
-            hint = f"train a LoRA adapter instead (lora_rank = 16, ~{adapter / GIB:.1f} GiB), or {hint}"
+            hint = (f"train a LoRA adapter instead (~{adapter / GIB:.1f} GiB): the setup wizard's model page offers "
+                    f"it (lora_rank = 16 in the config file), or {hint}")
         if not adamw_8bit and _has_bitsandbytes():
             quantized = estimate_training_bytes(
                 model.params, vocab_size=model.vocab_size or QWEN_VOCAB, **{**settings, "adamw_8bit": True}
             )
             if fit_label(quantized, available_bytes) != "won't fit":
-                hint = f"set optimizer_states = \"8bit\" (~{quantized / GIB:.1f} GiB, a slower step on CPU), or {hint}"
+                hint = (f"keep the optimizer's states in 8 bits (~{quantized / GIB:.1f} GiB, a slower step on CPU; "
+                        f"optimizer_states = \"8bit\" in the config file), or {hint}")
     for spec in CATALOG.values():
         if spec.params < model.params:
             smaller = estimate_training_bytes(spec.params, vocab_size=spec.vocab_size, **settings)
             if fit_label(smaller, available_bytes) != "won't fit":
-                hint = f"try the smaller model {spec.id!r} (~{smaller / GIB:.1f} GiB), or {hint}"
+                hint = (f"choose the smaller model {spec.name} in Settings (~{smaller / GIB:.1f} GiB; model = "
+                        f"{spec.id!r} in the config file), or {hint}")
                 break
     raise NodeError(
         f"{_display_name(model)} needs ~{required / GIB:.1f} GiB to train, "

@@ -32,7 +32,7 @@ from node.peer_text import outside_text_limit, within_limit
 from node.prompts import PROMPT_FORMAT
 from node.records import RoundRecord, SharedGroup
 from node.sapo import (
-    DROPPED_EQUAL_REWARDS, NOT_NEEDED, TRAINED, RejectedGroup, ScoredGroup, score_group, select_external,
+    DROPPED_EQUAL_REWARDS, NOT_NEEDED, RejectedGroup, ScoredGroup, score_group, select_external, trained_fate,
     verify_records,
 )
 from node.tasks import Grade, Task, TaskSource, grade
@@ -220,7 +220,7 @@ def play_round(
         difficulty=difficulty,
         groups_from_registered=None if registered is None else sum(g.peer_id in registered for g in selection.chosen),
     )
-    fates = {id(g): TRAINED for g in local} | selection.fates
+    fates = selection.fates | {id(g): trained_fate(g.rewards, update_run=bool(with_spread)) for g in trained}
     samples = [_sample(number, g, fates[id(g)]) for g in local + gathering.candidates]
     samples += [_rejected_sample(number, r) for r in gathering.rejected]
     rewards_by_peer: dict[str, list[float]] = {parts.peer_id: local_rewards}
@@ -306,7 +306,8 @@ def _gather(parts: RoundParts, number: int, local: list[ScoredGroup], should_sto
             "fetch budget spent" if exhausted and usable < s.external_groups else "")
         if reason:
             break
-        detail = f"{usable}/{s.external_groups} usable peer groups; {len(published_now)} of {live} live peers published"
+        heard = f"{len(published_now)} of {live} live peers published" if live else "no live peer seen yet"
+        detail = f"{usable}/{s.external_groups} usable peer groups; {heard}"
         on_wait(detail)
         report(RoundProgress(round=number, phase="waiting_for_peers", done=usable, total=s.external_groups,
                              detail=detail))

@@ -310,7 +310,7 @@ class SwarmNode:
         assert self.parts is not None and self.identity is not None
         outcome = play_round(
             self.parts, number, seed=f"{self.config.run.seed}:{self.tasks.seed}:{number}",
-            rounds_trained=self.rounds_trained, should_stop=self._stop.is_set, report=self.bus.emit,
+            rounds_trained=self.rounds_trained, should_stop=self._stop.is_set, report=self._report_progress,
             on_wait=lambda detail: self._set_state("waiting_for_peers", detail),
         )
         self._set_state("training")
@@ -373,6 +373,13 @@ class SwarmNode:
         self.bus.emit(CheckpointSaved(round=self.last_round, path=str(path), seconds=time.perf_counter() - started))
         if self.uploader is not None and not self.stopping:
             self.uploader.after_checkpoint(self.rounds_trained)
+
+    def _report_progress(self, progress: RoundProgress) -> None:
+        """The round's progress; the wait for peers is over once the round reports any other phase (training), so
+        the node's state says so too, not only when the round ends."""
+        if self._state == "waiting_for_peers" and progress.phase != "waiting_for_peers":
+            self._set_state("training")
+        self.bus.emit(progress)
 
     def _set_state(self, state: NodeState, detail: str = "") -> None:
         if state != self._state:

@@ -19,7 +19,12 @@ from node.tasks import Grade, Task, TaskRejected, TaskSource
 
 Grader = Callable[[Task, str, bool], Grade]  # (task, completion text, finished) -> Grade
 
+# What became of a group (RolloutSample.fate): trained on, or in the update with all rewards equal (zero advantage:
+# it moved nothing), or not trained because the round had no group with reward spread and skipped its update; a
+# peer group may also be dropped before the update, not needed, or rejected (rejected:<reason>).
 TRAINED = "trained"
+NO_SIGNAL = "no_signal"
+UPDATE_SKIPPED = "update_skipped"
 DROPPED_EQUAL_REWARDS = "dropped_equal_rewards"
 NOT_NEEDED = "not_needed"
 REWARD_TIE = 1e-9  # rewards closer than this are equal: float sums of the same grades may differ in the last bits
@@ -28,6 +33,13 @@ REWARD_TIE = 1e-9  # rewards closer than this are equal: float sums of the same 
 def equal_rewards(rewards: Collection[float]) -> bool:
     """Whether a group's completions all scored the same: GRPO's advantages are then all zero, as is its gradient."""
     return max(rewards) - min(rewards) < REWARD_TIE
+
+
+def trained_fate(rewards: Collection[float], *, update_run: bool) -> str:
+    """The fate of a group given to the update: what really happened to it, not merely that it was picked."""
+    if not update_run:
+        return UPDATE_SKIPPED
+    return NO_SIGNAL if equal_rewards(rewards) else TRAINED
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,9 @@ import dataclasses
 from pathlib import Path
 
 import numpy as np
+import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QApplication, QStyleOptionHeader
+from PySide6.QtWidgets import QApplication, QDialogButtonBox, QStyleOptionHeader
 
 from app.charts import IntegerAxis
 from app.errors import Problem, sentence
@@ -44,6 +45,11 @@ def played(qtbot, tmp_path, events=None):
     return window
 
 
+def plain(text: str) -> str:
+    """Text with its no-break spaces as spaces."""
+    return text.replace("\u00a0", " ")
+
+
 def of(kind, events=None):
     return [e for e in (stream() if events is None else events) if isinstance(e, kind)]
 
@@ -62,13 +68,28 @@ def test_headline_shows_held_out_accuracy_with_its_baseline(qtbot, tmp_path):
     assert not d.charts["accuracy"].empty.isVisible()
     x, y = d.curves["exact_mean"].getData()
     assert list(y) == [e.exact_mean for e in evals]
-    assert "Unseen tasks 37% (baseline 9%), sampled answers 30% (baseline 7%)." in d.summary.text()
+    assert "Unseen tasks 37% (baseline 9%), sampled answers 30% (baseline 7%)." in plain(d.summary.text())
+    # The baseline is named in the legend, never written across the curve it is compared with.
+    assert "baseline&nbsp;9%&nbsp;(round&nbsp;0)" in d.charts["accuracy"].legend.text()
+    assert not [item for item in d.baseline.childItems() if isinstance(item, pg.TextItem)]
     # Every chart explains itself on hover.
     assert all(chart.plot.toolTip() and chart.title.toolTip() for chart in d.charts.values())
     # Signals that move replace the loss: none of them is flat over this run.
     for curve in ("wellformed", "spread", "advantage", "grad_norm", "local_avg"):
         _, values = d.curves[curve].getData()
         assert np.nanmax(values) - np.nanmin(values) > 0.1, curve
+
+
+def test_the_summary_wraps_between_words_never_inside_a_figure(qtbot, tmp_path):
+    window = played(qtbot, tmp_path)
+    window.resize(1024, 700)
+    shown(qtbot, window)
+    summary = window.dashboard.summary
+    assert summary.height() > 1.5 * summary.fontMetrics().height()  # it does wrap at 1024 pixels
+    text = summary.text()
+    for figure in ("reward 0.75", "(baseline 9%)", "43 s", "75% of", "round (23)"):
+        assert figure.replace(" ", "\u00a0") in text, figure
+        assert figure not in text, figure
 
 
 def test_empty_charts_say_why(qtbot, tmp_path):
@@ -100,9 +121,17 @@ def test_flat_rewards_are_explained_in_one_line(qtbot, tmp_path):
 # -- plots: ticks and ranges -------------------------------------------------------------------------------
 
 
+def shown(qtbot, window):
+    """The window on screen with its charts painted: pyqtgraph fits its ranges when it paints."""
+    window.show()
+    qtbot.waitExposed(window)
+    for _ in range(3):
+        QApplication.processEvents()
+
+
 def test_round_and_count_axes_have_whole_ticks_and_no_si_prefix(qtbot, tmp_path):
     window = played(qtbot, tmp_path, of(RoundFinished)[:1])
-    window.show()
+    shown(qtbot, window)
     for name, chart in window.dashboard.charts.items():
         bottom = chart.item.getAxis("bottom")
         assert isinstance(bottom, IntegerAxis) and not bottom.autoSIPrefix, name
@@ -117,6 +146,64 @@ def test_round_and_count_axes_have_whole_ticks_and_no_si_prefix(qtbot, tmp_path)
     assert all(float(t).is_integer() for _, values in left.tickValues(low, high, 200) for t in values)
     reward_range = window.dashboard.charts["reward"].item.getViewBox().viewRange()[1]
     assert reward_range[0] <= 0 and reward_range[1] >= 1  # rates keep 0..1 from the first point
+    # One point at round 0: the round axis starts at 0 (no negative rounds), counts start at 0.
+    for name in ("reward", "wellformed", "groups", "seconds"):
+        low, high = window.dashboard.charts[name].item.getViewBox().viewRange()[0]
+        assert -1 < low <= -0.4 and high >= 4, (name, low, high)
+    assert -0.5 < low_count(groups) <= 0
+
+
+def low_count(chart) -> float:
+    return chart.item.getViewBox().viewRange()[1][0]
+
+
+def test_small_charts_label_0_and_1_at_the_default_size(qtbot, tmp_path):
+    from PySide6.QtGui import QImage, QPainter
+
+    window = played(qtbot, tmp_path)
+    window.resize(1024, 700)
+    shown(qtbot, window)
+    for name in ("accuracy", "reward", "wellformed", "spread"):
+        axis = window.dashboard.charts[name].item.getAxis("left")
+        image = QImage(10, 10, QImage.Format.Format_ARGB32)
+        painter = QPainter(image)
+        _, _, texts = axis.generateDrawSpecs(painter)  # the tick labels pyqtgraph draws
+        painter.end()
+        labels = [text for _, _, text in texts]
+        assert "0" in labels and "1.0" in labels, (name, labels)
+
+
+def test_rewards_above_one_are_drawn_and_zoom_resets_to_them(qtbot, tmp_path):
+    """A correct answer with the format bonus scores 1.2: the reward chart must not cut it off at 1."""
+    first = of(RoundFinished)[0]
+    rounds = [dataclasses.replace(first, round=r, reward_local=reward, reward_external=reward - 0.1)
+              for r, reward in enumerate((0.4, 1.07, 1.2, 1.075))]
+    window = played(qtbot, tmp_path, rounds)
+    window.resize(1024, 700)
+    shown(qtbot, window)
+    view = window.dashboard.charts["reward"].item.getViewBox()
+    low, high = view.viewRange()[1]
+    assert low <= 0 and high >= 1.2
+    view.scaleBy((1, 0.3))  # the user zooms in on the y axis (the wheel or a right-drag)
+    assert view.viewRange()[1][1] < 1.2
+    qtbot.mouseClick(window.dashboard.reset_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: view.viewRange()[1][1] >= 1.2, timeout=5000)
+    x, y = window.dashboard.curves["local"].getData()
+    assert list(y) == [0.4, 1.07, 1.2, 1.075]
+
+
+def test_rounds_skipped_to_catch_up_with_the_swarm_are_shaded_and_explained(qtbot, tmp_path):
+    first = of(RoundFinished)[0]
+    window = played(qtbot, tmp_path, [dataclasses.replace(first, round=r) for r in (0, 1, 2, 9, 10, 12)])
+    shown(qtbot, window)
+    dashboard = window.dashboard
+    for name, chart in dashboard.charts.items():
+        regions = sorted(item.getRegion() for item in chart.item.items if isinstance(item, pg.LinearRegionItem))
+        assert regions == [(2.5, 8.5), (10.5, 11.5)], name
+    assert "Not played here (shaded): rounds 3–8, round 11; this node caught up with the swarm" in plain(
+        dashboard.summary.text())
+    window.supervisor.feed(dataclasses.replace(first, round=13))  # no new gap: the marks stay as they are
+    assert sum(isinstance(item, pg.LinearRegionItem) for item in dashboard.charts["reward"].item.items) == 2
 
 
 # -- gossip ------------------------------------------------------------------------------------------------
@@ -148,9 +235,68 @@ def test_gossip_shows_expected_reason_and_every_fate_with_counters_that_add_up(q
     assert "rejected: answer count mismatch" in gossip.detail.toPlainText()
     model = gossip.model
     row = next(i for i, s in enumerate(model.samples) if s.reason == "no_answer_block")
-    assert model.data(model.index(row, 7)) == "no <answer> block"
+    assert model.data(model.index(row, 7)) == "no <answer>"
+    assert "no &lt;answer&gt; block" in model.data(model.index(row, 7), Qt.ItemDataRole.ToolTipRole)
     assert model.data(model.index(row, 2)) in ("Arithmetic", "Chain sums", "Products", "Greatest common divisor",
                                                "Counting bits")
+
+
+def click_row(qtbot, table, row: int, column: int = 3) -> None:
+    index = table.model().index(row, column)
+    table.scrollTo(index)
+    qtbot.mouseClick(table.viewport(), Qt.MouseButton.LeftButton, pos=table.visualRect(index).center())
+
+
+def test_gossip_says_what_really_happened_in_a_round_that_skipped_its_update(qtbot, tmp_path):
+    """A round whose groups all scored 0.00 skips the update: its groups were not trained on, and the view says so."""
+    started = of(NodeStarted)[0]
+    own = [RolloutSample(round=3, source_peer=started.peer_id, source_name=started.peer_name, local=True,
+                         family="products", question=f"Calculate {i} * 7.", completion="I think so", reward=0.0,
+                         expected=str(7 * i), reason="no_answer_block", fate="update_skipped",
+                         group_rewards=[0.0] * 4) for i in (3, 4)]
+    peer = RolloutSample(round=3, source_peer="QmPeer", source_name="merry-brave-otter", local=False, family="gcd",
+                         question="Find the greatest common divisor of 12 and 18.", completion="<answer>6</answer>",
+                         reward=1.0, expected="6", reason="correct", fate="dropped_equal_rewards",
+                         group_rewards=[1.0] * 4)
+    window = played(qtbot, tmp_path, [started, *own, peer])
+    window.resize(1024, 700)
+    window.show()
+    qtbot.mouseClick(window.tabs.tabBar(), Qt.MouseButton.LeftButton,
+                     pos=window.tabs.tabBar().tabRect(window.tabs.indexOf(window.gossip)).center())
+    gossip = window.gossip
+    assert gossip.isVisible()
+    click_row(qtbot, gossip.table, next(r for r in range(gossip.proxy.rowCount())
+                                        if gossip.proxy.index(r, 1).data() == "this node"))
+    detail = gossip.detail.toPlainText()
+    assert "Fate: update skipped." in detail and "Fate: trained on" not in detail
+    assert "skipped the round's update" in detail
+    assert "update skipped" in [gossip.proxy.index(r, 8).data() for r in range(gossip.proxy.rowCount())]
+    assert gossip.counters.text().startswith("Shown: 2 groups of this node: 2 not trained (update skipped); ")
+    qtbot.mouseClick(gossip.peers_only, Qt.MouseButton.LeftButton, pos=gossip.peers_only.rect().center())
+    assert gossip.peers_only.isChecked() and gossip.proxy.rowCount() == 1
+    assert gossip.counters.text().startswith("Shown: 1 peer groups = 0 trained on + 1 dropped")
+    assert "this node" not in gossip.counters.text() and "update skipped" not in gossip.detail.toPlainText()
+
+
+def test_gossip_columns_show_every_score_and_fate_whole_at_1024_pixels(qtbot, tmp_path):
+    from app.gossip import COLUMNS, SCORED
+    from app.names import FATES, REASONS, fate_text, reason_short
+
+    window = played(qtbot, tmp_path)
+    window.resize(1024, 700)
+    shown(qtbot, window)
+    qtbot.mouseClick(window.tabs.tabBar(), Qt.MouseButton.LeftButton,
+                     pos=window.tabs.tabBar().tabRect(window.tabs.indexOf(window.gossip)).center())
+    table = window.gossip.table
+    metrics = table.fontMetrics()
+    padding = 2 * table.style().pixelMetric(table.style().PixelMetric.PM_FocusFrameHMargin) + 8
+    for reason in REASONS:
+        assert metrics.horizontalAdvance(reason_short(reason)) + padding <= table.columnWidth(SCORED), reason
+    for fate in ("trained", "no_signal", "update_skipped", "dropped_equal_rewards", "not_needed"):
+        assert metrics.horizontalAdvance(fate_text(fate)) + padding <= table.columnWidth(8), fate
+    header = table.horizontalHeader()
+    assert header.fontMetrics().horizontalAdvance(COLUMNS[SCORED]) + 20 <= header.sectionSize(SCORED)
+    assert set(FATES) >= {"no_signal", "update_skipped"}
 
 
 def test_peer_text_is_plain_text_everywhere(qtbot, tmp_path):
@@ -244,11 +390,53 @@ def test_round_progress_shows_phase_bar_and_eta(qtbot, tmp_path):
     now[0] += 10
     window.supervisor.feed(RoundProgress(round=3, phase="waiting_for_peers", done=1, total=2,
                                                        detail="1/2 usable peer groups; 1 of 2 live peers published"))
-    assert "Waiting for peers (1/2 usable peer groups): 1/2 usable" in progress.label.text()
+    assert progress.label.text() == "Round 3: Waiting for peers: 1/2 usable peer groups; 1 of 2 live peers published"
     assert progress.eta.text() == f"about {median - 10:.0f} s left in this round"
     window.supervisor.feed(RoundProgress(round=4, phase="loading_model"))
     assert progress.bar.maximum() == 0 and progress.eta.text() == ""  # busy, no count, no ETA
     assert eta_seconds([], 3) is None and eta_seconds([10, 50, 30], 40) == 0.0
+
+
+def test_the_window_never_widens_itself_and_the_header_says_each_thing_once(qtbot, tmp_path):
+    """At 1024 pixels a long wait detail, swarm line or model name is cut with "…", never pushes the window wider,
+    and the tabs below stay where they are."""
+    window = make_window(qtbot, config_in(tmp_path))
+    window.resize(1024, 700)
+    window.show()
+    qtbot.waitExposed(window)
+    started = dataclasses.replace(of(NodeStarted)[0], swarm_name="demo",
+                                  model="HuggingFaceTB/SmolLM2-360M-Instruct-with-a-very-long-fine-tune-name")
+    window.supervisor.feed(started)
+    window.supervisor.feed(StateChanged(state="training"))
+    tabs_at = window.tabs.mapTo(window, window.tabs.rect().topLeft())
+    header = window.header
+    for detail in ("0/2 usable peer groups; 0 of 0 live peers published",
+                   "0/2 usable peer groups; 3 of 11 live peers published; " + "still waiting " * 20):
+        window.supervisor.feed(StateChanged(state="waiting_for_peers", detail=detail))
+        window.supervisor.feed(RoundProgress(round=22, phase="waiting_for_peers", done=0, total=2, detail=detail))
+        QApplication.processEvents()
+        assert window.width() == 1024 and window.minimumSizeHint().width() <= 1024
+        assert window.tabs.mapTo(window, window.tabs.rect().topLeft()) == tabs_at
+        assert header.progress.label.text().count("usable peer groups") == 1  # said once, not twice
+    assert header.progress.label.is_elided() and header.progress.label.toolTip() == header.progress.label.text()
+    assert window.status_label.width() <= window.width() and "still waiting" in window.status_label.text()
+    # The swarm, model and device on one line (cut where the model name is too long), never squeezed into several.
+    assert header.swarm.text().startswith("Swarm demo · HuggingFaceTB/SmolLM2-360M") and header.swarm.text().endswith(
+        "on CPU")
+    assert header.swarm.height() < 2 * header.swarm.fontMetrics().height()
+    assert header.swarm.width() > header.width() // 2
+
+
+def test_an_invite_of_this_computer_only_says_so(qtbot, tmp_path):
+    window = make_window(qtbot, config_in(tmp_path))
+    window.show()
+    started = of(NodeStarted)[0]
+    assert all("/127.0.0.1/" in address for address in started.invite)  # as the demo's node listens
+    window.supervisor.feed(started)
+    note = window.header.invite_note
+    assert note.isVisible() and "this computer only" in note.text() and "127.0.0.1" in note.text()
+    window.supervisor.feed(dataclasses.replace(started, invite=[*started.invite, "/ip4/192.0.2.7/tcp/38111/p2p/Qm1"]))
+    assert not note.isVisible()
 
 
 # -- controls ----------------------------------------------------------------------------------------------
@@ -368,6 +556,40 @@ def test_settings_show_the_fit_live_and_save_the_round_size(qtbot, tmp_path):
     assert (t.model, t.local_questions, t.num_generations, t.external_groups, t.max_new_tokens) == ("bundled", 3, 6, 0, 64)
 
 
+def type_into(qtbot, spin, value: int) -> None:
+    spin.setFocus()
+    spin.selectAll()
+    qtbot.keyClicks(spin, str(value))
+    qtbot.keyClick(spin, Qt.Key.Key_Tab)
+
+
+def test_settings_refuse_a_setup_that_cannot_fit_and_say_what_would(qtbot, tmp_path):
+    """OK on a setup the node would refuse at start keeps the dialog open and says what fits, in Settings' words;
+    no "close other programs" when most of the RAM is free and the setup is simply too big."""
+    from node.api import HardwareReport
+
+    report = HardwareReport.from_json(node_hardware())
+    report = dataclasses.replace(report, hardware=dataclasses.replace(
+        report.hardware, kind="cpu", gpus=(), total_ram_bytes=int(23.4 * 2**30), available_ram_bytes=int(21.5 * 2**30)))
+    dialog = SettingsDialog(config_in(tmp_path), idle_supported=False, hardware=report)
+    qtbot.addWidget(dialog)
+    dialog.show()
+    dialog.model.setCurrentIndex(dialog.model.findData("Qwen/Qwen2.5-1.5B-Instruct"))
+    type_into(qtbot, dialog.generations, 32)
+    type_into(qtbot, dialog.max_tokens, 1024)
+    assert dialog.generations.value() == 32 and "won't fit" in dialog.fit.text()
+    assert "close other programs" not in dialog.fit.text()
+    assert "completions per question" in dialog.fit.text() and "num_generations" not in dialog.fit.text()
+    ok = dialog.findChild(QDialogButtonBox).button(QDialogButtonBox.StandardButton.Ok)
+    qtbot.mouseClick(ok, Qt.MouseButton.LeftButton)
+    assert dialog.isVisible() and dialog.result_config is None  # not saved: no restart that would fail
+    assert "do not fit" in dialog.error.text() and "Choose" in dialog.error.text()
+    dialog.model.setCurrentIndex(dialog.model.findData("bundled"))
+    assert dialog.fit.text().startswith("Needs about") and dialog.error.text() == ""
+    qtbot.mouseClick(ok, Qt.MouseButton.LeftButton)
+    assert not dialog.isVisible() and dialog.result_config.training.num_generations == 32
+
+
 def test_fit_labels_follow_total_memory_with_a_note_when_free_ram_is_short():
     from app import fit
     from node.api import Hardware, ModelFit
@@ -380,6 +602,10 @@ def test_fit_labels_follow_total_memory_with_a_note_when_free_ram_is_short():
     assert verdict == "fits" and "close other programs" in text
     hardware = dataclasses.replace(hardware, available_ram_bytes=15 * 2**30)
     assert "close other programs" not in fit.describe(model, hardware, sequences_per_pass=8, max_new_tokens=128)[1]
+    # Too big for the whole computer: freeing RAM cannot help, so no note says to.
+    verdict, text = fit.describe(model, dataclasses.replace(hardware, available_ram_bytes=2**30), sequences_per_pass=64,
+                                 max_new_tokens=512)
+    assert verdict == "won't fit" and "close other programs" not in text
 
 
 def test_sentences_are_capitalised_and_end_with_a_stop():

@@ -41,7 +41,7 @@ def test_dashboard_shows_reward_per_stage_once_the_game_is_played(qtbot):
     assert dashboard.point_count("stage_answer") == 2
     assert dashboard.point_count("stage_critique") == dashboard.point_count("stage_revise") == 1
     assert dashboard.point_count("accuracy_swarm_final") == 1 and dashboard.point_count("accuracy_answer") == 2
-    assert "stages answer 0.25" in dashboard.summary.text()
+    assert "stages answer 0.25" in dashboard.summary.text().replace("\u00a0", " ")
     _, y = dashboard.curves["stage_revise"].getData()
     assert y[1] == 1.5 / 1.75  # a share of the stage's maximum reward
 

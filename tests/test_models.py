@@ -151,6 +151,11 @@ def test_check_fits_refuses_a_large_model_and_names_a_smaller_one():
     assert "Qwen2.5-1.5B" in error.message and "has 4.0 GiB" in error.message
     suggested = [spec for spec in CATALOG.values() if repr(spec.id) in error.hint]
     assert len(suggested) == 1
+    # Named as Settings and the wizard name them (the app shows this hint), the config keys only in brackets.
+    assert f"choose the smaller model {suggested[0].name} in Settings" in error.hint
+    assert "fewer completions per question or fewer max tokens in Settings" in error.hint
+    assert "lower num_generations" not in error.hint
+    assert "lora_rank" not in error.hint or "setup wizard" in error.hint
     assert suggested[0].params < CATALOG[QWEN_1_5B].params
     check_fits(resolve(suggested[0].id), available_bytes=4 * GIB, **settings)
 

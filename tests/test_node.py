@@ -10,7 +10,8 @@ import threading
 import pytest
 
 from node.checkpoint import Checkpointer
-from node.events import EventBus
+from node.config import NodeConfig
+from node.events import EventBus, RoundProgress, StateChanged
 from node.records import MAX_ROUND
 from node.runner import SwarmNode
 from node.runstore import RunStore
@@ -104,3 +105,17 @@ def test_a_checkpoint_with_an_out_of_bounds_round_is_repaired_at_start(tiny_mode
         assert played.round == 0 and played.rounds_trained == rounds_trained + 1  # the weights' history goes on
         assert [m.round for m in store.metrics()] == [0]  # the out-of-bounds rows are gone
         assert Checkpointer(config.run_dir / "checkpoints").latest()[1].round == 0
+
+
+def test_the_state_leaves_waiting_for_peers_when_the_round_trains(tmp_path):
+    """The header's badge follows the node's state: it must not say "Waiting for peers" beside "Round 22: Training"."""
+    bus = EventBus()
+    states = []
+    bus.subscribe(lambda event: states.append(event.state) if isinstance(event, StateChanged) else None)
+    node = SwarmNode(NodeConfig.build({"run": {"data_dir": str(tmp_path)}}), bus=bus)
+    node._set_state("training")
+    node._set_state("waiting_for_peers", "0/2 usable peer groups")
+    node._report_progress(RoundProgress(round=22, phase="waiting_for_peers", done=1, total=2))
+    assert states[-1] == "waiting_for_peers"
+    node._report_progress(RoundProgress(round=22, phase="training", done=0, total=4))
+    assert states == ["training", "waiting_for_peers", "training"]

@@ -6,7 +6,7 @@ import dataclasses
 import random
 
 from node.records import RoundRecord, SharedGroup, decode_record, encode_record
-from node.sapo import ScoredGroup, select_external, verify_records
+from node.sapo import ScoredGroup, select_external, trained_fate, verify_records
 from node.tasks import Grade, TaskSource, grade
 
 G = 4
@@ -146,3 +146,9 @@ def test_text_outside_the_answer_is_capped_relative_to_our_own():
     assert not within_limit((payload + "<answer>4</answer>",) * 4, (0.0,) * 4, limit)
     # the payload cannot hide between two answer blocks either
     assert outside_answer_chars("<answer>5</answer>" + payload + "<answer>5</answer>") > limit
+
+
+def test_a_group_given_to_the_update_is_called_trained_only_when_it_taught_something():
+    assert trained_fate([1.2, 0.0, 0.2, 0.0], update_run=True) == "trained"
+    assert trained_fate([0.0, 0.0, 0.0, 0.0], update_run=True) == "no_signal"  # zero advantage: no gradient
+    assert trained_fate([0.0, 0.0, 0.0, 0.0], update_run=False) == "update_skipped"

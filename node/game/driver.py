@@ -36,7 +36,7 @@ from node.game.rewards import (
 )
 from node.grpo import Completion, GrpoLearner, Policy, TrainGroup
 from node.identity import peer_name
-from node.sapo import equal_rewards
+from node.sapo import equal_rewards, trained_fate
 from node.tasks import Task, TaskSource
 
 log = logging.getLogger(__name__)
@@ -217,13 +217,14 @@ class GameDriver:
         state.accuracy["answer"] = sum(exact) / len(exact)
         flat = [c for group in completions for c in group]
         state.wellformed = sum(answer_well_formed(c.text) for c in flat) / len(flat)
-        self._train(state, ANSWER, prompts, completions, rewards)
+        updated = self._train(state, ANSWER, prompts, completions, rewards)
         best = [_best(group, r) for group, r in zip(completions, rewards, strict=True)]
         state.own_first = [correctness(t, c.text) for t, c in zip(state.questions, best, strict=True)]
         self._publish(state, ANSWER, [(i, c.text, ()) for i, c in enumerate(best)])
         for task, group, r in zip(state.questions, completions, rewards, strict=True):
             best = max(range(len(group)), key=r.__getitem__)
-            state.samples.append(self._sample(state, ANSWER, self.peer_id, task, group[best].text, r[best], r))
+            state.samples.append(self._sample(state, ANSWER, self.peer_id, task, group[best].text, r[best], r,
+                                              fate=trained_fate(r, update_run=updated)))
 
     def _critique(self, state: _Round) -> bool:
         answers = self._peer_answers(state)
@@ -238,13 +239,14 @@ class GameDriver:
             truths.append([value_is_correct(task, a.value) for a in answers[i].shown])
         completions = self._generate(state, CRITIQUE, prompts)
         rewards = [[critique_reward(c.text, truth) for c in group] for group, truth in zip(completions, truths, strict=True)]
-        self._train(state, CRITIQUE, prompts, completions, rewards)
+        updated = self._train(state, CRITIQUE, prompts, completions, rewards)
         items = []
         for i, group, r in zip(order, completions, rewards, strict=True):
             shown = tuple(a.value or "" for a in answers[i].shown)
             items.append((i, _best(group, r).text, shown))
             best = max(range(len(group)), key=r.__getitem__)
-            state.samples.append(self._sample(state, CRITIQUE, self.peer_id, state.questions[i], group[best].text, r[best], r))
+            state.samples.append(self._sample(state, CRITIQUE, self.peer_id, state.questions[i], group[best].text, r[best], r,
+                                              fate=trained_fate(r, update_run=updated)))
         self._publish(state, CRITIQUE, items)
         return True
 
@@ -272,14 +274,15 @@ class GameDriver:
         ]
         exact = [is_exact(state.questions[i], c.text) for i, group in zip(order, completions, strict=True) for c in group]
         state.accuracy["revise"] = sum(exact) / len(exact)
-        self._train(state, REVISE, prompts, completions, rewards)
+        updated = self._train(state, REVISE, prompts, completions, rewards)
         items = []
         for i, group, r in zip(order, completions, rewards, strict=True):
             best = max(range(len(group)), key=r.__getitem__)
             items.append((i, group[best].text, ()))
             state.own_final.append(correctness(state.questions[i], group[best].text))
             state.final_values.setdefault(i, []).append(answer_value(group[best].text))
-            state.samples.append(self._sample(state, REVISE, self.peer_id, state.questions[i], group[best].text, r[best], r))
+            state.samples.append(self._sample(state, REVISE, self.peer_id, state.questions[i], group[best].text, r[best], r,
+                                              fate=trained_fate(r, update_run=updated)))
         self._publish(state, REVISE, items)
 
     def _winners(self, state: _Round) -> None:
@@ -404,7 +407,8 @@ class GameDriver:
         state.tokens += sum(len(c.ids) for group in groups for c in group)
         return groups
 
-    def _train(self, state, stage, prompts, completions, rewards) -> None:
+    def _train(self, state, stage, prompts, completions, rewards) -> bool:
+        """One GRPO step on this stage's groups; False when none had reward spread and the update was skipped."""
         self._progress(state, "training", f"stage {STAGES[stage - 1]}")
         groups = [
             TrainGroup(prompt_ids=p, completions=tuple(c), rewards=tuple(r))
@@ -423,6 +427,7 @@ class GameDriver:
             state.lengths.append(sum(len(c.ids) for group in completions for c in group) / sum(map(len, completions)))
         state.played.append(STAGES[stage - 1])
         state.rewards[STAGES[stage - 1]] = [x for r in rewards for x in r]
+        return any(spread)
 
     def _publish(self, state: _Round, stage: int, items: Sequence[tuple[int, str, tuple[str, ...]]]) -> None:
         started = time.perf_counter()
