@@ -9,7 +9,6 @@ which is how the tests simulate an RPC outage.
 
 from __future__ import annotations
 
-import ast
 import json
 import logging
 import threading
@@ -17,11 +16,10 @@ from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from eth_abi import encode as abi_encode
+from node.chain.reverts import tester_revert_data
 
 log = logging.getLogger(__name__)
 
-_ERROR_STRING_SELECTOR = bytes.fromhex("08c379a0")  # Error(string)
 MAX_REQUEST_BYTES = 4 * 1024 * 1024
 
 
@@ -109,25 +107,11 @@ class DevChain:
             with self._lock:
                 result = self.w3.manager.request_blocking(method, params)
         except TransactionFailed as exc:
-            error = {"code": 3, "message": "execution reverted", "data": "0x" + _revert_data(exc).hex()}
+            error = {"code": 3, "message": "execution reverted", "data": "0x" + tester_revert_data(exc).hex()}
             return {"jsonrpc": "2.0", "id": request_id, "error": error}
         except Exception as exc:  # noqa: BLE001 - every failure becomes a JSON-RPC error for the client
             return {"jsonrpc": "2.0", "id": request_id, "error": {"code": -32000, "message": str(exc)[:500]}}
         return {"jsonrpc": "2.0", "id": request_id, "result": _to_rpc(result)}
-
-
-def _revert_data(exc: Exception) -> bytes:
-    """The raw revert data: web3's tester provider re-raises it as the text "execution reverted: <data>"."""
-    text = str(exc.args[0]) if exc.args else ""
-    reason = text.removeprefix("execution reverted: ")
-    if reason.startswith(("b'", 'b"')):
-        try:
-            value = ast.literal_eval(reason)
-            if isinstance(value, bytes):
-                return value
-        except (ValueError, SyntaxError):
-            pass
-    return _ERROR_STRING_SELECTOR + abi_encode(["string"], [reason])
 
 
 def _to_rpc(value: Any) -> Any:

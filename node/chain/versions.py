@@ -216,19 +216,6 @@ def decode_revert_data(data: bytes) -> Revert:
     return Revert("unknown", selector="0x" + head.hex())
 
 
-def revert_bytes(exc: Exception) -> bytes | None:
-    """The raw revert data carried by web3's ContractLogicError (a hex string, or a dict holding one)."""
-    data = getattr(exc, "data", None)
-    if isinstance(data, dict):
-        data = data.get("data")
-    if not isinstance(data, str) or not data.startswith("0x"):
-        return None
-    try:
-        return bytes.fromhex(data[2:])
-    except ValueError:
-        return None
-
-
 def unknown_contract(address: str, probe: Probe) -> NodeError:
     return NodeError(
         f"the contract at {address} does not look like any known SwarmCoordinator (0.4.2, 0.4.3, 0.5.1, 0.6.0): "
