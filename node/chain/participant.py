@@ -43,7 +43,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from eth_account.signers.local import LocalAccount
 from web3 import Web3
 
-from node.chain import networks
+from node.chain import networks, versions
 from node.chain.coordinator import ERROR_MESSAGES, ChainRevert, CoordinatorClient
 from node.chain.submissions import NO_ROUND, Submission, SubmissionQueue
 from node.config import NodeConfig
@@ -107,8 +107,8 @@ class ChainParticipant:
         self.peer_id = peer_id
         self.bus = bus
         self.account = account or unlock_node_wallet(config)
-        expected = config.chain.coordinator_version
-        self.client = CoordinatorClient(target, self.account, w3=w3, version=None if expected == "auto" else expected)
+        self.client = CoordinatorClient(target, self.account, w3=w3,
+                                        version=versions.expected(config.chain.coordinator_version))
         self.queue = SubmissionQueue(queue_path(config))
         self.coordinator = target.coordinator
         self._enabled = config.chain.submit

@@ -68,6 +68,17 @@ VERSIONS: dict[str, CoordinatorVersion] = {
 NEWEST = VERSIONS["0.6.0"]
 
 
+def expected(setting: str) -> str | None:
+    """The version a ``[chain] coordinator_version`` setting expects (None for "auto": whatever is detected). Every
+    client built from a configuration passes it on, so a configured version is checked before anything is sent."""
+    return None if setting == "auto" else setting
+
+
+def deployed_by_us(stages: int) -> str | None:
+    """The public interface our SwarmCoordinator speaks when deployed with ``stages`` stages (None: none of them)."""
+    return {1: "0.6.0", 3: "0.5.1"}.get(stages)
+
+
 @cache
 def load_abi(name: str) -> list[dict[str, Any]]:
     return json.loads((ABI_DIR / f"SwarmCoordinator_{name}.abi.json").read_text(encoding="utf-8"))
