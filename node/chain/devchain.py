@@ -33,7 +33,15 @@ class DevChain:
         except ImportError as exc:  # pragma: no cover - depends on the installed extras
             raise RuntimeError('the development chain needs eth-tester: pip install -e ".[devchain]"') from exc
         self.w3 = Web3(EthereumTesterProvider())
-        self._lock = threading.Lock()  # eth-tester is not thread-safe
+        # eth-tester is not thread-safe: every request, over HTTP, IPC or through :attr:`w3` from any thread, holds it
+        self._lock = threading.RLock()
+        provider, request = self.w3.provider, self.w3.provider.make_request
+
+        def locked_request(method, params):
+            with self._lock:
+                return request(method, params)
+
+        provider.make_request = locked_request
         self._host, self._port = host, port
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None

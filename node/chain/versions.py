@@ -7,6 +7,8 @@ between them, and all the client needs to know (one client, this table; no clien
   node on the same wallet is refused with ``RewardAlreadySubmitted``), per peer id from 0.4.3
   (``hasSubmittedRoundStageReward(uint256,uint256,string)`` and the overload ``submitReward(...,uint256,string)``);
 - the stages per round: 3 on 0.4.x and 0.5.x, 1 on 0.6.0 (``stageCount()`` says it on chain);
+- which past stages take a late reward: on 0.4.2 only those up to the chain's current stage, whatever the reward's
+  round (a "stage window" that opens once per round), on the later versions every stage of a past round;
 - the views that exist: 0.5.0 removed ``getPeerVoteCount``, ``uniqueVotedPeers`` and the two leaderboards.
 
 0.5.1 and 0.6.0 have the same ABI; only their stage count tells them apart. The version is detected with
@@ -42,6 +44,9 @@ class CoordinatorVersion:
     name: str
     stage_count: int  # as released; the chain's stageCount() is read at connect time and wins
     reward_key: Literal["wallet", "peer"]  # what one reward per (round, stage) is counted against
+    # 0.4.2 checks a reward's stage against the chain's current stage whatever the reward's round: a past round's
+    # stage s is taken only while the chain is at stage s or later (of a later round); 0.4.3 fixed it
+    stage_window: bool = False
 
     @property
     def abi(self) -> list[dict[str, Any]]:
@@ -59,7 +64,7 @@ class CoordinatorVersion:
 VERSIONS: dict[str, CoordinatorVersion] = {
     v.name: v
     for v in (
-        CoordinatorVersion("0.4.2", stage_count=3, reward_key="wallet"),
+        CoordinatorVersion("0.4.2", stage_count=3, reward_key="wallet", stage_window=True),
         CoordinatorVersion("0.4.3", stage_count=3, reward_key="peer"),
         CoordinatorVersion("0.5.1", stage_count=3, reward_key="peer"),
         CoordinatorVersion("0.6.0", stage_count=1, reward_key="peer"),
