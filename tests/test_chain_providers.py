@@ -62,7 +62,7 @@ def test_reverts_are_understood_on_every_provider(devchain, tmp_path, provider, 
         assert reason.value.revert.kind == "error" and "Start index must not be after" in reason.value.message
     else:  # a revert without data of a selector the deployed code lacks names the missing function
         data = versions.selector("getPeerVoteCount(uint256,string)") + abi_encode(["uint256", "string"], [0, PEER_A])
-        with pytest.raises(Exception) as raw:  # noqa: PT011 - each provider raises its own type: that is the point
+        with pytest.raises(Exception) as raw:  # each provider raises its own type: that is the point
             a.w3.eth.call({"to": target.coordinator, "data": "0x" + data.hex()})
         assert reverts.revert_of(raw.value) is not None
         missing = a._missing("getPeerVoteCount(uint256,string)", "read the round's votes", raw.value)

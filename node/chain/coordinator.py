@@ -342,7 +342,7 @@ class CoordinatorClient:
         def call() -> bool | int | None:
             try:
                 raw = bytes(self.w3.eth.call({"to": address, "data": "0x" + data.hex()}))
-            except Exception as exc:  # noqa: BLE001 - a revert means "no such function"; the rest is the RPC's
+            except Exception as exc:  # a revert means "no such function"; anything else is the RPC's
                 if reverts.revert_of(exc) is not None:
                     return None
                 raise

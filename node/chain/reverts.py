@@ -13,9 +13,10 @@ from __future__ import annotations
 import ast
 from typing import Any
 
+from eth_abi import encode as abi_encode
 from web3.exceptions import ContractLogicError, Web3RPCError
 
-from node.chain.versions import Revert, decode_revert_data
+from node.chain.versions import Revert, decode_revert_data, selector
 
 try:  # the in-process chain is an optional extra (devchain)
     from eth_tester.exceptions import TransactionFailed
@@ -45,10 +46,6 @@ def revert_of(exc: BaseException) -> Revert | None:
 def tester_revert_data(exc: BaseException) -> bytes:
     """eth-tester's revert data: web3's tester provider raises it as the text "execution reverted: <data>", the data
     a bytes literal for a custom error or a panic and the plain reason for Error(string)."""
-    from eth_abi import encode as abi_encode
-
-    from node.chain.versions import selector
-
     text = str(exc.args[0]) if exc.args else ""
     reason = text.removeprefix("execution reverted").removeprefix(": ")
     if reason.startswith(("b'", 'b"')):
