@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 import time
 
-from PySide6.QtCore import QTimer
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import (
     QAbstractItemView, QFormLayout, QGroupBox, QHeaderView, QLabel, QPushButton, QTableWidget, QTableWidgetItem,
     QVBoxLayout, QWidget,
@@ -33,7 +33,7 @@ def waiting_text(waiting: dict[tuple[int, int], str]) -> str:
     """The rewards that wait for the chain's stage window, oldest first, in plain words."""
     if not waiting:
         return "—"
-    lines = [f"reward of round {round_}, stage {stage + 1}: {html.escape(message)}"
+    lines = [f"reward of round {round_}, stage {stage + 1}: {html.escape(message, quote=False)}"
              for (round_, stage), message in sorted(waiting.items())]
     return "<br>".join(lines)
 
@@ -66,6 +66,7 @@ class AccountPage(QWidget):
             self.fields[key].setOpenExternalLinks(True)
             self.fields[key].setWordWrap(True)
             form.addRow(label, self.fields[key])
+        self.fields["waiting"].setTextFormat(Qt.TextFormat.RichText)  # one line per reward, escaped
         self.refresh_button = QPushButton("Refresh")
         self.refresh_button.clicked.connect(self.refresh)
         self.transactions = QTableWidget(0, 4)
