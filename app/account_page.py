@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import html
 import time
 
-from PySide6.QtCore import QTimer
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import (
     QAbstractItemView, QFormLayout, QGroupBox, QHeaderView, QLabel, QPushButton, QTableWidget, QTableWidgetItem,
     QVBoxLayout, QWidget,
@@ -28,6 +29,15 @@ def coordinator_text(version: str, round_: int | None, stage: int | None, stages
     return f"SwarmCoordinator {version} · {where}" if version else where
 
 
+def waiting_text(waiting: dict[tuple[int, int], str]) -> str:
+    """The rewards that wait for the chain's stage window, oldest first, in plain words."""
+    if not waiting:
+        return "—"
+    lines = [f"reward of round {round_}, stage {stage + 1}: {html.escape(message, quote=False)}"
+             for (round_, stage), message in sorted(waiting.items())]
+    return "<br>".join(lines)
+
+
 def _link(url: str | None, text: str) -> str:
     return f"<a href='{url}'>{text}</a>" if url else text
 
@@ -38,6 +48,7 @@ class AccountPage(QWidget):
         self.config = config
         self.peer_id: str | None = None
         self.summary: AccountSummary | None = None
+        self.waiting: dict[tuple[int, int], str] = {}  # (round, stage) of rewards waiting for a stage window
         self.worker = Worker()
         self.worker.done.connect(self._show)
         self.worker.failed.connect(lambda exc: self.status.setText(Problem.of(exc).text()))
@@ -49,11 +60,13 @@ class AccountPage(QWidget):
         form = QFormLayout(box)
         for key, label in (("address", "Wallet"), ("balance", "Balance"), ("network", "Network"),
                            ("registration", "Peer registration"), ("round", "Coordinator"),
-                           ("rewards", "Total rewards"), ("wins", "Total wins"), ("votes", "Participation")):
+                           ("rewards", "Total rewards"), ("wins", "Total wins"), ("votes", "Participation"),
+                           ("waiting", "Waiting for a stage")):
             self.fields[key] = QLabel("—")
             self.fields[key].setOpenExternalLinks(True)
             self.fields[key].setWordWrap(True)
             form.addRow(label, self.fields[key])
+        self.fields["waiting"].setTextFormat(Qt.TextFormat.RichText)  # one line per reward, escaped
         self.refresh_button = QPushButton("Refresh")
         self.refresh_button.clicked.connect(self.refresh)
         self.transactions = QTableWidget(0, 4)
@@ -107,6 +120,13 @@ class AccountPage(QWidget):
                 self.fields["round"].setText(coordinator_text(
                     event.coordinator_version, event.chain_round, event.chain_stage, event.stage_count))
         elif isinstance(event, ChainTransaction):
+            if event.action == "reward" and event.round is not None and event.stage is not None:
+                key = (event.round, event.stage)
+                if event.status == "waiting_for_stage":
+                    self.waiting[key] = event.message
+                else:  # sent, or waiting for something else now (the RPC)
+                    self.waiting.pop(key, None)
+                self.fields["waiting"].setText(waiting_text(self.waiting))
             self.refresh()
 
     def _show(self, s: AccountSummary) -> None:

@@ -75,10 +75,13 @@ def _common(parser: argparse.ArgumentParser, *, chain: bool) -> None:
         parser.add_argument("--rpc-url")
         parser.add_argument("--chain-id", type=int)
         parser.add_argument("--coordinator", help="SwarmCoordinator contract address")
+        parser.add_argument("--coordinator-version", choices=["auto", "0.4.2", "0.4.3", "0.5.1", "0.6.0"],
+                            help="the SwarmCoordinator interface the swarm runs (default auto: detect it); any other "
+                            "is refused before anything is sent")
 
 
 def _config(args: argparse.Namespace) -> NodeConfig:
-    chain = {key: getattr(args, key, None) for key in ("network", "rpc_url", "chain_id", "coordinator")}
+    chain = {key: getattr(args, key, None) for key in ("network", "rpc_url", "chain_id", "coordinator", "coordinator_version")}
     chain["wallet"] = args.wallet
     changes: dict[str, Any] = {"run": given({"data_dir": args.data_dir}), "chain": given(chain)}
     if args.config:
@@ -180,7 +183,7 @@ def _wallet_show(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------------------------------------------- chain
 def _client(args: argparse.Namespace, *, need_coordinator: bool = True, account: bool = True):
-    from node.chain import networks
+    from node.chain import networks, versions
     from node.chain.coordinator import CoordinatorClient
     from node.chain.participant import unlock_node_wallet
 
@@ -190,7 +193,8 @@ def _client(args: argparse.Namespace, *, need_coordinator: bool = True, account:
         raise NodeError("no chain is configured", hint="pass --network (and --coordinator) or set [chain] in --config",
                         code="no_chain")
     wallet = unlock_node_wallet(config) if account else None
-    client = CoordinatorClient(target, wallet) if target.coordinator else None
+    expected = versions.expected(config.chain.coordinator_version)
+    client = CoordinatorClient(target, wallet, version=expected) if target.coordinator else None
     return config, target, wallet, client
 
 
@@ -222,7 +226,9 @@ def _chain_status(args: argparse.Namespace) -> int:
         print(f"  {tx.action:<8} round {'-' if tx.round is None else tx.round:>6} {tx.status:<16} {where} {tx.message}")
     for problem in s.problems:
         print(f"problem: {problem}", file=sys.stderr)
-    return 0 if rpc.ok else 1
+    if s.version_problem:
+        print(f"  how to fix: {s.version_problem.hint}", file=sys.stderr)
+    return 0 if rpc.ok and s.version_problem is None else 1
 
 
 def _q(value: int | None) -> str:
@@ -237,16 +243,27 @@ def _position(round_: int | None, stage: int | None, stages: int | None) -> str:
 
 
 def _chain_deploy(args: argparse.Namespace) -> int:
+    from node.chain import versions
     from node.chain.coordinator import CoordinatorClient, deploy_coordinator
 
     config, target, wallet, _ = _client(args, need_coordinator=False)
+    expected = versions.expected(config.chain.coordinator_version)
+    deploys = versions.deployed_by_us(args.stages)
+    if expected is not None and expected != deploys:
+        raise NodeError(
+            f"[chain] coordinator_version is {expected}, but a coordinator with {args.stages} stage(s) per round speaks "
+            f"{deploys or 'no public interface version'}",
+            hint="deploy with --stages 1 (0.6.0) or --stages 3 (0.5.1) to match, or set coordinator_version = \"auto\"",
+            code="chain_version",
+        )
     result = deploy_coordinator(target, wallet, stages=args.stages)
     print(f"deployed SwarmCoordinator at {result.address} ({args.stages} stage(s) per round; tx {result.tx_hash}, "
           f"gas {result.gas_used})")
     if args.bootnode:
         from dataclasses import replace
 
-        CoordinatorClient(replace(target, coordinator=result.address), wallet).add_bootnodes(args.bootnode)
+        CoordinatorClient(replace(target, coordinator=result.address), wallet, version=expected).add_bootnodes(
+            args.bootnode)
         print(f"listed {len(args.bootnode)} bootnode(s)")
     print(f"nodes join it with: [chain] network = \"{target.network}\", coordinator = \"{result.address}\"")
     print(result.address)

@@ -211,12 +211,14 @@ class ChainStatus(Event):
 
 @dataclass(frozen=True, kw_only=True)
 class ChainTransaction(Event):
-    """A queued chain submission that was delivered, found already on chain, failed for good, or will be retried."""
+    """A queued chain submission that was delivered, found already on chain, failed for good, will be retried, or
+    waits for the chain's stage window."""
 
     kind: ClassVar[str] = "chain_transaction"
     action: Literal["register", "reward", "winners"]
     round: int | None
-    status: Literal["delivered", "already_on_chain", "refused", "failed", "retrying"]
+    # waiting_for_stage: a late reward the coordinator (0.4.2) takes only while the chain is at its stage again
+    status: Literal["delivered", "already_on_chain", "refused", "failed", "retrying", "waiting_for_stage"]
     tx_hash: str | None = None
     explorer_url: str | None = None
     message: str = ""

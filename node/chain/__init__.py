@@ -13,9 +13,13 @@ Qt-free API for the app (all calls block with timeouts; run them in worker threa
   version on first use: ``detect()``, ``version``, ``stage_count()``; reads, ``register_peer``, submissions,
   ``advance_round`` (a whole round) / ``advance_stage``), ``deploy_coordinator(target, account, stages=1)``,
   ``ChainRevert`` (decoded custom errors, Error(string), Panic) and ``MissingFunction``.
-- :mod:`node.chain.versions`: the public interface versions (0.4.2, 0.4.3, 0.5.1, 0.6.0) and what differs.
+- :mod:`node.chain.versions`: the public interface versions (0.4.2, 0.4.3, 0.5.1, 0.6.0) and what differs;
+  ``expected(setting)``: the version a ``[chain] coordinator_version`` asks every client to check.
+- :mod:`node.chain.reverts`: ``revert_of(exc)``, the one place that tells a contract's revert from a transport
+  failure, whichever web3 provider raised it (HTTP, IPC, the in-process tester).
 - :mod:`node.chain.account`: ``account_summary(config, address, peer_id) -> AccountSummary`` (with the
   coordinator's version and stage),
   ``recent_transactions(config)``.
-- A running node reports ``ChainStatus`` and ``ChainTransaction`` events (:mod:`node.events`).
+- A running node reports ``ChainStatus`` and ``ChainTransaction`` events (:mod:`node.events`); a reward that waits
+  for a 0.4.2 coordinator's stage window is reported with status ``waiting_for_stage``.
 """

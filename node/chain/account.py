@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 from web3 import Web3
 
-from node.chain import networks
-from node.chain.coordinator import CoordinatorClient
+from node.chain import networks, versions
+from node.chain.coordinator import CoordinatorClient, MissingFunction
 from node.chain.participant import queue_path
 from node.chain.submissions import NO_ROUND, SubmissionQueue
 from node.config import NodeConfig
@@ -53,6 +53,8 @@ class AccountSummary:
     coordinator_version: str = ""  # the detected interface (0.4.2, 0.4.3, 0.5.1, 0.6.0); "" = unknown
     chain_stage: int | None = None
     stage_count: int | None = None
+    # the coordinator speaks another interface than [chain] coordinator_version names: nothing is read or sent
+    version_problem: NodeError | None = None
 
     @property
     def balance_eth(self) -> str | None:
@@ -68,13 +70,15 @@ def account_summary(config: NodeConfig, address: str, peer_id: str | None = None
     problems = [] if health.ok else [health.message]
     balance = owner = chain_round = chain_stage = stage_count = rewards = wins = votes = None
     version = ""
+    version_problem: NodeError | None = None
     if health.ok:
         client_target = target if target.coordinator else None
         try:
             w3 = networks.connect(target)
             balance = int(w3.eth.get_balance(address))
             if client_target is not None:
-                client = CoordinatorClient(client_target, w3=w3)
+                client = CoordinatorClient(client_target, w3=w3,
+                                           version=versions.expected(config.chain.coordinator_version))
                 version, stage_count = client.version.name, client.stage_count()
                 chain_round, chain_stage = client.position()
                 if not client.version.rewards_per_peer and len(client.peer_ids_of(address)) > 1:
@@ -92,6 +96,8 @@ def account_summary(config: NodeConfig, address: str, peer_id: str | None = None
                 problems.append("no coordinator address is set")
         except NodeError as exc:
             problems.append(exc.message)
+            if exc.code == "chain_version" and not isinstance(exc, MissingFunction):
+                version_problem = exc
         except Exception as exc:  # noqa: BLE001 - the balance read goes to the RPC directly
             problems.append(f"the RPC failed: {exc}"[:300])
     return AccountSummary(
@@ -101,7 +107,7 @@ def account_summary(config: NodeConfig, address: str, peer_id: str | None = None
         registered=None if (owner is None and rewards is None) else owner == address,
         owned_by_other=owner is not None and owner != address, chain_round=chain_round, total_rewards=rewards,
         total_wins=wins, votes_cast=votes, transactions=recent_transactions(config, limit=limit), problems=problems,
-        coordinator_version=version, chain_stage=chain_stage, stage_count=stage_count,
+        coordinator_version=version, chain_stage=chain_stage, stage_count=stage_count, version_problem=version_problem,
     )
 
 

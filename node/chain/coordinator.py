@@ -5,8 +5,8 @@ At connect time the client detects which interface version the contract speaks (
 the right ``hasSubmittedRoundStageReward``, rewards per peer id where the contract keys them so, the stage count,
 the views that exist. Our own contract (``resources/contracts/SwarmCoordinator.sol``) implements the newest
 interface. Reverts are decoded (custom errors, ``Error(string)``, ``Panic(uint256)``) into sentences a user can
-act on; a call of a function the deployed contract lacks says so, with the version. Every call is a blocking HTTP
-request with the target's timeout.
+act on, whichever web3 provider reported them (:mod:`node.chain.reverts`); a call of a function the deployed
+contract lacks says so, with the version. Every call is a blocking request with the target's timeout.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from typing import Any
 
 from eth_account.signers.local import LocalAccount
 from web3 import Web3
-from web3.exceptions import ContractLogicError, TimeExhausted, Web3RPCError
+from web3.exceptions import TimeExhausted, Web3RPCError
 
-from node.chain import versions
+from node.chain import reverts, versions
 from node.chain.networks import ChainTarget, check_chain_id, connect
 from node.chain.versions import CONTRACTS_DIR, CoordinatorVersion, Probe, Revert
 from node.errors import NodeError
@@ -106,11 +106,6 @@ class MissingFunction(ChainRevert):
         self.error = None
         self.revert = Revert("empty")
         self.function = function
-
-
-def _revert_of(exc: Exception) -> Revert:
-    raw = versions.revert_bytes(exc)
-    return versions.decode_revert_data(raw) if raw is not None else Revert("empty")
 
 
 @dataclass(frozen=True)
@@ -347,8 +342,10 @@ class CoordinatorClient:
         def call() -> bool | int | None:
             try:
                 raw = bytes(self.w3.eth.call({"to": address, "data": "0x" + data.hex()}))
-            except ContractLogicError:
-                return None
+            except Exception as exc:  # a revert means "no such function"; anything else is the RPC's
+                if reverts.revert_of(exc) is not None:
+                    return None
+                raise
             return versions.probe_answer(name, raw)
 
         return self._rpc("detect the coordinator version", call)
@@ -376,7 +373,7 @@ class CoordinatorClient:
 
     def _missing(self, function: str, action: str, exc: Exception) -> ChainRevert:
         """The revert's decoded error; a revert without data of a function the deployed bytecode lacks says so."""
-        revert = _revert_of(exc)
+        revert = reverts.revert_of(exc) or Revert("empty")
         if revert.kind == "empty" and self._selectors and self._selector(function) not in self._selectors:
             return MissingFunction(function.split("(")[0], self._version.name if self._version else None, action)
         return ChainRevert(revert.name if revert.kind == "custom" else None, action, revert)
@@ -391,11 +388,11 @@ class CoordinatorClient:
         fn = self._function(action, function, *args)
         try:
             return fn.call()
-        except ContractLogicError as exc:
-            raise self._missing(function, action, exc) from None
         except NodeError:
             raise
-        except Exception as exc:  # noqa: BLE001 - transport failures become one actionable error
+        except Exception as exc:  # noqa: BLE001 - a revert is the contract's answer; the rest, the transport's
+            if reverts.revert_of(exc) is not None:
+                raise self._missing(function, action, exc) from None
             raise _rpc_error(self.target, action, exc) from None
 
     def _rpc(self, action: str, call):
@@ -421,24 +418,22 @@ class CoordinatorClient:
             signed = account.sign_transaction(tx)
             tx_hash = w3.eth.send_raw_transaction(signed.raw_transaction)
             receipt = w3.eth.wait_for_transaction_receipt(tx_hash, timeout=RECEIPT_TIMEOUT_S)
-        except ContractLogicError as exc:  # raised by the gas estimate, before anything is sent
-            raise self._missing(function, action, exc) from None
         except TimeExhausted:
             raise NodeError(
                 f"{action}: the transaction was sent but not mined within {RECEIPT_TIMEOUT_S:.0f} s",
                 hint="the chain may be congested; it is checked again on the next attempt", code="tx_pending",
             ) from None
-        except Web3RPCError as exc:
-            if _no_funds(exc):
+        except NodeError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a revert (mostly at the gas estimate, before anything is sent)
+            if reverts.revert_of(exc) is not None:
+                raise self._missing(function, action, exc) from None
+            if isinstance(exc, Web3RPCError) and _no_funds(exc):
                 raise NodeError(
                     f"{action}: the wallet {account.address} cannot pay the gas",
                     hint="fund the wallet with the chain's native token (a testnet faucet for the Gensyn Testnet)",
                     code="insufficient_funds",
                 ) from None
-            raise _rpc_error(self.target, action, exc) from None
-        except NodeError:
-            raise
-        except Exception as exc:  # noqa: BLE001
             raise _rpc_error(self.target, action, exc) from None
         if receipt["status"] != 1:
             raise ChainRevert(None, f"{action} (transaction {tx_hash.to_0x_hex()} reverted)")
@@ -474,6 +469,10 @@ def deploy_coordinator(
             ) from None
         raise _rpc_error(target, "deploy the coordinator", exc, hint="check the RPC URL and try again") from None
     except Exception as exc:  # noqa: BLE001
+        revert = reverts.revert_of(exc)
+        if revert is not None:
+            raise NodeError(f"deploying the coordinator failed: the chain refused it ({revert.describe()})",
+                            hint="check the contract build and the chain", code="deploy_failed") from None
         raise _rpc_error(target, "deploy the coordinator", exc, hint="check the RPC URL and try again") from None
     if receipt["status"] != 1 or not receipt["contractAddress"]:
         raise NodeError("deploying the coordinator failed (the transaction reverted)", code="deploy_failed")

@@ -1,4 +1,5 @@
-"""A local development chain: an in-process EVM (eth-tester / py-evm) served as JSON-RPC over HTTP on loopback.
+"""A local development chain: an in-process EVM (eth-tester / py-evm) served as JSON-RPC over HTTP on loopback (and,
+on request, over an IPC socket as geth serves it).
 
 Node processes reach it like any other RPC, so the code path under test is the one used against a real chain.
 It needs the optional ``eth-tester`` package (``pip install -e ".[devchain]"``). Reverts are answered the way geth
@@ -9,20 +10,20 @@ which is how the tests simulate an RPC outage.
 
 from __future__ import annotations
 
-import ast
 import json
 import logging
+import socketserver
 import threading
 from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from eth_abi import encode as abi_encode
+from node.chain.reverts import tester_revert_data
 
 log = logging.getLogger(__name__)
 
-_ERROR_STRING_SELECTOR = bytes.fromhex("08c379a0")  # Error(string)
 MAX_REQUEST_BYTES = 4 * 1024 * 1024
+_PARSE_ERROR = {"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "parse error"}}
 
 
 class DevChain:
@@ -32,10 +33,19 @@ class DevChain:
         except ImportError as exc:  # pragma: no cover - depends on the installed extras
             raise RuntimeError('the development chain needs eth-tester: pip install -e ".[devchain]"') from exc
         self.w3 = Web3(EthereumTesterProvider())
-        self._lock = threading.Lock()  # eth-tester is not thread-safe
+        # eth-tester is not thread-safe: every request, over HTTP, IPC or through :attr:`w3` from any thread, holds it
+        self._lock = threading.RLock()
+        provider, request = self.w3.provider, self.w3.provider.make_request
+
+        def locked_request(method, params):
+            with self._lock:
+                return request(method, params)
+
+        provider.make_request = locked_request
         self._host, self._port = host, port
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self._ipc: tuple[socketserver.ThreadingUnixStreamServer, threading.Thread] | None = None
 
     @property
     def url(self) -> str:
@@ -65,13 +75,9 @@ class DevChain:
                     self.send_error(413)
                     return
                 try:
-                    request = json.loads(self.rfile.read(length))
-                    if isinstance(request, list):
-                        response: Any = [chain.handle(r) for r in request]
-                    else:
-                        response = chain.handle(request)
+                    response = chain.answer(json.loads(self.rfile.read(length)))
                 except ValueError:
-                    response = {"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "parse error"}}
+                    response = _PARSE_ERROR
                 body = json.dumps(response).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
@@ -88,6 +94,33 @@ class DevChain:
         self._thread.start()
         return self
 
+    def serve_ipc(self, path: str) -> str:
+        """Answer JSON-RPC on a Unix socket at ``path`` too (web3's IPCProvider, as a local geth is reached);
+        :meth:`stop` ends it with the HTTP endpoint."""
+        chain = self
+
+        class Handler(socketserver.BaseRequestHandler):
+            def handle(self) -> None:
+                decoder, buffer = json.JSONDecoder(), ""
+                while chunk := self.request.recv(65536):
+                    buffer += chunk.decode("utf-8", "replace")
+                    if len(buffer) > MAX_REQUEST_BYTES:
+                        return
+                    while buffer.strip():  # answer every complete request in the stream, keep the rest
+                        try:
+                            request, end = decoder.raw_decode(buffer.lstrip())
+                        except ValueError:
+                            break
+                        buffer = buffer.lstrip()[end:]
+                        self.request.sendall(json.dumps(chain.answer(request)).encode())
+
+        server = socketserver.ThreadingUnixStreamServer(path, Handler)
+        server.daemon_threads = True
+        thread = threading.Thread(target=server.serve_forever, name="devchain-ipc", daemon=True)
+        thread.start()
+        self._ipc = (server, thread)
+        return path
+
     def stop(self) -> None:
         """Stop answering RPC calls; the chain's state stays (start() serves it again on the same port)."""
         if self._server is not None:
@@ -97,6 +130,18 @@ class DevChain:
         if self._thread is not None:
             self._thread.join(10)
             self._thread = None
+        if self._ipc is not None:
+            server, thread = self._ipc
+            server.shutdown()
+            server.server_close()
+            thread.join(10)
+            self._ipc = None
+
+    def answer(self, request: Any) -> Any:
+        """The JSON-RPC answer to one request or a batch."""
+        if isinstance(request, list):
+            return [self.handle(r) for r in request]
+        return self.handle(request)
 
     def handle(self, request: Mapping[str, Any]) -> dict[str, Any]:
         request_id = request.get("id") if isinstance(request, Mapping) else None
@@ -109,25 +154,11 @@ class DevChain:
             with self._lock:
                 result = self.w3.manager.request_blocking(method, params)
         except TransactionFailed as exc:
-            error = {"code": 3, "message": "execution reverted", "data": "0x" + _revert_data(exc).hex()}
+            error = {"code": 3, "message": "execution reverted", "data": "0x" + tester_revert_data(exc).hex()}
             return {"jsonrpc": "2.0", "id": request_id, "error": error}
         except Exception as exc:  # noqa: BLE001 - every failure becomes a JSON-RPC error for the client
             return {"jsonrpc": "2.0", "id": request_id, "error": {"code": -32000, "message": str(exc)[:500]}}
         return {"jsonrpc": "2.0", "id": request_id, "result": _to_rpc(result)}
-
-
-def _revert_data(exc: Exception) -> bytes:
-    """The raw revert data: web3's tester provider re-raises it as the text "execution reverted: <data>"."""
-    text = str(exc.args[0]) if exc.args else ""
-    reason = text.removeprefix("execution reverted: ")
-    if reason.startswith(("b'", 'b"')):
-        try:
-            value = ast.literal_eval(reason)
-            if isinstance(value, bytes):
-                return value
-        except (ValueError, SyntaxError):
-            pass
-    return _ERROR_STRING_SELECTOR + abi_encode(["string"], [reason])
 
 
 def _to_rpc(value: Any) -> Any:

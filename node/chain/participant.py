@@ -11,6 +11,11 @@ and stage, the reward events show another node of this wallet got it (refused, w
 revert without a decisive reason, a check that reverts, or "already submitted" that the check cannot confirm
 leave the row pending: it is retried with a growing delay (other rows go on meanwhile) and each retry is reported.
 
+A 0.4.2 coordinator takes a past round's reward only while the chain's stage is at least the reward's (its "stage
+window", :mod:`node.chain.versions`): such a late reward, e.g. for a round's last stage sent after the round
+ended, is not retried blindly. It waits, reported as ``waiting_for_stage``, and goes out at the first poll that sees
+the chain at that stage again; the rows behind it go on meanwhile.
+
 What is submitted, from the first training round this node starts while the chain is at that position:
 
 - reward: once per chain round and stage. A SAPO round is one stage of training, so on a coordinator with 3
@@ -43,7 +48,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from eth_account.signers.local import LocalAccount
 from web3 import Web3
 
-from node.chain import networks
+from node.chain import networks, versions
 from node.chain.coordinator import ERROR_MESSAGES, ChainRevert, CoordinatorClient
 from node.chain.submissions import NO_ROUND, Submission, SubmissionQueue
 from node.config import NodeConfig
@@ -107,8 +112,8 @@ class ChainParticipant:
         self.peer_id = peer_id
         self.bus = bus
         self.account = account or unlock_node_wallet(config)
-        expected = config.chain.coordinator_version
-        self.client = CoordinatorClient(target, self.account, w3=w3, version=None if expected == "auto" else expected)
+        self.client = CoordinatorClient(target, self.account, w3=w3,
+                                        version=versions.expected(config.chain.coordinator_version))
         self.queue = SubmissionQueue(queue_path(config))
         self.coordinator = target.coordinator
         self._enabled = config.chain.submit
@@ -122,6 +127,7 @@ class ChainParticipant:
         self._message = ""
         self._last_status: tuple | None = None
         self._told_shared_wallet = False
+        self._waiting: set[tuple[int, int]] = set()  # (round, stage) of rewards reported waiting for a stage window
         # peer id -> (registered, the chain round it was looked up in); the ids the worker is to look up
         self._registry: OrderedDict[str, tuple[bool, int | None]] = OrderedDict()
         self._lookups: OrderedDict[str, None] = OrderedDict()
@@ -229,7 +235,7 @@ class ChainParticipant:
         """Give queued submissions ``grace_s`` to go out; what is left is delivered after the next start."""
         deadline = time.monotonic() + grace_s
         while self._connected and self._enabled and time.monotonic() < deadline:
-            item = self.queue.next_pending(self.coordinator, self.peer_id)
+            item = self.queue.next_pending(self.coordinator, self.peer_id, window=self._window())
             if item is None or self._ahead(item):  # a stage the chain has not reached waits for the next start
                 break
             self._wake.set()
@@ -250,7 +256,9 @@ class ChainParticipant:
                 next_poll = time.monotonic() + self.settings.poll_interval_s
             if self._connected:
                 self._look_up_peers()
-            item = self.queue.next_pending(self.coordinator, self.peer_id) if self._enabled and self._connected else None
+            window = self._window()
+            item = (self.queue.next_pending(self.coordinator, self.peer_id, window=window)
+                    if self._enabled and self._connected else None)
             if item is not None and self._ahead(item):
                 # A game stage played before the chain got there: the contract refuses it until then (and due rows
                 # come in (round, stage) order, so the rest are ahead too). It goes once a poll sees the chain there.
@@ -266,7 +274,7 @@ class ChainParticipant:
                 self._stop.wait(backoff)
                 continue
             wait = next_poll - time.monotonic()
-            due = self.queue.next_due(self.coordinator, self.peer_id) if self._enabled else None
+            due = self.queue.next_due(self.coordinator, self.peer_id, window=window) if self._enabled else None
             if due is not None:
                 wait = min(wait, due - time.time())
             self._wake.wait(max(0.0, wait))
@@ -278,6 +286,13 @@ class ChainParticipant:
             and (item.round, item.stage) > (self._chain_round, self._chain_stage or 0)
         )
 
+    def _window(self) -> tuple[int, int] | None:
+        """The chain's (round, stage) where the coordinator has a stage window (0.4.2) and the position is known."""
+        version = self.client.detected
+        if version is None or not version.stage_window or self._chain_round is None:
+            return None
+        return self._chain_round, self._chain_stage or 0
+
     def _poll(self) -> None:
         try:
             if self._chain_id is None:
@@ -286,6 +301,7 @@ class ChainParticipant:
             self._block = int(self.client.w3.eth.block_number)
             self._connected, self._message = True, ""
             self._check_shared_wallet()
+            self._tell_stage_windows()
         except NodeError as exc:
             self._connected, self._message = False, exc.message
         except Exception as exc:  # noqa: BLE001 - block_number goes to the RPC directly
@@ -354,6 +370,8 @@ class ChainParticipant:
                 self._unknown(item, f"{exc.message}, but the check does not find it for {self.peer_id}")
             else:
                 self._settle_found(item, found, exc.message)
+        elif exc.error == "InvalidStageNumber" and self._left_the_window(item):
+            return  # not a blind retry: reported waiting by that poll, it goes once one sees the chain at its stage
         elif exc.error in FINAL:
             self._finish(item, "failed", None, str(exc))
             if exc.error == "PeerIdAlreadyRegistered":
@@ -361,12 +379,39 @@ class ChainParticipant:
         else:
             self._unknown(item, str(exc))
 
+    def _tell_stage_windows(self) -> None:
+        """Say once of each late reward that it waits for the chain's stage (the queue's row says it too)."""
+        window = self._window()
+        if window is None or not self._enabled:
+            return
+        for item in self.queue.outside_window(self.coordinator, self.peer_id, window):
+            if (item.round, item.stage) in self._waiting:
+                continue
+            self._waiting.add((item.round, item.stage))
+            stages = self.stage_count()
+            message = (f"waits for the stage window: this {self.client.version.name} coordinator takes a past round's "
+                       f"stage {item.stage + 1} reward only while the chain is at stage {item.stage + 1}"
+                       + (f" of {stages}" if stages else "") + "; it is sent then")
+            log.info("reward %s: %s", _where(item), message)
+            self.queue.retry_later(item, message)
+            self._report(item, "waiting_for_stage", message)
+
     def _unknown(self, item: Submission, message: str) -> None:
         delay = min(MAX_UNKNOWN_RETRY_S, UNKNOWN_RETRY_S * 2 ** min(item.attempts, 10))
         message = f"outcome unknown, retried in {delay:.0f} s: {message}"
         log.warning("%s %s: %s", item.kind, _where(item), message)
         self.queue.retry_later(item, message, delay)
         self._report(item, "retrying", message)
+
+    def _left_the_window(self, item: Submission) -> bool:
+        """After InvalidStageNumber: whether the chain moved on past this reward's stage window since the last
+        poll (read again now). Anything else, e.g. a refusal while the chain is at the stage, stays unknown."""
+        if item.kind != "reward" or self._window() is None:
+            return False
+        self._waiting.discard((item.round, item.stage))  # said again: it waits once more
+        self._poll()
+        window = self._window()
+        return window is not None and item.round < window[0] and item.stage > window[1]
 
     def _send(self, item: Submission):
         if item.kind == "register":
@@ -423,6 +468,7 @@ class ChainParticipant:
 
     def _finish(self, item: Submission, status, tx_hash: str | None, message: str) -> None:
         self.queue.finish(item, status, tx_hash=tx_hash, message=message)
+        self._waiting.discard((item.round, item.stage))
         self._report(item, status, message, tx_hash)
         self._emit_status()
 

@@ -106,24 +106,43 @@ class SubmissionQueue:
             )
             return cursor.rowcount == 1
 
-    def next_pending(self, coordinator: str, peer_id: str, now: float | None = None) -> Submission | None:
-        """The first pending row that is due (its retry time has come)."""
+    def next_pending(
+        self, coordinator: str, peer_id: str, now: float | None = None, *, window: tuple[int, int] | None = None,
+    ) -> Submission | None:
+        """The first pending row that is due (its retry time has come). ``window``: the chain's (round, stage) on a
+        coordinator with a stage window; a past round's reward of a later stage is not due before the chain is
+        at that stage again (:meth:`outside_window` lists them)."""
+        where, args = _outside(window, negate=True)
         with self._lock:
             row = self._db.execute(
                 f"SELECT {_COLUMNS} FROM submissions WHERE coordinator = ? AND peer_id = ? AND status = 'pending' "
-                f"AND retry_at <= ? ORDER BY {_ORDER} LIMIT 1",
-                (coordinator, peer_id, time.time() if now is None else now),
+                f"AND retry_at <= ? {where} ORDER BY {_ORDER} LIMIT 1",
+                (coordinator, peer_id, time.time() if now is None else now, *args),
             ).fetchone()
         return _row(row) if row else None
 
-    def next_due(self, coordinator: str, peer_id: str) -> float | None:
-        """When the earliest pending row is due (a wall-clock time), or None when nothing is pending."""
+    def next_due(self, coordinator: str, peer_id: str, *, window: tuple[int, int] | None = None) -> float | None:
+        """When the earliest pending row is due (a wall-clock time), or None when nothing is pending (or, with
+        ``window``, nothing that the chain's stage lets through now)."""
+        where, args = _outside(window, negate=True)
         with self._lock:
             (due,) = self._db.execute(
-                "SELECT MIN(retry_at) FROM submissions WHERE coordinator = ? AND peer_id = ? AND status = 'pending'",
-                (coordinator, peer_id),
+                "SELECT MIN(retry_at) FROM submissions WHERE coordinator = ? AND peer_id = ? AND status = 'pending' "
+                f"{where}",
+                (coordinator, peer_id, *args),
             ).fetchone()
         return due
+
+    def outside_window(self, coordinator: str, peer_id: str, window: tuple[int, int]) -> list[Submission]:
+        """The pending rewards of a past round whose stage is above the chain's: they wait for the stage window."""
+        where, args = _outside(window, negate=False)
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT {_COLUMNS} FROM submissions WHERE coordinator = ? AND peer_id = ? AND status = 'pending' "
+                f"{where} ORDER BY {_ORDER}",
+                (coordinator, peer_id, *args),
+            ).fetchall()
+        return [_row(r) for r in rows]
 
     def begin(self, item: Submission) -> Submission:
         """Count an attempt before anything is sent: after a crash mid-send, attempts > 0 says "check the chain
@@ -167,6 +186,14 @@ class SubmissionQueue:
                 (status, message[:500], attempts, tx_hash, time.time(), retry_at, item.coordinator, item.peer_id,
                  item.kind, item.round, item.stage),
             )
+
+
+def _outside(window: tuple[int, int] | None, *, negate: bool) -> tuple[str, tuple]:
+    """The SQL condition (and its arguments) of "a past round's reward of a stage the chain is not at yet"."""
+    if window is None:
+        return "", ()
+    condition = "(kind = 'reward' AND round < ? AND stage > ?)"
+    return f"AND {'NOT ' if negate else ''}{condition}", window
 
 
 def _row(row: tuple) -> Submission:

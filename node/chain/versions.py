@@ -7,6 +7,8 @@ between them, and all the client needs to know (one client, this table; no clien
   node on the same wallet is refused with ``RewardAlreadySubmitted``), per peer id from 0.4.3
   (``hasSubmittedRoundStageReward(uint256,uint256,string)`` and the overload ``submitReward(...,uint256,string)``);
 - the stages per round: 3 on 0.4.x and 0.5.x, 1 on 0.6.0 (``stageCount()`` says it on chain);
+- which past stages take a late reward: on 0.4.2 only those up to the chain's current stage, whatever the reward's
+  round (a "stage window" that opens once per round), on the later versions every stage of a past round;
 - the views that exist: 0.5.0 removed ``getPeerVoteCount``, ``uniqueVotedPeers`` and the two leaderboards.
 
 0.5.1 and 0.6.0 have the same ABI; only their stage count tells them apart. The version is detected with
@@ -42,6 +44,9 @@ class CoordinatorVersion:
     name: str
     stage_count: int  # as released; the chain's stageCount() is read at connect time and wins
     reward_key: Literal["wallet", "peer"]  # what one reward per (round, stage) is counted against
+    # 0.4.2 checks a reward's stage against the chain's current stage whatever the reward's round: a past round's
+    # stage s is taken only while the chain is at stage s or later (of a later round); 0.4.3 fixed it
+    stage_window: bool = False
 
     @property
     def abi(self) -> list[dict[str, Any]]:
@@ -59,13 +64,24 @@ class CoordinatorVersion:
 VERSIONS: dict[str, CoordinatorVersion] = {
     v.name: v
     for v in (
-        CoordinatorVersion("0.4.2", stage_count=3, reward_key="wallet"),
+        CoordinatorVersion("0.4.2", stage_count=3, reward_key="wallet", stage_window=True),
         CoordinatorVersion("0.4.3", stage_count=3, reward_key="peer"),
         CoordinatorVersion("0.5.1", stage_count=3, reward_key="peer"),
         CoordinatorVersion("0.6.0", stage_count=1, reward_key="peer"),
     )
 }
 NEWEST = VERSIONS["0.6.0"]
+
+
+def expected(setting: str) -> str | None:
+    """The version a ``[chain] coordinator_version`` setting expects (None for "auto": whatever is detected). Every
+    client built from a configuration passes it on, so a configured version is checked before anything is sent."""
+    return None if setting == "auto" else setting
+
+
+def deployed_by_us(stages: int) -> str | None:
+    """The public interface our SwarmCoordinator speaks when deployed with ``stages`` stages (None: none of them)."""
+    return {1: "0.6.0", 3: "0.5.1"}.get(stages)
 
 
 @cache
@@ -214,19 +230,6 @@ def decode_revert_data(data: bytes) -> Revert:
     if known is not None:
         return Revert("custom", name=known[0])
     return Revert("unknown", selector="0x" + head.hex())
-
-
-def revert_bytes(exc: Exception) -> bytes | None:
-    """The raw revert data carried by web3's ContractLogicError (a hex string, or a dict holding one)."""
-    data = getattr(exc, "data", None)
-    if isinstance(data, dict):
-        data = data.get("data")
-    if not isinstance(data, str) or not data.startswith("0x"):
-        return None
-    try:
-        return bytes.fromhex(data[2:])
-    except ValueError:
-        return None
 
 
 def unknown_contract(address: str, probe: Probe) -> NodeError:

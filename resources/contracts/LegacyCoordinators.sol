@@ -60,7 +60,8 @@ abstract contract VoteViews04 is CoordinatorCore {
     }
 }
 
-/// The 0.4.2 interface: 3 stages; one reward per wallet, round and stage; hasSubmittedRoundStageReward by address.
+/// The 0.4.2 interface: 3 stages; one reward per wallet, round and stage; hasSubmittedRoundStageReward by address;
+/// a past round's reward only while the chain's stage is at least the reward's.
 contract SwarmCoordinatorV042 is VoteViews04 {
     constructor() CoordinatorCore(3) {}
 
@@ -68,7 +69,12 @@ contract SwarmCoordinatorV042 is VoteViews04 {
         return 3;
     }
 
+    /// 0.4.2 checks a reward's stage against the chain's current stage whatever the reward's round (0.4.3 fixed
+    /// it): a past round's later stage is refused with InvalidStageNumber until the chain is at that stage again.
     function submitReward(uint256 roundNumber, uint256 stageNumber, int256 reward, string calldata peerId) external {
+        if (roundNumber < this.currentRound() && stageNumber < stageCount() && stageNumber > this.currentStage()) {
+            revert InvalidStageNumber();
+        }
         _submitReward(roundNumber, stageNumber, reward, peerId, _walletKey(msg.sender));
     }
 
