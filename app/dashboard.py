@@ -214,7 +214,8 @@ class Dashboard(QWidget):
         if m.stage_rewards:
             external = "stages " + ", ".join(f"{stage} {reward:.2f}" for stage, reward in m.stage_rewards.items())
         return (f"{held_out}Last round ({m.round}): reward {m.reward_local:.2f}, {external}; "
-                f"well-formed {m.wellformed_rate:.0%}; {update}; {m.seconds_total:.0f} s.")
+                f"well-formed {m.wellformed_rate:.0%}; {update}; {m.seconds_total:.0f} s. {h.peer_groups_text()}"
+                ).rstrip()
 
     def _set(self, key: str, x, values) -> None:
         y = np.asarray(values, dtype=float)

@@ -21,7 +21,7 @@ import psutil
 from node import cli_hub, swarm_secret
 from node.config import UNSET, NodeConfig, default_data_dir
 from node.errors import NodeError
-from node.clock import DEFAULT_EPOCH, DEFAULT_ROUND_SECONDS, SwarmClock
+from node.clock import DEFAULT_EPOCH, DEFAULT_ROUND_SECONDS
 from node.invite import format_invite, parse_invite
 
 INVITE_FILE = "invite.json"
@@ -165,7 +165,7 @@ class _HumanProgress:
                       "secret; share it like a password")
             else:
                 invite = format_invite(event.swarm_name, event.invite, event.game,
-                                       clock=SwarmClock(event.swarm_epoch, event.round_seconds))
+                                       swarm_epoch=event.swarm_epoch, round_seconds=event.round_seconds)
                 print(f"others join this swarm by pasting this invite into the app, or with\n"
                       f"  rl-swarm-node run --join '{invite}'")
         elif kind == "round_finished":
@@ -380,8 +380,8 @@ def _cmd_invite(args: argparse.Namespace) -> int:
             hint="start one with `rl-swarm-node run` (a fixed --port keeps the invite stable across restarts)",
         )
     secret = swarm_secret.load(path.parent, info["swarm_name"])
-    clock = SwarmClock(info.get("swarm_epoch", DEFAULT_EPOCH), info.get("round_seconds", DEFAULT_ROUND_SECONDS))
-    print(format_invite(info["swarm_name"], info["invite"], info.get("game", "sapo"), secret, clock))
+    print(format_invite(info["swarm_name"], info["invite"], info.get("game", "sapo"), secret,
+                        info.get("swarm_epoch", DEFAULT_EPOCH), info.get("round_seconds", DEFAULT_ROUND_SECONDS)))
     return 0
 
 

@@ -19,7 +19,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 import psutil
 
-from node.clock import SwarmClock
+from node.clock import DEFAULT_EPOCH, DEFAULT_ROUND_SECONDS, SwarmClock
 from node.config import GAMES, NAME_PATTERN
 from node.errors import NodeError
 from node.swarm_secret import check_secret
@@ -42,11 +42,11 @@ class Invite:
 
 def format_invite(
     swarm_name: str, addresses: list[str], game: str = "sapo", admission_secret: str | None = None,
-    clock: SwarmClock | None = None,
+    swarm_epoch: float = DEFAULT_EPOCH, round_seconds: float = DEFAULT_ROUND_SECONDS,
 ) -> str:
     secret = [("secret", admission_secret)] if admission_secret else []
-    timing = [("epoch", f"{clock.epoch:g}"), ("round_s", f"{clock.round_seconds:g}")] \
-        if clock is not None and clock != SwarmClock() else []
+    timing = [("epoch", f"{swarm_epoch:.17g}"), ("round_s", f"{round_seconds:.17g}")] \
+        if (swarm_epoch, round_seconds) != (DEFAULT_EPOCH, DEFAULT_ROUND_SECONDS) else []
     return PREFIX + urlencode(
         [("swarm", swarm_name), ("game", game), *secret, *timing, *(("peer", a) for a in addresses)], safe="/"
     )

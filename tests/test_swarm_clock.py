@@ -110,3 +110,23 @@ def test_ten_identities_cannot_move_the_clock_nor_cut_two_honest_nodes_apart(tmp
             groups = sinks[me.peer_id].groups
             assert {g.peer_id for g in groups} == {other.peer_id}  # no sybil group from the rounds they forged
             assert all(before <= g.round <= clock.now() for g in groups)
+
+
+def test_the_invite_carries_the_swarm_clock_and_a_joiner_takes_it(tmp_path):
+    from node.cli import _parser, config_from_args
+    from node.config import NodeConfig
+    from node.invite import format_invite, parse_invite
+
+    addr = "/ip4/192.0.2.7/tcp/31337/p2p/QmYyQSo1c1Ym7orWxLYvCrM2EmxFTANf8wXmmE7DWjhx5N"
+    invite = format_invite("team", [addr], swarm_epoch=1_800_000_000.5, round_seconds=30.0)
+    assert parse_invite(invite).clock == SwarmClock(1_800_000_000.5, 30.0)
+    assert parse_invite(format_invite("team", [addr])).clock == SwarmClock()  # older invites: the defaults
+    assert parse_invite(addr).clock is None  # a bare address: the joiner's own settings
+    args = _parser().parse_args(["run", "--join", invite, "--data-dir", str(tmp_path)])
+    swarm = config_from_args(args).swarm
+    assert (swarm.swarm_epoch, swarm.round_seconds) == (1_800_000_000.5, 30.0)
+    with pytest.raises(Exception, match="swarm clock"):
+        parse_invite(invite.replace("round_s=30", "round_s=0"))
+    # a config file an earlier version saved, with the quorum clock's settings, still loads
+    old = NodeConfig.build({"swarm": {"round_quorum": 2, "round_quorum_fraction": 0.0, "max_round_jump": 1000}})
+    assert old.swarm.round_seconds == SwarmClock().round_seconds
