@@ -419,12 +419,12 @@ class DhtExchange:
         now = clock.now()
         for round_ in range(now, max(now - sink.max_age_rounds(), 0) - 1, -1):
             state = self._round_state(round_, keep=sink.max_age_rounds() + 2)
-            if round_ < now - 1 and state.shards_read:
-                continue  # a past round read once: nobody publishes there any more (a clock's skew aside)
             if self._spent(state, feed=True):
                 continue
-            await asyncio.wait_for(self._read_directory(node, round_, state, self._feed_reread, _FEED_READS_PER_SHARD),
-                                   self._call_timeout)
+            if round_ >= now - 1 or not state.shards_read:  # a past round read once: nobody publishes there any more
+                await asyncio.wait_for(
+                    self._read_directory(node, round_, state, self._feed_reread, _FEED_READS_PER_SHARD),
+                    self._call_timeout)
             picks = self._new_groups(round_, state, sink)
             if picks:
                 found = await self._fetch_groups(node, round_, state, picks, remember=False)
@@ -537,22 +537,29 @@ class DhtExchange:
         return picks
 
     def _new_groups(self, round: int, state: _RoundGather, sink: GroupSink) -> dict[str, tuple[str, int]]:
-        """The feed's picks: of each peer (sampled uniformly) that ``sink`` wants more of, its newest group not
-        fetched yet (groups claiming spread first), one per peer per poll, within the round's fetch budget."""
-        budget = max(1, self._wanted)
+        """The feed's picks for one poll: groups not fetched yet of the peers ``sink`` wants more of, newest first
+        (those claiming spread before the others), one per peer in turn (peers in uniform random order) until
+        ``2 J`` are picked."""
+        budget = 2 * max(1, self._wanted)
         peers = self._banned(state, list(state.pool))
         self._rng.shuffle(peers)
-        picks: dict[str, tuple[str, int]] = {}
+        queues = {}
         for peer in peers:
-            if len(picks) >= budget:
-                break
-            pointer = state.pool[peer]
-            new = [i for i in range(pointer.groups) if (peer, i) not in state.tried]
-            if not new or sink.wants(peer) <= 0:
-                continue
-            spread = set(pointer.spread)
-            index = max(new, key=lambda i: (i in spread, i))
-            picks[self._group_key(round, peer, index)] = (peer, index)
+            pointer, spread = state.pool[peer], set(state.pool[peer].spread)
+            new = sorted((i for i in range(pointer.groups) if (peer, i) not in state.tried),
+                         key=lambda i: (i in spread, i), reverse=True)
+            wanted = min(len(new), sink.wants(peer)) if new else 0
+            if wanted:
+                queues[peer] = new[:wanted]
+        picks: dict[str, tuple[str, int]] = {}
+        while queues and len(picks) < budget:
+            for peer in list(queues):
+                if len(picks) >= budget:
+                    break
+                index = queues[peer].pop(0)
+                picks[self._group_key(round, peer, index)] = (peer, index)
+                if not queues[peer]:
+                    del queues[peer]
         return picks
 
     async def _fetch_groups(self, node: DHTNode, round: int, state: _RoundGather, picks: dict[str, tuple[str, int]],
