@@ -63,7 +63,7 @@ class Taken:
     rejected: list[RejectedGroup] = field(default_factory=list)  # failed verification or a check of ``take``
     expired: int = 0  # usable groups that went stale unused
     left: int = 0  # usable groups still buffered for later rounds
-    peers: set[str] = field(default_factory=set)  # peers with groups arrived or buffered
+    peers: set[str] = field(default_factory=set)  # peers whose groups reached us within the freshness window
 
 
 class PeerGroupBuffer:
@@ -89,7 +89,7 @@ class PeerGroupBuffer:
         self._dropped: list[ScoredGroup] = []
         self._rejected: list[RejectedGroup] = []
         self._expired = 0  # verified usable groups that left unused (stale or pushed out by the bounds)
-        self._peers: set[str] = set()
+        self._last_seen: dict[str, float] = {}  # peer -> when its last group reached us
         self.evicted = 0  # groups pushed out by the bounds (for tests and benches)
         self._thread: threading.Thread | None = None
         self._stopping = False
@@ -125,7 +125,7 @@ class PeerGroupBuffer:
         with self._lock:
             self._pending.append(item)
             self._bytes += size
-            self._peers.add(record.peer_id)
+            self._last_seen[record.peer_id] = now
             self._enforce_bounds(record.peer_id)
             self._lock.notify()
         return True
@@ -242,9 +242,10 @@ class PeerGroupBuffer:
                 self._ready.remove(item)
                 self._bytes -= item.size
             candidates = list(self._ready)
+            self._last_seen = {p: t for p, t in self._last_seen.items() if now - t <= self.max_age_s}
             taken = Taken(chosen=[], arrived=self._arrived, dropped=self._dropped, rejected=self._rejected,
-                          expired=self._expired + len(stale), peers=set(self._peers))
-            self._arrived, self._dropped, self._rejected, self._expired, self._peers = 0, [], [], 0, set()
+                          expired=self._expired + len(stale), peers=set(self._last_seen))
+            self._arrived, self._dropped, self._rejected, self._expired = 0, [], [], 0
         rng.shuffle(candidates)
         candidates.sort(key=lambda item: -item.record.round)  # stable: uniform within each swarm round
         if preferred is not None:
@@ -277,5 +278,4 @@ class PeerGroupBuffer:
                     self._ready.remove(item)
                     self._bytes -= item.size
             taken.left = len(self._ready)
-            taken.peers |= {item.peer_id for item in self._all()}
         return taken

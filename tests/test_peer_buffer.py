@@ -135,3 +135,14 @@ def test_groups_are_verified_in_the_background():
 def test_bounds_must_be_positive(bad):
     with pytest.raises(ValueError):
         buffer(**bad)
+
+
+def test_a_peer_counts_as_seen_while_its_groups_keep_arriving_within_the_freshness_window():
+    buf, _ = buffer(max_age_s=60.0)
+    offer(buf, group("QmSlow", 0))
+    buf.verify_pending()
+    assert buf.take(2, random.Random(0)).peers == {"QmSlow"}
+    # its next group is not in yet (a slow peer): still a member of the swarm, not gone and back every round
+    assert buf.take(2, random.Random(0)).peers == {"QmSlow"}
+    buf._last_seen["QmSlow"] -= 61.0
+    assert buf.take(2, random.Random(0)).peers == set()
