@@ -17,9 +17,9 @@ Layout (protocol v2) for a swarm ``S`` with ``D`` directory shards; a peer's sha
 
 Nothing is agreed on: there is no clock to read or to hijack. A node's background feed (:meth:`DhtExchange.start_feed`)
 reads the directory of the current and previous swarm round every second or so, on the DHT loop, while the node
-generates and trains, and fetches one new group of each of a few peers (sampled uniformly, those claiming groups
-with reward spread first) as long as its buffer wants more: a round costs the feed about J groups plus a few
-pointers, whatever the swarm size.
+generates and trains, and fetches up to 2 J new groups a poll, one per peer in turn (peers in uniform random order,
+groups claiming reward spread and the newest first), as long as its buffer wants more: what it fetches follows what
+the node consumes (about J groups a round) plus a few pointers a poll, whatever the swarm size.
 
 Every entry's subkey is ``[owner:<ssh-rsa key>]|<kind>/<numbers>``: ``RSASignatureValidator`` signs it with our key
 and checks every signature, and :class:`SwarmValidator` rebuilds the entry's DHT key from the subkey, the owner's
