@@ -30,6 +30,7 @@ import platform
 import shutil
 import signal
 import statistics
+from collections import Counter
 import subprocess
 import sys
 import tempfile
@@ -70,7 +71,10 @@ def _config(work: Path, name: str, *, tokens: int, external: int, join: list[str
         "training": {"model": model, "device": "cpu", "local_questions": 2, "external_groups": external,
                      "num_generations": 4, "max_new_tokens": tokens, "max_prompt_tokens": 256,
                      "learning_rate": 1e-4, "drop_zero_advantage": False},
-        "swarm": {"swarm_name": "async-bench", "host": "127.0.0.1", "initial_peers": join, "gather_timeout_s": 30.0},
+        # The peer-text cap compares a peer's text outside <answer> with our own: a random model's 96-token
+        # completions beside our 16-token ones would all be refused as payloads, and the slow peer never used.
+        "swarm": {"swarm_name": "async-bench", "host": "127.0.0.1", "initial_peers": join, "gather_timeout_s": 30.0,
+                  "peer_text_ratio": 100.0},
         "tasks": {"weights": {family: 1.0 for family in FAMILIES}},
         "evaluation": {"every_rounds": 0},
         "run": {"data_dir": str(work / name), "threads": 1, "checkpoint_every": 1000},
@@ -174,6 +178,7 @@ def _node_numbers(node: _Node, released: float, stopped: float, external: int) -
         "peer_groups_share": sum(r.groups_used > 0 for r in rounds) / len(rounds) if rounds and external else None,
         "groups_shared": sum(r.groups_shared for r in rounds),
         "groups_used": sum(r.groups_used for r in rounds),
+        "rejected": dict(sum((Counter(r.rejected_reasons) for r in rounds), Counter())),
         "train_share": sum(r.seconds_train for r in rounds) / total if total else None,
         "peer_group_age_s_mean": statistics.fmean(ages) if ages else None,
         "peer_group_age_s_max": max(oldest) if oldest else None,
@@ -225,6 +230,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="tiny", help="'tiny' (a tiny random model) or a model folder")
     parser.add_argument("--baseline-code", type=Path, help="a source tree to run the shared scenarios with too")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--scenarios", nargs="+", help="run only these (solo, shared, hetero_solo, hetero_shared)")
+    parser.add_argument("--keep-from", type=Path,
+                        help="a results file whose runs of the other scenarios are kept in the summary")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # a stop runs the scenario's cleanup: no orphan nodes
     model = args.model
@@ -242,7 +250,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.baseline_code:
         scenarios += [("shared", (FAST_TOKENS, FAST_TOKENS), J, args.baseline_code.resolve()),
                       ("hetero_shared", (FAST_TOKENS, SLOW_TOKENS), J, args.baseline_code.resolve())]
+    if args.scenarios:
+        scenarios = [s for s in scenarios if s[0] in args.scenarios]
     runs: list[dict] = []
+    if args.keep_from:
+        runs = [run for run in json.loads(args.keep_from.read_text())["runs"]
+                if run["scenario"] not in {s[0] for s in scenarios}]
     command = " ".join(["python", "bench/async.py", *(argv if argv is not None else sys.argv[1:])])
     for repeat in range(args.repeats):
         for name, tokens, external, code in scenarios:
