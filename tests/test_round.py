@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import time
 import zlib
 from pathlib import Path
 
@@ -89,6 +90,7 @@ def test_a_round_trains_on_verified_peer_groups_and_accounts_for_every_one(tiny_
     b = _parts(tiny_model_dir, tmp_path, board, "QmNodeB", seed=2, cls=_SpreadParts, members=["QmNodeA"])
     _connect(a, b)
     results, events = {}, []
+    before, started = a.clock.now(), time.time()
     _play(b, 0, results, events)  # B publishes its two groups
     # A hostile peer: a valid ref with a forged question, and a record in another prompt format.
     task = b.tasks.sample(1, random.Random(9))[0]
@@ -105,7 +107,9 @@ def test_a_round_trains_on_verified_peer_groups_and_accounts_for_every_one(tiny_
     # B's two groups: both trained (J = 2, one peer: a second group of a peer once every peer has one) or dropped
     assert m.groups_received == 4 and m.groups_used + m.groups_zero_advantage == 2 and m.groups_used >= 1
     assert m.external_groups_wanted == 2 and m.peer_groups_buffered == 0
-    assert m.peer_group_age_rounds_max <= 1 and 0 <= m.peer_group_age_s_mean <= m.peer_group_age_s_max < 60
+    # ages: no older than the time since B began its round (a loaded machine makes that several swarm rounds)
+    assert m.peer_group_age_rounds_max <= a.clock.now() - before
+    assert 0 <= m.peer_group_age_s_mean <= m.peer_group_age_s_max <= time.time() - started
     assert m.groups_from_registered == m.groups_used and a.registry.asked >= {"QmNodeB"}
     assert results["QmNodeB"].metrics.groups_from_registered is None  # no chain: nothing counted
     assert m.seconds_gather < 1.0  # taken at once
@@ -133,13 +137,14 @@ def test_a_round_never_waits_for_a_peer_and_a_late_peers_groups_are_used_later(t
     assert first.groups_used == 0 and first.peer_group_age_s_max is None and first.seconds_gather < 0.5
     assert "waiting_for_peers" not in {e.phase for e in events}
     assert not first.update_skipped  # trained on what it had: its own groups
+    before = a.clock.now()
     _play(late, 0, results, [])  # the late peer publishes now, while A is between rounds
     a.buffer.verify_pending()
     _play(a, 1, results, events)
     second = results["QmFast"].metrics
     assert second.groups_used >= 1 and second.reward_external is not None
     assert {s.source_peer for s in results["QmFast"].samples if s.fate == "trained" and not s.local} == {"QmLate"}
-    assert second.peer_group_age_rounds_max <= 1 and second.seconds_gather < 0.5
+    assert second.peer_group_age_rounds_max <= a.clock.now() - before and second.seconds_gather < 0.5
     disconnect_peers(a), disconnect_peers(late)
 
 
