@@ -146,3 +146,17 @@ def test_a_peer_counts_as_seen_while_its_groups_keep_arriving_within_the_freshne
     assert buf.take(2, random.Random(0)).peers == {"QmSlow"}
     buf._last_seen["QmSlow"] -= 61.0
     assert buf.take(2, random.Random(0)).peers == set()
+
+
+def test_one_peer_flooding_groups_takes_one_slot_while_other_peers_have_groups():
+    # what the per-peer rule of SAPO's choice guarantees: many groups of one peer cannot fill the J slots
+    for seed in range(10):
+        buf, _ = buffer(max_per_peer=20)
+        for i in range(20):
+            offer(buf, group("QmFlood", i))
+        for i in range(3):
+            offer(buf, group(f"QmHonest{i}", 100 + i))
+        buf.verify_pending()
+        taken = buf.take(4, random.Random(seed))
+        assert sorted(item.peer_id for item in taken.chosen) == ["QmFlood", "QmHonest0", "QmHonest1", "QmHonest2"]
+        assert taken.left == 19
