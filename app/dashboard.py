@@ -235,8 +235,8 @@ class Dashboard(QWidget):
         if m.stage_rewards:
             external = "stages " + ", ".join(f"{stage} {reward:.2f}" for stage, reward in m.stage_rewards.items())
         return _glue_figures(f"{held_out}Last round ({m.round}): reward {m.reward_local:.2f}, {external}; "
-                             f"well-formed {m.wellformed_rate:.0%}; {update}; {m.seconds_total:.0f} s."
-                             f"{self._skipped_text()}")
+                             f"well-formed {m.wellformed_rate:.0%}; {update}; {m.seconds_total:.0f} s. "
+                             f"{h.peer_groups_text()}".rstrip() + self._skipped_text())
 
     def _skipped_text(self) -> str:
         if not self.skipped:

@@ -100,7 +100,8 @@ class StatusHeader(QFrame):
         self.swarm.setText(f"Swarm {started.swarm_name} · {model} on {device}")
         # The wizard's form: with the swarm name, or a joiner would gather under its own swarm and see nobody; with
         # the game, or a joiner would play the default one; with a private swarm's secret, or nobody would be admitted.
-        self.invite = format_invite(started.swarm_name, list(started.invite), started.game, admission_secret) \
+        self.invite = format_invite(started.swarm_name, list(started.invite), started.game, admission_secret,
+                                    started.swarm_epoch, started.round_seconds) \
             if started.invite and not secret_problem else ""
         self.copy_invite.setEnabled(bool(self.invite))
         self.copy_invite.setToolTip(PRIVATE_TIP if admission_secret else PUBLIC_TIP)

@@ -52,6 +52,9 @@ class RunHistory:
     stage_rewards: dict[str, list[float]] = field(default_factory=lambda: {stage: [] for stage in STAGES})
     stage_accuracy: dict[str, list[float]] = field(default_factory=lambda: {"answer": [], "swarm_final": []})
     totals: Counter = field(default_factory=Counter)
+    # SAPO: mean and oldest age (seconds) of the peer groups trained on; NaN in rounds without any
+    peer_age_s: list[float] = field(default_factory=list)
+    peer_age_s_max: list[float] = field(default_factory=list)
     evaluations: list[EvalFinished] = field(default_factory=list)
     last: RoundFinished | None = None
 
@@ -87,6 +90,10 @@ class RunHistory:
         for key, values in self.stage_accuracy.items():
             values.append(m.stage_accuracy.get(key, math.nan))
         self.totals.update(shared=m.groups_shared, received=m.groups_received, rounds=1, **fates)
+        self.peer_age_s.append(_nan(m.peer_group_age_s_mean))
+        self.peer_age_s_max.append(_nan(m.peer_group_age_s_max))
+        if m.external_groups_wanted:
+            self.totals.update(j_rounds=1, j_filled=int(m.groups_used >= m.external_groups_wanted))
         self.last = m
 
     def add_evaluation(self, result: EvalFinished) -> None:
@@ -109,6 +116,17 @@ class RunHistory:
         """Runs of round numbers (first, last) this node never played: it joined the swarm's later round instead
         (the node logs "catching up with the swarm" when it does)."""
         return [(a + 1, b - 1) for a, b in zip(self.rounds, self.rounds[1:]) if b - a > 1]
+
+    def peer_groups_text(self) -> str:
+        """How fresh the peer groups trained on were and how often a round filled its J slots ("" before any round
+        that asks for peer groups)."""
+        rounds, filled = self.totals["j_rounds"], self.totals["j_filled"]
+        if not rounds:
+            return ""
+        ages = [a for a in self.peer_age_s if not math.isnan(a)]
+        oldest = [a for a in self.peer_age_s_max if not math.isnan(a)]
+        age = f"{sum(ages) / len(ages):.0f} s old on average, oldest {max(oldest):.0f} s; " if ages else ""
+        return f"Peer groups trained on: {age}J filled in {filled} of {rounds} rounds ({filled / rounds:.0%})."
 
     def flat_rounds(self) -> int:
         """Rounds in a row, up to the last one, in which no trained group had reward spread."""

@@ -108,7 +108,6 @@ def run_size(n: int, rounds: int, folder: Path, pool: ThreadPoolExecutor, on_row
             def publish(swarm: DhtExchange) -> float:
                 t0 = time.monotonic()
                 ok = swarm.publish(full_record(swarm.peer_id, round_))
-                swarm.announce_round(round_)
                 return time.monotonic() - t0 if ok else float("nan")
 
             publish_s = list(pool.map(publish, alive))
@@ -127,9 +126,7 @@ def run_size(n: int, rounds: int, folder: Path, pool: ThreadPoolExecutor, on_row
                     if got >= min(J, n - 1) or time.monotonic() - t0 > GATHER_DEADLINE_S:
                         break
                     time.sleep(0.1)
-                elapsed = time.monotonic() - t0
-                swarm.swarm_round(current=round_)
-                return elapsed, got
+                return time.monotonic() - t0, got
 
             gathered = list(pool.map(gather, alive))
             received = [p.traffic["received_bytes"] - before[id(p)]["received_bytes"] for p in alive]

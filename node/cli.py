@@ -21,6 +21,7 @@ import psutil
 from node import cli_hub, swarm_secret
 from node.config import UNSET, NodeConfig, default_data_dir
 from node.errors import NodeError
+from node.clock import DEFAULT_EPOCH, DEFAULT_ROUND_SECONDS
 from node.invite import format_invite, parse_invite
 
 INVITE_FILE = "invite.json"
@@ -64,7 +65,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             remember_port(config, event.invite)
             invite_path.write_text(
                 json.dumps({"pid": os.getpid(), "peer_id": event.peer_id, "swarm_name": event.swarm_name,
-                            "game": event.game, "invite": event.invite}),
+                            "game": event.game, "invite": event.invite, "swarm_epoch": event.swarm_epoch,
+                            "round_seconds": event.round_seconds}),
                 encoding="utf-8",
             )
 
@@ -162,7 +164,8 @@ class _HumanProgress:
                 print("this swarm is private: `rl-swarm-node invite` prints its invite, which carries the swarm's "
                       "secret; share it like a password")
             else:
-                invite = format_invite(event.swarm_name, event.invite, event.game)
+                invite = format_invite(event.swarm_name, event.invite, event.game,
+                                       swarm_epoch=event.swarm_epoch, round_seconds=event.round_seconds)
                 print(f"others join this swarm by pasting this invite into the app, or with\n"
                       f"  rl-swarm-node run --join '{invite}'")
         elif kind == "round_finished":
@@ -170,7 +173,7 @@ class _HumanProgress:
             print(
                 f"round {event.round:>5} | reward local {event.reward_local:.3f} ext {external} | "
                 f"loss {event.loss:+.4f} | peers {event.peers_seen} | groups shared {event.groups_shared} "
-                f"received {event.groups_received} used {event.groups_used} rejected {event.groups_rejected} | "
+                f"received {event.groups_received} used {event.groups_used}/{event.external_groups_wanted} rejected {event.groups_rejected} | "
                 f"gen {event.seconds_generate:.1f}s ({event.generation_tokens_per_s:.0f} tok/s) "
                 f"gather {event.seconds_gather:.1f}s train {event.seconds_train:.1f}s",
                 flush=True,
@@ -289,12 +292,13 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
     for flag in config_flags():
         changes[flag.section][flag.field] = getattr(args, flag.dest, UNSET)
     peers: list[str] = []
-    invited_swarm = invited_game = None
+    invited_swarm = invited_game = invited_clock = None
     for text in args.join or []:
         invite = parse_invite(text)
         peers += invite.peers
         invited_swarm = invited_swarm or invite.swarm_name
         invited_game = invited_game or invite.game
+        invited_clock = invited_clock or invite.clock
     if peers:
         changes["swarm"]["initial_peers"] = peers
     if invited_swarm and changes["swarm"]["swarm_name"] is UNSET:
@@ -307,6 +311,9 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
                 hint="leave out --game when joining with an invite: the invite says which game its swarm plays",
             )
         changes["swarm"]["game"] = invited_game
+    if invited_clock is not None:  # the swarm's clock: every member must derive the same rounds
+        changes["swarm"]["swarm_epoch"] = invited_clock.epoch
+        changes["swarm"]["round_seconds"] = invited_clock.round_seconds
     if args.families:
         changes["tasks"]["weights"] = {family: 1.0 for family in args.families.split(",")}
     if args.config:
@@ -373,7 +380,8 @@ def _cmd_invite(args: argparse.Namespace) -> int:
             hint="start one with `rl-swarm-node run` (a fixed --port keeps the invite stable across restarts)",
         )
     secret = swarm_secret.load(path.parent, info["swarm_name"])
-    print(format_invite(info["swarm_name"], info["invite"], info.get("game", "sapo"), secret))
+    print(format_invite(info["swarm_name"], info["invite"], info.get("game", "sapo"), secret,
+                        info.get("swarm_epoch", DEFAULT_EPOCH), info.get("round_seconds", DEFAULT_ROUND_SECONDS)))
     return 0
 
 

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from node import swarm_secret
 from node.errors import NodeError
-from node.records import MAX_ROUND
+from node.clock import DEFAULT_EPOCH, DEFAULT_ROUND_SECONDS
 
 # A swarm or run name: it becomes part of DHT keys, invites and folder names.
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
@@ -135,19 +135,29 @@ class SwarmSettings(_Section):
     initial_peers: list[str] = Field(default_factory=list, description="invite multiaddrs; empty = start a swarm")
     host: str = "0.0.0.0"
     port: int = Field(0, ge=0, le=65535, description="0 = any free port")
-    gather_timeout_s: float = Field(20.0, ge=0.0, le=3600.0, description="longest wait for peer groups per round")
+    gather_timeout_s: float = Field(
+        20.0, ge=0.0, le=3600.0,
+        description="multistage: longest wait for peers' answers or critiques before a stage (SAPO rounds never wait)",
+    )
+    round_seconds: float = Field(
+        DEFAULT_ROUND_SECONDS, ge=1.0, le=3600.0,
+        description="swarm-wide: length of a swarm round, the slice of time peers publish under (invites carry it)",
+    )
+    swarm_epoch: float = Field(
+        DEFAULT_EPOCH, ge=0.0, le=4e9, description="swarm-wide: unix time at which round 0 began (invites carry it)"
+    )
+    peer_group_max_age_s: float | None = Field(
+        None, ge=1.0, le=86400.0,
+        description="peer groups older than this are never trained on; empty = automatic: 2 minutes or 3 of this "
+        "node's own rounds, whichever is longer",
+    )
+    peer_buffer_mib: int = Field(16, ge=1, le=1024, description="most peer text kept for the rounds to come, in MiB")
+    peer_buffer_per_peer: int = Field(8, ge=1, le=256, description="most groups of any one peer kept for later rounds")
     record_ttl_s: float = Field(600.0, ge=10.0, le=86400.0)
     call_timeout_s: float = Field(10.0, gt=0.0, le=300.0, description="timeout of each DHT call")
     directory_shards: int = Field(
         8, ge=1, le=4096, description="swarm-wide: shards of the round directory (~ peers / 128 for large swarms)"
     )
-    round_quorum: int = Field(
-        2, ge=1, le=1000, description="distinct recently active peers that must announce a round before we follow it"
-    )
-    round_quorum_fraction: float = Field(
-        0.0, ge=0.0, le=1.0, description="share of the recently active peers that must announce it, on top"
-    )
-    max_round_jump: int = Field(1000, ge=1, le=MAX_ROUND, description="most rounds the clock moves ahead per step")
     max_fetches_per_round: int | None = Field(
         None, ge=1, le=1024, description="peer groups fetched per round at most; empty = 3 x external_groups"
     )
@@ -222,7 +232,10 @@ class ChainSettings(_Section):
     )
     wallet: str = Field("default", pattern=r"^[a-z0-9][a-z0-9_-]{0,31}$", description="wallet name in the data folder")
     rpc_timeout_s: float = Field(10.0, gt=0.0, le=300.0, description="timeout of each RPC call")
-    follow_round: bool = Field(True, description="jump to the chain's current round when it is ahead")
+    follow_round: bool = Field(
+        True, description="multistage: jump to the chain's current round and stage when it is ahead (SAPO rounds are "
+        "this node's own, published under the time-derived swarm round)",
+    )
     use_bootnodes: bool = Field(True, description="join the bootnodes listed on the contract")
     submit: bool = Field(True, description="submit this node's reward and winners each chain round")
     poll_interval_s: float = Field(10.0, ge=0.2, le=600.0, description="how often the chain's round is read")
@@ -265,8 +278,9 @@ class NodeConfig(_Section):
     @classmethod
     def build(cls, data: dict[str, Any] | None = None, *, source: str = "configuration") -> NodeConfig:
         """Validate nested settings; every error names the field and how to fix it."""
+        data = _without_retired(data or {})
         try:
-            return cls.model_validate(data or {})
+            return cls.model_validate(data)
         except ValidationError as exc:
             raise _as_node_error(exc, source) from None
 
@@ -315,6 +329,18 @@ class NodeConfig(_Section):
     @property
     def model_cache_dir(self) -> Path:
         return self.run.data_dir / "models"
+
+
+# Settings earlier versions wrote into config files that mean nothing any more: dropped on load, not refused
+_RETIRED = {"swarm": ("round_quorum", "round_quorum_fraction", "max_round_jump")}  # the quorum round clock
+
+
+def _without_retired(data: dict[str, Any]) -> dict[str, Any]:
+    data = dict(data)
+    for section, fields in _RETIRED.items():
+        if isinstance(data.get(section), dict):
+            data[section] = {key: value for key, value in data[section].items() if key not in fields}
+    return data
 
 
 def _apply(data: dict[str, Any], changes: Changes) -> dict[str, Any]:

@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Any, ClassVar, Literal
 
+from node.clock import DEFAULT_EPOCH, DEFAULT_ROUND_SECONDS
+
 log = logging.getLogger(__name__)
 
 NodeState = Literal["starting", "training", "waiting_for_peers", "paused", "stopping", "stopped", "error"]
@@ -43,6 +45,8 @@ class NodeStarted(Event):
     run_dir: str
     resumed_from_round: int | None
     game: str = "sapo"  # the game the swarm plays (node.config.GAMES); invites carry it
+    swarm_epoch: float = DEFAULT_EPOCH  # the swarm's clock (node.clock); invites carry it
+    round_seconds: float = DEFAULT_ROUND_SECONDS
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,9 +83,20 @@ class RoundFinished(Event):
     groups_zero_advantage: int
     groups_rejected: int
     rejected_reasons: dict[str, int]
-    # Received peer groups by fate: groups_received = groups_used + groups_zero_advantage (all rewards equal)
-    # + groups_rejected + groups_not_needed (usable, but J were already taken).
+    # Peer groups come from a buffer filled in the background (node.peer_buffer), so a round may train on groups that
+    # arrived before it. groups_received: groups verified since the previous round; groups_zero_advantage (all
+    # rewards equal) and groups_rejected: their fates, plus groups refused when taken; groups_not_needed: usable
+    # groups that left the buffer unused (too old, or pushed out by its bounds). Over a run, received = used +
+    # zero_advantage + rejected + not_needed + what is still buffered.
     groups_not_needed: int = 0
+    # How fresh the peer groups trained on were: age in swarm rounds (node.clock) and in seconds since their peer
+    # published them (as our feed first saw them announced); None when no peer group was trained on.
+    peer_group_age_rounds_mean: float | None = None
+    peer_group_age_rounds_max: int | None = None
+    peer_group_age_s_mean: float | None = None
+    peer_group_age_s_max: float | None = None
+    external_groups_wanted: int = 0  # J: the round filled its slots when groups_used == external_groups_wanted
+    peer_groups_buffered: int = 0  # usable peer groups left in the buffer for later rounds
     # Signals that move while the model learns (GRPO's loss is ~0 by construction with one iteration and beta=0).
     wellformed_rate: float = 0.0  # share of local completions with one complete <answer> block
     accuracy_local: float = 0.0  # share of local completions whose answer is exactly right

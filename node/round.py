@@ -1,15 +1,17 @@
-"""One SAPO round, top to bottom.
+"""One SAPO round, top to bottom; it never waits for a peer.
 
 1. sample I local questions at the curriculum's level of each family;
 2. generate G completions for each, in one batched call;
-3. grade them with our verifier and publish them (as text, with task refs, never ground truth);
-4. gather peers' groups until J usable ones are in, every live peer's record is in, or the deadline passes;
-5. verify and grade every peer group with the same verifier, drop equal-reward groups, pick J;
-6. one GRPO update on the local and picked groups, skipped when none has reward spread (no gradient);
-7. move the curriculum, and report metrics and one sample per group with its fate.
+3. grade them with our verifier and hand them to the exchange to publish (as text, with task refs, never ground
+   truth), without waiting for the store;
+4. take J peer groups at once from the buffer the exchange's background feed fills and a verifier thread checks and
+   grades with the same verifier (:mod:`node.peer_buffer`): fresh ones only, fewer when it is short;
+5. one GRPO update on the local and taken groups, skipped when none has reward spread (no gradient);
+6. move the curriculum, and report metrics (with the age of the peer groups used) and one sample per group.
 
-The round talks to the swarm only through an :class:`~node.exchange.Exchange`, so it runs the same over the DHT or
-in memory; it reports through callbacks, and the caller (:mod:`node.runner`) owns events, persistence and the chain.
+The round talks to the swarm only through an :class:`~node.exchange.Exchange` and a
+:class:`~node.peer_buffer.PeerGroupBuffer`, so it runs the same over the DHT or in memory; it reports through
+callbacks, and the caller (:mod:`node.runner`) owns events, persistence and the chain.
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ import statistics
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
+from node.clock import SwarmClock
 from node.curriculum import Curriculum
 from node.events import RolloutSample, RoundFinished, RoundProgress
 from node.exchange import Exchange
@@ -30,17 +33,16 @@ from node.grpo import Completion, GrpoLearner, Policy, StepStats, TrainGroup
 from node.identity import peer_name
 from node.peer_text import outside_text_limit, within_limit
 from node.prompts import PROMPT_FORMAT
+from node.peer_buffer import Buffered, PeerGroupBuffer, Taken
 from node.records import RoundRecord, SharedGroup
 from node.sapo import (
-    DROPPED_EQUAL_REWARDS, NOT_NEEDED, RejectedGroup, ScoredGroup, score_group, select_external, trained_fate,
-    verify_records,
+    DROPPED_EQUAL_REWARDS, RejectedGroup, ScoredGroup, Verification, score_group, trained_fate, verify_records,
 )
 from node.tasks import Grade, Task, TaskSource, grade
 
 log = logging.getLogger(__name__)
 
 SAMPLE_TEXT_CHARS = 2000  # rollout samples are for reading, not for training
-GATHER_POLL_S = 1.0
 PROGRESS_EVERY_TOKENS = 8
 
 
@@ -58,7 +60,6 @@ class RoundSettings:
     top_p: float
     format_reward_weight: float
     drop_zero_advantage: bool
-    gather_timeout_s: float
     peer_text_ratio: float = 2.0  # cap on peer text outside <answer>, relative to our own (node.peer_text)
     peer_logprob_floor: float | None = None  # least mean per-token log-prob of a peer completion under our policy
 
@@ -82,6 +83,13 @@ class RoundParts:
     curriculum: Curriculum
     settings: RoundSettings
     registry: PeerRegistry | None = None  # with a chain: groups of registered peers are picked first
+    clock: SwarmClock = SwarmClock()  # the swarm round our groups are published under
+    buffer: PeerGroupBuffer | None = None  # peers' groups (see connect_peers); None: solo
+
+    def verify(self, record: RoundRecord) -> Verification:
+        """A peer's groups checked against the tasks we regenerate, graded by our verifier (the buffer's thread)."""
+        return verify_records([record], self.tasks, num_generations=self.settings.num_generations, grader=self.grade,
+                              prompt_format=PROMPT_FORMAT)
 
     def grade(self, task: Task, text: str, finished: bool) -> Grade:
         """The one verifier of this node, for local and peer completions alike."""
@@ -101,15 +109,6 @@ class RoundParts:
 
 
 @dataclass
-class Gathering:
-    candidates: list[ScoredGroup] = field(default_factory=list)
-    rejected: list[RejectedGroup] = field(default_factory=list)
-    undecodable: Counter[str] = field(default_factory=Counter)  # records the exchange refused before decoding
-    peers: set[str] = field(default_factory=set)
-    stopped_because: str = ""
-
-
-@dataclass
 class RoundOutcome:
     metrics: RoundFinished
     samples: list[RolloutSample]
@@ -118,13 +117,30 @@ class RoundOutcome:
 
 
 Report = Callable[[RoundProgress], None]
-OnWait = Callable[[str], None]
+
+
+def connect_peers(parts: RoundParts, *, max_bytes: int, max_per_peer: int, max_age_s: float | None) -> None:
+    """Start filling a buffer of peers' groups in the background (nothing to do for a solo node, J = 0)."""
+    if parts.settings.external_groups == 0:
+        return
+    parts.buffer = PeerGroupBuffer(
+        parts.clock, parts.verify, max_bytes=max_bytes, max_per_peer=max_per_peer, max_age_s=max_age_s,
+        drop_zero_advantage=parts.settings.drop_zero_advantage, penalize=parts.exchange.penalize,
+    )
+    parts.buffer.start()
+    parts.exchange.start_feed(parts.buffer, parts.clock)
+
+
+def disconnect_peers(parts: RoundParts) -> None:
+    if parts.buffer is not None:
+        parts.buffer.stop()
 
 
 def play_round(
     parts: RoundParts, number: int, *, seed: str, rounds_trained: int, should_stop: Callable[[], bool],
-    report: Report = lambda progress: None, on_wait: OnWait = lambda detail: None,
+    report: Report = lambda progress: None,
 ) -> RoundOutcome:
+    """Round ``number`` of this node (its own count; the swarm round it publishes under comes from the clock)."""
     s = parts.settings
     started = time.perf_counter()
     rng = random.Random(seed)
@@ -139,7 +155,7 @@ def play_round(
         raise RoundCancelled
     tokens = sum(len(c.ids) for completions in generated for c in completions)
 
-    # 3. grade and publish
+    # 3. grade and publish (in the background)
     local = [
         score_group(parts.grade, peer_id=parts.peer_id, round=number, local=True, task=task,
                     texts=[c.text for c in completions], finished=[c.finished for c in completions])
@@ -147,33 +163,28 @@ def play_round(
     ]
     report(RoundProgress(round=number, phase="sharing", done=0, total=len(local)))
     t0 = time.perf_counter()
-    shared = _publish(parts, number, local)
+    shared = _publish(parts, local)
     seconds_share = time.perf_counter() - t0
 
-    # 4-5. peers' groups, verified and graded by us; J picked among those with reward spread
+    # 4. J peer groups from the buffer, at once
     t0 = time.perf_counter()
-    gathering = _gather(parts, number, local, should_stop, report, on_wait)
-    registered = None if parts.registry is None else parts.registry.registered_peers(
-        g.peer_id for g in gathering.candidates)
-    selection = select_external(
-        gathering.candidates, s.external_groups, rng, current_round=number, drop_zero_advantage=s.drop_zero_advantage,
-        preferred=registered,
-    )
+    taken = _take(parts, local, rng)
+    chosen = [item.group for item in taken.chosen]
     seconds_gather = time.perf_counter() - t0
 
-    # 6. one GRPO update, unless no group can give a gradient
-    trained = local + selection.chosen
+    # 5. one GRPO update, unless no group can give a gradient
+    trained = local + chosen
     with_spread = [g for g in trained if not g.zero_advantage]
     if with_spread:
         report(RoundProgress(round=number, phase="training", done=0, total=len(trained)))
         train_groups = [parts.to_train_group(g, c) for g, c in zip(local, generated, strict=True)]
-        train_groups += [parts.to_train_group(g) for g in selection.chosen]
+        train_groups += [parts.to_train_group(g) for g in chosen]
         stats = parts.learner.step(train_groups)
     else:
         stats = StepStats(loss=0.0, kl=None, completion_length=_mean([len(c.ids) for cs in generated for c in cs]),
                           seconds=0.0)
 
-    # 7. curriculum, metrics, samples
+    # 6. curriculum, metrics, samples
     for group in local:
         parts.curriculum.record(group.task.ref.family, parts.tasks.level_of(group.task.ref), group.accuracy,
                                 not group.zero_advantage)
@@ -183,9 +194,13 @@ def play_round(
 
     local_grades = [g for group in local for g in group.grades]
     local_rewards = [g.reward for g in local_grades]
-    external_rewards = [r for group in selection.chosen for r in group.rewards]
-    rejected = Counter(r.reason for r in gathering.rejected) + gathering.undecodable
-    received = len(gathering.candidates) + sum(rejected.values())
+    external_rewards = [r for group in chosen for r in group.rewards]
+    rejected = Counter(r.reason for r in taken.rejected)
+    ages = _ages(parts.clock, taken.chosen)
+    registered = None if parts.registry is None else parts.registry.registered_peers(g.peer_id for g in chosen)
+    seconds_total = time.perf_counter() - started
+    if parts.buffer is not None:
+        parts.buffer.round_took(seconds_total)
     metrics = RoundFinished(
         round=number,
         rounds_trained=rounds_trained + 1,
@@ -201,15 +216,15 @@ def play_round(
         seconds_share=seconds_share,
         seconds_gather=seconds_gather,
         seconds_train=stats.seconds,
-        seconds_total=time.perf_counter() - started,
-        peers_seen=len(gathering.peers),
+        seconds_total=seconds_total,
+        peers_seen=len(taken.peers),
         groups_shared=shared,
-        groups_received=received,
-        groups_used=len(selection.chosen),
-        groups_zero_advantage=selection.count(DROPPED_EQUAL_REWARDS),
+        groups_received=taken.arrived,
+        groups_used=len(chosen),
+        groups_zero_advantage=len(taken.dropped),
         groups_rejected=sum(rejected.values()),
         rejected_reasons=dict(rejected),
-        groups_not_needed=selection.count(NOT_NEEDED),
+        groups_not_needed=taken.expired,
         wellformed_rate=_mean([g.wellformed for g in local_grades]),
         accuracy_local=_mean([g.exact for g in local_grades]),
         groups_with_spread=len(with_spread) / len(trained) if trained else 0.0,
@@ -218,23 +233,30 @@ def play_round(
         entropy=stats.entropy,
         update_skipped=not with_spread,
         difficulty=difficulty,
-        groups_from_registered=None if registered is None else sum(g.peer_id in registered for g in selection.chosen),
+        groups_from_registered=None if registered is None else sum(g.peer_id in registered for g in chosen),
+        external_groups_wanted=s.external_groups,
+        peer_groups_buffered=taken.left,
+        **ages,
     )
-    fates = selection.fates | {id(g): trained_fate(g.rewards, update_run=bool(with_spread)) for g in trained}
-    samples = [_sample(number, g, fates[id(g)]) for g in local + gathering.candidates]
-    samples += [_rejected_sample(number, r) for r in gathering.rejected]
+    fates = {id(g): trained_fate(g.rewards, update_run=bool(with_spread)) for g in trained}
+    samples = [_sample(number, g, fates[id(g)]) for g in trained]
+    samples += [_sample(number, g, DROPPED_EQUAL_REWARDS) for g in taken.dropped]
+    samples += [_rejected_sample(number, r) for r in taken.rejected]
     rewards_by_peer: dict[str, list[float]] = {parts.peer_id: local_rewards}
-    for group in selection.chosen:
+    for group in chosen:
         rewards_by_peer.setdefault(group.peer_id, []).extend(group.rewards)
     log.info(
-        "round %d: reward %.3f, exact %.2f, well-formed %.2f | %d peers | peer groups: %d trained, %d equal rewards, "
-        "%d not needed, %d rejected (%s) | %s | %.1f s",
+        "round %d: reward %.3f, exact %.2f, well-formed %.2f | %d peers | peer groups: %d of %d trained (age %s), "
+        "%d arrived, %d equal rewards, %d rejected (%s), %d stale, %d buffered | %s | %.1f s",
         number, metrics.reward_local, metrics.accuracy_local, metrics.wellformed_rate, metrics.peers_seen,
-        metrics.groups_used, metrics.groups_zero_advantage, metrics.groups_not_needed, metrics.groups_rejected,
-        gathering.stopped_because or "-", "update skipped: no group with reward spread" if metrics.update_skipped
+        metrics.groups_used, s.external_groups,
+        "-" if metrics.peer_group_age_s_max is None else f"max {metrics.peer_group_age_s_max:.1f} s",
+        metrics.groups_received, metrics.groups_zero_advantage, metrics.groups_rejected,
+        ", ".join(f"{k} {v}" for k, v in rejected.items()) or "-", metrics.groups_not_needed, taken.left,
+        "update skipped: no group with reward spread" if metrics.update_skipped
         else f"updated on {len(trained)} groups ({len(with_spread)} with spread)", metrics.seconds_total,
     )
-    return RoundOutcome(metrics=metrics, samples=samples, peers=gathering.peers, rewards_by_peer=rewards_by_peer)
+    return RoundOutcome(metrics=metrics, samples=samples, peers=taken.peers, rewards_by_peer=rewards_by_peer)
 
 
 def _generate(parts: RoundParts, number: int, tasks: list[Task], rng: random.Random,
@@ -257,81 +279,47 @@ def _generate(parts: RoundParts, number: int, tasks: list[Task], rng: random.Ran
     )
 
 
-def _publish(parts: RoundParts, number: int, local: list[ScoredGroup]) -> int:
+def _publish(parts: RoundParts, local: list[ScoredGroup]) -> int:
+    """Hand our groups to the exchange under the current swarm round; returns at once (how many were handed)."""
     record = RoundRecord(
-        peer_id=parts.peer_id, round=number, prompt_format=PROMPT_FORMAT,
+        peer_id=parts.peer_id, round=parts.clock.now(), prompt_format=PROMPT_FORMAT,
         groups=tuple(SharedGroup(task=g.task.ref, question=g.task.question, completions=g.texts, finished=g.finished)
                      for g in local),
     )
     # groups whose completions our verifier graded differently: receivers fetch those first
     spread = [i for i, g in enumerate(local) if not g.zero_advantage]
-    return len(record.groups) if parts.exchange.publish(record, spread=spread) else 0
+    return len(record.groups) if parts.exchange.publish(record, spread=spread, wait=False) else 0
 
 
-def _gather(parts: RoundParts, number: int, local: list[ScoredGroup], should_stop: Callable[[], bool],
-            report: Report, on_wait: OnWait) -> Gathering:
-    """Peers' groups of this round and the previous one, until waiting longer cannot help."""
+def _take(parts: RoundParts, local: list[ScoredGroup], rng: random.Random) -> Taken:
+    """J peer groups from the buffer now, each checked once more against what only this round knows: the cap on
+    peer text outside <answer> (relative to our own texts) and, when set, the log-prob floor under our policy."""
     s = parts.settings
-    deadline = time.monotonic() + s.gather_timeout_s
-    verified: dict[tuple[str, int], tuple[list[ScoredGroup], list[RejectedGroup]]] = {}
-    undecodable: dict[int, Counter[str]] = {}
-    peers: set[str] = set()
+    if parts.buffer is None or s.external_groups == 0:
+        return Taken(chosen=[])
     text_limit = outside_text_limit([t for g in local for t in g.texts], s.peer_text_ratio)
-    while True:
-        published_now: frozenset[str] = frozenset()
-        exhausted = True
-        for round_ in (number, number - 1) if number > 0 else (number,):
-            result = parts.exchange.gather(round_)
-            peers |= result.peers
-            undecodable[round_] = result.rejected
-            exhausted = exhausted and result.exhausted
-            if round_ == number:
-                published_now = result.peers
-            for record in result.records:
-                if (record.peer_id, record.round) not in verified:  # each record is verified once
-                    v = verify_records([record], parts.tasks, num_generations=s.num_generations, grader=parts.grade,
-                                       prompt_format=PROMPT_FORMAT)
-                    accepted, rejected = _refuse(v.accepted, v.rejected, "payload_outside_answer",
-                                                 lambda g: within_limit(g.texts, g.rewards, text_limit))
-                    if s.peer_logprob_floor is not None:  # after the length cap, which bounds what it scores
-                        accepted, rejected = _refuse(accepted, rejected, "unlikely_text",
-                                                     lambda g: _likely_enough(parts, g, s.peer_logprob_floor))
-                    verified[(record.peer_id, record.round)] = (accepted, rejected)
-                    if rejected:  # forged, foreign or payload-carrying: counts toward the peer's backoff
-                        parts.exchange.penalize(record.peer_id)
-        candidates = [g for accepted, _ in verified.values() for g in accepted]
-        usable = sum(1 for g in candidates if not (s.drop_zero_advantage and g.zero_advantage))
-        live = parts.exchange.peers_seen()
-        reason = _stop_waiting(parts, usable, len(published_now), live, deadline, should_stop) or (
-            "fetch budget spent" if exhausted and usable < s.external_groups else "")
-        if reason:
-            break
-        heard = f"{len(published_now)} of {live} live peers published" if live else "no live peer seen yet"
-        detail = f"{usable}/{s.external_groups} usable peer groups; {heard}"
-        on_wait(detail)
-        report(RoundProgress(round=number, phase="waiting_for_peers", done=usable, total=s.external_groups,
-                             detail=detail))
-        _sleep(GATHER_POLL_S, should_stop)
-    return Gathering(
-        candidates=candidates,
-        rejected=[r for _, rejected in verified.values() for r in rejected],
-        undecodable=sum(undecodable.values(), Counter()),
-        peers=peers,
-        stopped_because=reason,
-    )
+
+    def keep(group: ScoredGroup) -> str:
+        if not within_limit(group.texts, group.rewards, text_limit):
+            return "payload_outside_answer"
+        if s.peer_logprob_floor is not None and not _likely_enough(parts, group, s.peer_logprob_floor):
+            return "unlikely_text"
+        return ""
+
+    peers = {item.peer_id for item in parts.buffer.candidates()} if parts.registry is not None else set()
+    registered = None if parts.registry is None else parts.registry.registered_peers(peers)
+    return parts.buffer.take(s.external_groups, rng, keep=keep, preferred=registered)
 
 
-def _refuse(accepted: list[ScoredGroup], rejected: list[RejectedGroup], reason: str,
-            keep: Callable[[ScoredGroup], bool]) -> tuple[list[ScoredGroup], list[RejectedGroup]]:
-    """Move the groups that ``keep`` refuses from accepted to rejected, for ``reason``."""
-    kept, dropped = [], []
-    for g in accepted:
-        if keep(g):
-            kept.append(g)
-        else:
-            dropped.append(RejectedGroup(peer_id=g.peer_id, round=g.round, reason=reason,
-                                         group=SharedGroup(g.task.ref, g.task.question, g.texts, g.finished)))
-    return kept, rejected + dropped
+def _ages(clock: SwarmClock, chosen: list[Buffered]) -> dict:
+    """Mean and maximum age of the peer groups trained on, in swarm rounds and in seconds (None without any)."""
+    if not chosen:
+        return {}
+    now, round_now = time.time(), clock.now()
+    rounds = [round_now - item.record.round for item in chosen]
+    seconds = [max(0.0, now - item.published_at) for item in chosen]
+    return {"peer_group_age_rounds_mean": _mean(rounds), "peer_group_age_rounds_max": max(rounds),
+            "peer_group_age_s_mean": _mean(seconds), "peer_group_age_s_max": max(seconds)}
 
 
 def _likely_enough(parts: RoundParts, group: ScoredGroup, floor: float) -> bool:
@@ -341,30 +329,6 @@ def _likely_enough(parts: RoundParts, group: ScoredGroup, floor: float) -> bool:
         return True  # never trained, so not worth a forward pass
     train = parts.to_train_group(group)
     return min(parts.policy.completion_logprobs(train.prompt_ids, train.completions)) >= floor
-
-
-def _stop_waiting(parts: RoundParts, usable: int, published: int, live: int, deadline: float,
-                  should_stop: Callable[[], bool]) -> str:
-    """Why waiting for more peer groups is over ("" while it is not)."""
-    if parts.settings.external_groups == 0:
-        return "solo (J = 0)"
-    if usable >= parts.settings.external_groups:
-        return "enough peer groups"
-    if should_stop():
-        return "stopping"
-    if live == 0 and parts.exchange.connected_peers() == 0:
-        return "no peers: trained solo"
-    if live > 0 and published >= live:
-        return "every live peer's record is in"
-    if time.monotonic() >= deadline:
-        return "gather deadline passed"
-    return ""
-
-
-def _sleep(seconds: float, should_stop: Callable[[], bool]) -> None:
-    end = time.monotonic() + seconds
-    while not should_stop() and (left := end - time.monotonic()) > 0:
-        time.sleep(min(0.1, left))
 
 
 def _sample(number: int, group: ScoredGroup, fate: str) -> RolloutSample:

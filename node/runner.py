@@ -33,7 +33,8 @@ from node.game.driver import GameCancelled, GameDriver, build_driver
 from node.grpo import GrpoLearner, LoraSettings, Policy
 from node.identity import Identity, load_or_create, peer_name
 from node.records import MAX_ROUND
-from node.round import RoundCancelled, RoundParts, RoundSettings, play_round
+from node.clock import SwarmClock
+from node.round import RoundCancelled, RoundParts, RoundSettings, connect_peers, disconnect_peers, play_round
 from node.runstore import RunStore
 from node.tasks import TaskSource
 
@@ -111,6 +112,8 @@ class SwarmNode:
                 self.chain.stop()
             if self.uploader is not None:
                 self.uploader.close(should_cancel=lambda: self.stopping or self._state == "error")
+            if self.parts is not None:
+                disconnect_peers(self.parts)
             if self.swarm is not None:
                 self.swarm.shutdown()
         self._set_state("stopped")
@@ -229,11 +232,14 @@ class SwarmNode:
                 local_questions=train.local_questions, external_groups=train.external_groups,
                 num_generations=train.num_generations, max_new_tokens=train.max_new_tokens,
                 temperature=train.temperature, top_p=train.top_p, format_reward_weight=train.format_reward_weight,
-                drop_zero_advantage=train.drop_zero_advantage, gather_timeout_s=cfg.swarm.gather_timeout_s,
+                drop_zero_advantage=train.drop_zero_advantage,
                 peer_text_ratio=cfg.swarm.peer_text_ratio, peer_logprob_floor=cfg.swarm.peer_logprob_floor,
             ),
-            registry=self.chain,
+            registry=self.chain, clock=swarm_clock(cfg),
         )
+        if cfg.swarm.game == "sapo":
+            connect_peers(self.parts, max_bytes=cfg.swarm.peer_buffer_mib * 1024**2,
+                          max_per_peer=cfg.swarm.peer_buffer_per_peer, max_age_s=cfg.swarm.peer_group_max_age_s)
         if cfg.swarm.game == "multistage":
             self.game = build_driver(
                 cfg, policy=self.policy, learner=self.learner, exchange=self.swarm,
@@ -244,6 +250,7 @@ class SwarmNode:
                 peer_id=self.identity.peer_id, peer_name=self.identity.name, swarm_name=cfg.swarm.swarm_name,
                 invite=self.swarm.invite(), model=train.model, device=device, hardware=hw.to_dict(),
                 run_dir=str(self.run_dir), resumed_from_round=self.last_round, game=cfg.swarm.game,
+                swarm_epoch=cfg.swarm.swarm_epoch, round_seconds=cfg.swarm.round_seconds,
             )
         )
 
@@ -279,22 +286,14 @@ class SwarmNode:
         self._set_state("stopping")
 
     def _next_round(self) -> int:
-        """Follow the round a quorum of peers announced (bounded jump), so late joiners catch up."""
-        assert self.swarm is not None
+        """This node's next round: its own count, nothing to agree on with peers (the swarm round it publishes
+        under comes from the clock, :mod:`node.clock`). With a chain, the chain's round is read for the rewards."""
         round_ = 0 if self.last_round is None else min(self.last_round + 1, MAX_ROUND)
-        announced = self.swarm.swarm_round(current=round_)
-        if announced is not None and announced > round_:
-            log.info("catching up with the swarm: round %d -> %d", round_, announced)
-            round_ = announced
         if self.chain is not None:
             self._chain_round = self.chain.chain_round()
             if self._chain_round is not None and not 0 <= self._chain_round <= MAX_ROUND:
                 log.warning("ignoring the chain's round %d: out of bounds", self._chain_round)
                 self._chain_round = None
-            if self.config.chain.follow_round and self._chain_round is not None and self._chain_round > round_:
-                log.info("following the chain: round %d -> %d", round_, self._chain_round)
-                round_ = self._chain_round
-        self.swarm.announce_round(round_)
         return round_
 
     # --------------------------------------------------------------------------------------------- one round
@@ -311,9 +310,7 @@ class SwarmNode:
         outcome = play_round(
             self.parts, number, seed=f"{self.config.run.seed}:{self.tasks.seed}:{number}",
             rounds_trained=self.rounds_trained, should_stop=self._stop.is_set, report=self._report_progress,
-            on_wait=lambda detail: self._set_state("waiting_for_peers", detail),
         )
-        self._set_state("training")
         self.rounds_trained += 1
         self.last_round = number
         self._track_peers(number, outcome.peers)
@@ -396,8 +393,11 @@ def task_mix(cfg: NodeConfig, params: int | None) -> TaskMix:
     return TaskMix(configured, {family: mix.ladders[family] for family in configured if family in mix.ladders})
 
 
+def swarm_clock(cfg: NodeConfig) -> SwarmClock:
+    return SwarmClock(cfg.swarm.swarm_epoch, cfg.swarm.round_seconds)
+
+
 def _dht_exchange(cfg: NodeConfig, identity: Identity, initial_peers: list[str]) -> Exchange:
-    from node.clock import ClockPolicy
     from node.swarm import DhtExchange  # hivemind loads only for nodes that use the DHT
 
     return DhtExchange(
@@ -405,7 +405,6 @@ def _dht_exchange(cfg: NodeConfig, identity: Identity, initial_peers: list[str])
         port=cfg.swarm.port, record_ttl=cfg.swarm.record_ttl_s, call_timeout=cfg.swarm.call_timeout_s,
         groups_wanted=cfg.training.external_groups, max_fetches_per_round=cfg.swarm.max_fetches_per_round,
         directory_shards=cfg.swarm.directory_shards,
-        clock=ClockPolicy(cfg.swarm.round_quorum, cfg.swarm.round_quorum_fraction, cfg.swarm.max_round_jump),
         admission_secret=swarm_secret.load(cfg.run.data_dir, cfg.swarm.swarm_name), client_mode=cfg.swarm.client_mode,
     )
 

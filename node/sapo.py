@@ -3,13 +3,11 @@
 Local and peer groups take one path: :func:`score_group` grades a group's completions with our own verifier (a
 peer's ground truth is never used: it does not even travel). Peer groups are first checked against tasks we
 regenerate ourselves (a peer's question must be exactly the one its task reference produces, and its prompt format
-ours); then :func:`select_external` drops zero-advantage groups and samples J uniformly, current round first. Every
-received group ends with one fate, so ``received = used + zero_advantage + rejected + not_needed``.
+ours). Which J of the verified groups a round trains on is :meth:`node.peer_buffer.PeerGroupBuffer.take`'s choice.
 """
 
 from __future__ import annotations
 
-import random
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
@@ -26,7 +24,6 @@ TRAINED = "trained"
 NO_SIGNAL = "no_signal"
 UPDATE_SKIPPED = "update_skipped"
 DROPPED_EQUAL_REWARDS = "dropped_equal_rewards"
-NOT_NEEDED = "not_needed"
 REWARD_TIE = 1e-9  # rewards closer than this are equal: float sums of the same grades may differ in the last bits
 
 
@@ -129,40 +126,3 @@ def _check(group: SharedGroup, record: RoundRecord, tasks: TaskSource, num_gener
         # The peer's text is not what its task reference generates: a forged or corrupted question.
         return "question_mismatch", None
     return "", task
-
-
-@dataclass(frozen=True)
-class Selection:
-    chosen: list[ScoredGroup]
-    fates: dict[int, str]  # id(group) -> fate, for every candidate
-
-    def count(self, fate: str) -> int:
-        return sum(1 for f in self.fates.values() if f == fate)
-
-
-def select_external(
-    candidates: list[ScoredGroup], count: int, rng: random.Random, *, current_round: int, drop_zero_advantage: bool,
-    preferred: Collection[str] | None = None,
-) -> Selection:
-    """Pick ``count`` groups uniformly, current round first, after dropping zero-advantage ones (the one place),
-    at most one per peer: many groups (or two rounds) of one peer cannot fill the J slots. Groups of ``preferred``
-    peers (registered on the chain's coordinator: identities that cost a wallet, not free sybils) come first; the
-    others only fill the slots left."""
-    fates = {id(g): DROPPED_EQUAL_REWARDS for g in candidates if drop_zero_advantage and g.zero_advantage}
-    usable = [g for g in candidates if id(g) not in fates]
-    current = [g for g in usable if g.round == current_round]
-    older = [g for g in usable if g.round != current_round]
-    rng.shuffle(current)
-    rng.shuffle(older)
-    ordered = current + older
-    if preferred is not None:
-        ordered.sort(key=lambda g: g.peer_id not in preferred)  # stable: uniform and current first within each
-    chosen: list[ScoredGroup] = []
-    peers: set[str] = set()
-    for group in ordered:
-        if len(chosen) < count and group.peer_id not in peers:
-            chosen.append(group)
-            peers.add(group.peer_id)
-    fates.update({id(g): NOT_NEEDED for g in ordered})
-    fates.update({id(g): TRAINED for g in chosen})
-    return Selection(chosen=chosen, fates=fates)

@@ -9,15 +9,17 @@ caller by at most ``call_timeout`` (counted in :attr:`DhtExchange.timeouts`), ne
 
 Layout (protocol v2) for a swarm ``S`` with ``D`` directory shards; a peer's shard is a hash of its peer id:
 
-* ``S/v2/D/g/<round>/<peer>/<i>``: group ``i`` of that peer's round (:class:`node.records.GroupRecord`), one entry.
-* ``S/v2/D/d/<round>/<shard>``: the directory: one small signed :class:`node.records.Pointer` per peer of the shard.
-* ``S/v2/D/c/<shard>``: the round clock: the last round each peer of the shard announced.
+* ``S/v2/D/g/<round>/<peer>/<i>``: group ``i`` that peer published in swarm round ``round``
+  (:class:`node.records.GroupRecord`), one entry. A round is a slice of time (:mod:`node.clock`), and a node that
+  plays several rounds in one publishes each after the last (indices go on).
+* ``S/v2/D/d/<round>/<shard>``: the directory: one small signed :class:`node.records.Pointer` per peer of the shard,
+  rewritten as the peer publishes more groups in that round.
 
-A gathering node reads a few directory shards (a uniform sample of the peers that published, since shards are
-hashes), picks J peers uniformly (those claiming groups with reward spread first) and fetches ONE group of each: a
-round costs it J groups plus a few pointers, whatever the swarm size. The clock follows a round only when a quorum
-of recently active peers (each with a pointer in the directory at or just before the round it announces) announced
-it, at most ``max_round_jump`` ahead (:mod:`node.clock`).
+Nothing is agreed on: there is no clock to read or to hijack. A node's background feed (:meth:`DhtExchange.start_feed`)
+reads the directory of the current and previous swarm round every second or so, on the DHT loop, while the node
+generates and trains, and fetches up to 2 J new groups a poll, one per peer in turn (peers in uniform random order,
+groups claiming reward spread and the newest first), as long as its buffer wants more: what it fetches follows what
+the node consumes (about J groups a round) plus a few pointers a poll, whatever the swarm size.
 
 Every entry's subkey is ``[owner:<ssh-rsa key>]|<kind>/<numbers>``: ``RSASignatureValidator`` signs it with our key
 and checks every signature, and :class:`SwarmValidator` rebuilds the entry's DHT key from the subkey, the owner's
@@ -63,12 +65,13 @@ from hivemind.utils.crypto import RSAPublicKey
 from hivemind.utils.multiaddr import Multiaddr
 from hivemind.utils.timed_storage import get_dht_time
 
-from node.clock import ClockPolicy, follow_round
+from node.clock import SwarmClock
 from node.errors import NodeError
+from node.exchange import GroupSink
 from node.game.records import decode_stage_record
 from node.identity import Identity, peer_id_from_public_key
 from node.records import (
-    MAX_GROUP_RECORD_BYTES, MAX_ROUND, GroupRecord, Pointer, RecordRejected, RoundRecord,
+    MAX_GROUP_RECORD_BYTES, MAX_GROUPS, MAX_ROUND, GroupRecord, Pointer, RecordRejected, RoundRecord,
     admission_key, decode_group_record, decode_pointer, encode_group_record, encode_pointer,
 )
 
@@ -103,10 +106,14 @@ _ROUNDS_KEPT = 4  # gather state of this many recent rounds
 # when we first looked is found on a later pass within the gather deadline. Each read is at most one shard's entries.
 DIRECTORY_READS_PER_SHARD = 6
 _STRIKES_BEFORE_BACKOFF = 2
+_MAX_IN_FLIGHT = 4  # publishes handed to the DHT loop and not done yet
 _BACKOFF_S = (60.0, 3600.0)  # first and longest time a repeatedly rejected peer is ignored
 _REBOOTSTRAP_EVERY_S = 15.0
-CLOCK_SAMPLE = 32  # announcing peers a clock read looks for before it stops reading shards
-_MAX_CLOCK_CHECKS = 16  # supporters of a clock jump whose activity we check, at most (sampled)
+# The background feed (start_feed): how often it polls, and its budget per swarm round, above a gather's: a peer may
+# publish several times in one swarm round and we may play several rounds in it
+FEED_POLL_S = 1.0
+_FEED_READS_PER_SHARD = 24
+_FEED_FETCHES = 64
 _INVITE_HINT = "An invite looks like /ip4/203.0.113.7/tcp/38211/p2p/QmPeerId...: copy it whole from the inviting node."
 _JOIN_HINT = (
     "Check that the inviting node is running and that the invite is copied whole. If it runs on another machine, "
@@ -132,8 +139,11 @@ class _RoundGather:
     shards_read: set[int] = dataclasses.field(default_factory=set)
     reread: list[int] = dataclasses.field(default_factory=list)  # shards due for a second look, in turn
     directory_reads: int = 0
-    fetched: dict[str, GroupRecord] = dataclasses.field(default_factory=dict)
-    tried: set[str] = dataclasses.field(default_factory=set)
+    fetched: dict[tuple[str, int], GroupRecord] = dataclasses.field(default_factory=dict)  # (peer, index) ->
+    tried: set[tuple[str, int]] = dataclasses.field(default_factory=set)  # (peer, index)
+    tried_peers: set[str] = dataclasses.field(default_factory=set)
+    seen_at: dict[tuple[str, int], float] = dataclasses.field(default_factory=dict)  # (peer, index) -> unix time
+    # the pointer first announced it (an estimate of when it was published)
     fetches: int = 0
     bytes: int = 0
     rejected: Counter[str] = dataclasses.field(default_factory=Counter)
@@ -161,7 +171,6 @@ class DhtExchange:
         groups_wanted: int = 8,
         max_fetches_per_round: int | None = None,
         directory_shards: int = 8,
-        clock: ClockPolicy = ClockPolicy(),
         admission_secret: str | None = None,
         storage_bytes: int = STORAGE_BYTES,
         cache_bytes: int = CACHE_BYTES,
@@ -178,7 +187,6 @@ class DhtExchange:
         self._max_fetches = max_fetches_per_round if max_fetches_per_round is not None else 3 * max(1, self._wanted)
         self._max_fetch_bytes = self._max_fetches * MAX_GROUP_RECORD_BYTES
         self._shards = directory_shards
-        self._clock = clock
         self._admission = admission_key(admission_secret) if admission_secret else None
         self._storage_bytes, self._cache_bytes = storage_bytes, cache_bytes
         self._client_mode = client_mode
@@ -201,7 +209,11 @@ class DhtExchange:
         self._rounds: OrderedDict[int, _RoundGather] = OrderedDict()
         self._strikes: Counter[str] = Counter()
         self._banned_until: dict[str, float] = {}
-        self._last_announced: int | None = None
+        self._publishing_round: int | None = None  # the swarm round of our last publish, its groups and spread
+        self._published_groups = 0
+        self._published_spread: tuple[int, ...] = ()
+        self._publishes_in_flight = 0
+        self._feed: asyncio.Task | None = None
         self._last_rebootstrap = 0.0
         self._per_shard = 0.0  # peers per shard in our last directory or clock read that found any
         self.traffic: Counter[str] = Counter()  # bytes of entries received / sent, lookups made (for benches)
@@ -249,18 +261,37 @@ class DhtExchange:
         return list(self._invite)
 
     # ------------------------------------------------------------------------------------------ publishing
-    def publish(self, record: RoundRecord, *, spread: Sequence[int] | None = None) -> bool:
-        """Store our groups for ``record.round`` and our pointer in the directory. False (logged) if not stored.
+    def publish(self, record: RoundRecord, *, spread: Sequence[int] | None = None, wait: bool = True) -> bool:
+        """Store our groups for ``record.round`` (a swarm round: :mod:`node.clock`) and our pointer in the directory.
+
+        A node may play several rounds within one swarm round: each publish adds its groups after those already
+        published in that swarm round (indices go on, up to ``MAX_GROUPS``; past that, a publish is skipped) and the
+        pointer is rewritten to cover them all, so readers see the new ones on their next directory read.
 
         ``spread``: indices of the groups whose completions got different rewards under our verifier (receivers
-        fetch those first); None claims every group.
+        fetch those first); None claims every group. ``wait=False`` returns at once (True: queued) and leaves the
+        store to the DHT loop, so that publishing never holds up generation or training; at most a few publishes
+        are in flight, a newer one is dropped rather than queued behind a stuck network. With ``wait=True``:
+        whether it was stored (False, logged, if not).
         """
         if record.peer_id != self.peer_id:
             raise ValueError(f"record of {record.peer_id} cannot be published by {self.peer_id}")
         if not record.groups:
             return False
+        with self._lock:
+            if self._publishing_round != record.round:
+                self._publishing_round, self._published_groups, self._published_spread = record.round, 0, ()
+            first = self._published_groups
+            if first + len(record.groups) > MAX_GROUPS or (not wait and self._publishes_in_flight >= _MAX_IN_FLIGHT):
+                logger.info("Round %d: groups not shared (%d already shared in this swarm round, %d in flight)",
+                            record.round, first, self._publishes_in_flight)
+                return False
+            claimed = range(len(record.groups)) if spread is None else sorted(set(spread))
+            spread_all = self._published_spread + tuple(first + i for i in claimed if 0 <= i < len(record.groups))
+            self._published_groups, self._published_spread = first + len(record.groups), spread_all
         keys, values, subkeys = [], [], []
-        for index, group in enumerate(record.groups):
+        for offset, group in enumerate(record.groups):
+            index = first + offset
             one = GroupRecord(record.peer_id, record.round, index, group, record.prompt_format)
             value = encode_group_record(one, admission_key=self._admission)
             if _SIGNATURE_MARKER in value:
@@ -272,83 +303,194 @@ class DhtExchange:
             subkeys.append(self._subkey("g", record.round, index))
         if not keys:
             return False
-        claimed = range(len(record.groups)) if spread is None else sorted(set(spread))
-        pointer = Pointer(self.peer_id, record.round, len(record.groups), tuple(i for i in claimed
-                                                                                if 0 <= i < len(record.groups)))
+        pointer = Pointer(self.peer_id, record.round, first + len(record.groups), spread_all)
         shard = shard_of(self.peer_id, self._shards)
         keys.append(self._directory_key(record.round, shard))
         values.append(encode_pointer(pointer))
         subkeys.append(self._subkey("d", record.round, shard))
         expiration = get_dht_time() + self._record_ttl
         self.traffic["publish_bytes"] += sum(len(v) for v in values)
-        stored = self._call("publish", lambda node: _store_many(node, keys, values, expiration, subkeys))
-        if not stored:
-            logger.warning("Round %d groups were not stored by any peer", record.round)
+
+        def stored_all(stored: dict | None) -> bool:
+            if not stored:
+                logger.warning("Round %d groups were not stored by any peer", record.round)
+                return False
+            ok = [bool(stored.get((key, subkey))) for key, subkey in zip(keys, subkeys)]
+            if not all(ok):
+                logger.info("Round %d: %d of %d entries not stored", record.round, ok.count(False), len(keys))
+            return ok[-1] and any(ok[:-1])
+
+        store = lambda node: _store_many(node, keys, values, expiration, subkeys)
+        if wait:
+            return stored_all(self._call("publish", store))
+        return self._submit("publish", store, stored_all)
+
+    def _submit(self, op: str, make: Callable[[DHTNode], Coroutine[Any, Any, T]], done: Callable[[T | None], Any]) -> bool:
+        """Run ``make(node)`` on the DHT loop without waiting; ``done`` gets its result (None if it failed or timed
+        out). False if not connected."""
+        loop, node = self._loop, self._node
+        if loop is None or node is None:
+            logger.warning("Swarm %s skipped: not connected", op)
             return False
-        ok = [bool(stored.get((key, subkey))) for key, subkey in zip(keys, subkeys)]
-        if not all(ok):
-            logger.info("Round %d: %d of %d entries not stored", record.round, ok.count(False), len(keys))
-        return ok[-1] and any(ok[:-1])
+
+        async def bounded() -> None:
+            result = None
+            try:
+                result = await asyncio.wait_for(make(node), self._call_timeout)
+            except TimeoutError:
+                self._count_timeout(op)
+                logger.warning("Swarm %s timed out after %.1f s", op, self._call_timeout)
+            except Exception:
+                logger.warning("Swarm %s failed", op, exc_info=True)
+            finally:
+                with self._lock:
+                    self._publishes_in_flight -= 1
+            done(result)
+
+        with self._lock:
+            self._publishes_in_flight += 1
+        asyncio.run_coroutine_threadsafe(bounded(), loop)
+        return True
 
     # ------------------------------------------------------------------------------------------- gathering
     def gather(self, round: int) -> GatherResult:
         """A uniform sample of peers' groups for ``round``, one group per peer, within this round's fetch budget.
 
-        Each call reads more of the directory and fetches more peers while the budget lasts: the first call
-        fetches ``groups_wanted`` groups, later calls (when the caller still lacks usable groups) half as many
-        more. Bad entries are counted by reason, never raised.
+        A one-off read for tools and tests (rounds use :meth:`start_feed`). Each call reads more of the directory
+        and fetches more peers while the budget lasts: the first call fetches ``groups_wanted`` groups, later calls
+        half as many more. Bad entries are counted by reason, never raised.
         """
         if not 0 <= round <= MAX_ROUND:
             return GatherResult((), Counter(), frozenset())
         state = self._round_state(round)
         self._maybe_rebootstrap()
-        self._read_directory(round, state)
-        self._fetch_groups(round, state)
-        records = tuple(sorted((g.as_round_record() for g in state.fetched.values()), key=lambda r: r.peer_id))
+
+        async def once(node: DHTNode) -> None:
+            await self._read_directory(node, round, state, self._gather_reread)
+            count = self._wanted if not state.tried_peers else max(1, self._wanted // 2)
+            await self._fetch_groups(node, round, state, self._one_per_new_peer(round, state, count))
+
+        # one call: each RPC inside is bounded by a third of call_timeout, each group lookup by two thirds
+        self._call("gather", once, timeout=1.5 * self._call_timeout)
+        latest: dict[str, GroupRecord] = {}
+        for (peer, _), group in state.fetched.items():
+            latest[peer] = group
+        records = tuple(sorted((g.as_round_record() for g in latest.values()), key=lambda r: r.peer_id))
         if state.rejected:
             logger.info("Round %d: rejected entries %s", round, dict(state.rejected))
         # Only the budget ends a round's gather: a directory read to the end now may hold a peer that is still
         # generating on the next read (the caller knows who is live and when its deadline is).
-        exhausted = state.fetches >= self._max_fetches or state.bytes >= self._max_fetch_bytes
-        return GatherResult(records=records, rejected=state.rejected.copy(), peers=frozenset(state.tried),
-                            published=len(state.pool), exhausted=exhausted)
+        return GatherResult(records=records, rejected=state.rejected.copy(), peers=frozenset(state.tried_peers),
+                            published=len(state.pool), exhausted=self._spent(state))
 
-    def _round_state(self, round: int) -> _RoundGather:
+    def start_feed(self, sink: GroupSink, clock: SwarmClock, *, poll_s: float = FEED_POLL_S) -> None:
+        """Fetch peers' groups of the recent swarm rounds in the background, on the DHT loop, into ``sink`` (a
+        :class:`node.peer_buffer.PeerGroupBuffer`), until shutdown. Costs the caller's threads nothing."""
+        loop = self._loop
+        if loop is None or self._node is None:
+            raise RuntimeError("start the swarm before its feed")
+
+        def create() -> None:
+            self._feed = loop.create_task(self._feed_loop(sink, clock, poll_s))
+
+        loop.call_soon_threadsafe(create)
+
+    async def _feed_loop(self, sink: GroupSink, clock: SwarmClock, poll_s: float) -> None:
+        """Every ``poll_s``: read the directory of the current and previous swarm round (older rounds of the window
+        once), and fetch the new groups peers announced there, as many as ``sink`` still wants of each peer."""
+        while True:
+            started = time.monotonic()
+            try:
+                node = self._node
+                if node is None:
+                    return
+                if not self._initial_peers or node.protocol.routing_table.uid_to_peer_id:
+                    await self._feed_once(node, sink, clock)
+                elif time.monotonic() - self._last_rebootstrap >= _REBOOTSTRAP_EVERY_S:
+                    self._last_rebootstrap = time.monotonic()
+                    await self._bootstrap(node, [_parse_invite(a) for a in self._initial_peers])
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.warning("Swarm feed: a poll failed", exc_info=True)
+            await asyncio.sleep(max(0.0, poll_s - (time.monotonic() - started)))
+
+    async def _feed_once(self, node: DHTNode, sink: GroupSink, clock: SwarmClock) -> None:
+        now = clock.now()
+        for round_ in range(now, max(now - sink.max_age_rounds(), 0) - 1, -1):
+            state = self._round_state(round_, keep=sink.max_age_rounds() + 2)
+            if self._spent(state, feed=True):
+                continue
+            if round_ >= now - 1 or not state.shards_read:  # a past round read once: nobody publishes there any more
+                await asyncio.wait_for(
+                    self._read_directory(node, round_, state, self._feed_reread, _FEED_READS_PER_SHARD),
+                    self._call_timeout)
+            picks = self._new_groups(round_, state, sink)
+            if picks:
+                found = await self._fetch_groups(node, round_, state, picks, remember=False)
+                for group, size in found:
+                    seen = state.seen_at.get((group.peer_id, group.index), time.time())
+                    sink.offer(group, published_at=min(seen, clock.start_of(round_ + 1)), size=size)
+
+    def _spent(self, state: _RoundGather, *, feed: bool = False) -> bool:
+        """Whether the round's fetch budget is spent: a gather's, or the feed's (larger: a peer may publish several
+        times in one swarm round, and we may play several rounds in it)."""
+        fetches = max(self._max_fetches, _FEED_FETCHES) if feed else self._max_fetches
+        return state.fetches >= fetches or state.bytes >= fetches * MAX_GROUP_RECORD_BYTES
+
+    def _round_state(self, round: int, *, keep: int = _ROUNDS_KEPT) -> _RoundGather:
         with self._lock:
             state = self._rounds.get(round)
             if state is None:
                 state = self._rounds[round] = _RoundGather()
-                while len(self._rounds) > _ROUNDS_KEPT:
-                    self._rounds.popitem(last=False)
+                while len(self._rounds) > max(keep, _ROUNDS_KEPT):
+                    del self._rounds[min(self._rounds)]
             return state
 
-    def _read_directory(self, round: int, state: _RoundGather) -> None:
-        """Read shards in random order until the pool holds enough peers to sample J from (or all were read)."""
+    def _gather_reread(self, state: _RoundGather) -> list[int]:
+        """Shards a gather reads again once every one was read: one a call, in turn, for peers published since."""
+        if not state.reread:
+            state.reread = self._rng.sample(range(self._shards), self._shards)
+        first, state.reread = state.reread[:1], state.reread[1:]
+        return first
+
+    def _feed_reread(self, state: _RoundGather) -> list[int]:
+        """Shards the feed reads again each poll: those of the peers it knows (their pointers grow as they publish
+        more rounds within this swarm round) and one other, in turn, for peers new to the round."""
+        known = {shard_of(peer, self._shards) for peer in state.pool}
+        if len(known) > _FIRST_READ_SHARDS[1]:
+            known = set(self._rng.sample(sorted(known), _FIRST_READ_SHARDS[1]))
+        return sorted(known) + [s for s in self._gather_reread(state) if s not in known]
+
+    async def _read_directory(self, node: DHTNode, round: int, state: _RoundGather,
+                              reread: Callable[[_RoundGather], list[int]],
+                              reads_per_shard: int = DIRECTORY_READS_PER_SHARD) -> None:
+        """Read shards in random order until the pool holds enough peers to sample J from (or all were read); once
+        all were read, the shards ``reread`` names. A pointer that grew replaces the one we had."""
         target = max(4 * self._wanted, 16)
         unread = [s for s in range(self._shards) if s not in state.shards_read]
         self._rng.shuffle(unread)
-        if not unread:
-            # every shard read once: re-read one, for peers that published since
-            if not state.reread:
-                state.reread = self._rng.sample(range(self._shards), self._shards)
-            unread, state.reread = state.reread[:1], state.reread[1:]
         first = not state.shards_read  # later reads of a round top up with a shard or two: too few to measure
-        batch = self._first_read(target, len(unread)) if first else 2
+        if not unread:
+            unread = reread(state)
+        batch = self._first_read(target, len(unread)) if first else max(1, len(unread))
         entries_read = shards_read = 0
-        while unread and state.directory_reads < DIRECTORY_READS_PER_SHARD * self._shards:
+        while unread and state.directory_reads < reads_per_shard * self._shards:
             shards, unread = unread[:batch], unread[batch:]
             keys = [self._directory_key(round, shard) for shard in shards]
-            found = self._call("gather", lambda node: _latest_many(node, keys))
+            found = await _latest_many(node, keys)
             state.directory_reads += len(shards)
             state.shards_read.update(shards)
             self.traffic["lookups"] += len(keys)
             read = [self._dictionary_entries((found or {}).get(key)) for key in keys]
             entries_read += sum(map(len, read))
             shards_read += len(shards)
+            now = time.time()
             for entries, shard in zip(read, shards):
                 for author, entry in entries:
-                    if author is None or author == self.peer_id or author in state.pool:
+                    if author is None or author == self.peer_id:
                         continue
+                    known = state.pool.get(author)
                     try:
                         pointer = decode_pointer(entry.value)
                     except RecordRejected as e:
@@ -358,47 +500,83 @@ class DhtExchange:
                         state.rejected["peer_mismatch"] += 1
                     elif pointer.round != round:
                         state.rejected["round_mismatch"] += 1
-                    else:
+                    elif known is None or pointer.groups > known.groups:
                         state.pool[author] = pointer
-            if len(state.pool) >= target or state.fetched:
+                        for index in range(known.groups if known else 0, pointer.groups):
+                            state.seen_at.setdefault((author, index), now)
+            if first and (len(state.pool) >= target or state.fetched):
                 break
             batch = min(2 * batch, self._shards)
         if first:
             self._measure_shards(entries_read, shards_read)
 
-    def _fetch_groups(self, round: int, state: _RoundGather) -> None:
-        """Fetch one group of each of a few more peers, sampled uniformly; peers claiming spread first."""
-        if self._wanted == 0:
-            return
-        count = self._wanted if not state.tried else max(1, self._wanted // 2)
-        count = min(count, self._max_fetches - state.fetches)
-        if count <= 0 or state.bytes >= self._max_fetch_bytes:
-            return
+    def _banned(self, state: _RoundGather, peers: list[str]) -> list[str]:
+        """``peers`` less those in backoff (counted once per round)."""
         now = time.monotonic()
-        fresh = [p for p in state.pool if p not in state.tried]
-        banned = [p for p in fresh if self._banned_until.get(p, 0.0) > now]
-        if banned:
-            state.rejected["backoff"] += len(banned)
-            state.tried.update(banned)
-        fresh = [p for p in fresh if p not in banned]
+        banned = [p for p in peers if self._banned_until.get(p, 0.0) > now]
+        fresh_bans = [p for p in banned if p not in state.tried_peers]
+        if fresh_bans:
+            state.rejected["backoff"] += len(fresh_bans)
+            state.tried_peers.update(fresh_bans)
+        return [p for p in peers if p not in banned]
+
+    def _one_per_new_peer(self, round: int, state: _RoundGather, count: int) -> dict[str, tuple[str, int]]:
+        """A gather's picks: ``count`` peers not tried yet, sampled uniformly (those claiming spread first), one
+        group each (a spread one if claimed)."""
+        count = min(count, self._max_fetches - state.fetches)
+        if self._wanted == 0 or count <= 0 or state.bytes >= self._max_fetch_bytes:
+            return {}
+        fresh = self._banned(state, [p for p in state.pool if p not in state.tried_peers])
         self._rng.shuffle(fresh)
         fresh.sort(key=lambda p: not state.pool[p].spread)  # stable: uniform within each class
-        chosen = fresh[:count]
-        if not chosen:
-            return
         picks = {}
-        for peer in chosen:
+        for peer in fresh[:count]:
             pointer = state.pool[peer]
-            picks[peer] = self._rng.choice(pointer.spread or range(pointer.groups))
-        keys = {self._group_key(round, peer, index): peer for peer, index in picks.items()}
-        state.tried.update(chosen)
-        state.fetches += len(chosen)
+            index = self._rng.choice(pointer.spread or range(pointer.groups))
+            picks[self._group_key(round, peer, index)] = (peer, index)
+        return picks
+
+    def _new_groups(self, round: int, state: _RoundGather, sink: GroupSink) -> dict[str, tuple[str, int]]:
+        """The feed's picks for one poll: groups not fetched yet of the peers ``sink`` wants more of, newest first
+        (those claiming spread before the others), one per peer in turn (peers in uniform random order) until
+        ``2 J`` are picked."""
+        budget = 2 * max(1, self._wanted)
+        peers = self._banned(state, list(state.pool))
+        self._rng.shuffle(peers)
+        queues = {}
+        for peer in peers:
+            pointer, spread = state.pool[peer], set(state.pool[peer].spread)
+            new = sorted((i for i in range(pointer.groups) if (peer, i) not in state.tried),
+                         key=lambda i: (i in spread, i), reverse=True)
+            wanted = min(len(new), sink.wants(peer)) if new else 0
+            if wanted:
+                queues[peer] = new[:wanted]
+        picks: dict[str, tuple[str, int]] = {}
+        while queues and len(picks) < budget:
+            for peer in list(queues):
+                if len(picks) >= budget:
+                    break
+                index = queues[peer].pop(0)
+                picks[self._group_key(round, peer, index)] = (peer, index)
+                if not queues[peer]:
+                    del queues[peer]
+        return picks
+
+    async def _fetch_groups(self, node: DHTNode, round: int, state: _RoundGather, picks: dict[str, tuple[str, int]],
+                            *, remember: bool = True) -> list[tuple[GroupRecord, int]]:
+        """Fetch the picked groups ({dht key: (peer, index)}) side by side; the valid ones with their sizes
+        (``remember``: also kept in the round's state, for :meth:`gather`)."""
+        if not picks:
+            return []
+        state.tried.update(picks.values())
+        state.tried_peers.update(peer for peer, _ in picks.values())
+        state.fetches += len(picks)
         lookup_timeout = self._call_timeout * (_RPCS_PER_CALL - 1) / _RPCS_PER_CALL
-        found = self._call("gather", lambda node: _first_replicas(node, list(keys), lookup_timeout))
-        self.traffic["lookups"] += len(keys)
-        for key, peer in keys.items():
-            item = (found or {}).get(key)
-            entries = self._dictionary_entries(item)
+        found = await _first_replicas(node, list(picks), lookup_timeout)
+        self.traffic["lookups"] += len(picks)
+        valid = []
+        for key, (peer, index) in picks.items():
+            entries = self._dictionary_entries((found or {}).get(key))
             if not entries:
                 state.rejected["missing"] += 1
                 continue
@@ -418,14 +596,17 @@ class DhtExchange:
                         reason = "peer_mismatch"
                     elif group.round != round:
                         reason = "round_mismatch"
-                    elif group.index != picks[peer]:
+                    elif group.index != index:
                         reason = "index_mismatch"
                     else:
-                        state.fetched[peer] = group
+                        if remember:
+                            state.fetched[(peer, index)] = group
                         self._strikes.pop(peer, None)
+                        valid.append((group, size))
             if reason is not None:
                 state.rejected[reason] += 1
                 self._strike(peer)
+        return valid
 
     def _strike(self, peer: str) -> None:
         """Count a rejected record against ``peer``; past a few, ignore it for a while (doubling each time)."""
@@ -443,35 +624,6 @@ class DhtExchange:
         """The caller rejected this peer's group (forged question, ...): counts toward its backoff like ours."""
         self._strike(peer_id)
 
-    # --------------------------------------------------------------------------------------------- the clock
-    def announce_round(self, round: int) -> None:
-        """Tell the swarm we are at ``round`` (see :meth:`swarm_round`)."""
-        if not 0 <= round <= MAX_ROUND:
-            raise ValueError(f"round {round} is out of bounds (0..{MAX_ROUND})")
-        self._last_announced = round
-        if not self._announce("c", clock_key, round):
-            logger.warning("Could not announce round %d to the swarm", round)
-
-    def announced_rounds(self) -> dict[str, int]:
-        """The round other live peers last announced: a uniform sample of at least ``CLOCK_SAMPLE`` of them (all of
-        them in a small swarm), read shard by shard in random order, so a read costs the same at any swarm size."""
-        self._maybe_rebootstrap()
-        shards = list(range(self._shards))
-        self._rng.shuffle(shards)
-        rounds: dict[str, int] = {}
-        batch = self._first_read(CLOCK_SAMPLE, len(shards))
-        found_in_read = shards_read = 0
-        while shards and len(rounds) < CLOCK_SAMPLE:
-            reading, shards = shards[:batch], shards[batch:]
-            found = self._announced(reading, clock_key, MAX_ROUND)
-            found_in_read += len(found)
-            shards_read += len(reading)
-            rounds.update(found)
-            rounds.pop(self.peer_id, None)
-            batch = 2 * batch
-        self._measure_shards(found_in_read, shards_read)
-        return rounds
-
     def _first_read(self, target: int, unread: int) -> int:
         """Shards to read at once to find ``target`` peers: as many as our last read's density says (one more for
         the margin), so that finding them costs one lookup round trip, not two or three in sequence. Never fewer than
@@ -486,43 +638,6 @@ class DhtExchange:
         says nothing: nobody may have published yet.)"""
         if entries and shards:
             self._per_shard = entries / shards
-
-    def swarm_round(self, current: int | None = None) -> int | None:
-        """The round to play after ``current`` (default: the last we announced) as a quorum of peers sees it.
-
-        None if no other peer announced anything. Never more than ``max_round_jump`` ahead of ``current``.
-        """
-        announced = self.announced_rounds()
-        if not announced:
-            return None
-        base = current if current is not None else (self._last_announced or 0)
-        candidate = follow_round(base, announced, self._clock)
-        while candidate > base:
-            # the peers carrying the quorum must be recently active: have published at (or just before) the
-            # round they announce. An announcement alone is one unverifiable word.
-            supporters = [p for p, r in announced.items() if r >= candidate]
-            if len(supporters) > _MAX_CLOCK_CHECKS:
-                supporters = self._rng.sample(supporters, _MAX_CLOCK_CHECKS)
-            idle = set(supporters) - self._published_near({p: announced[p] for p in supporters})
-            if not idle:
-                return candidate
-            # still counted among the active peers (a quorum does not shrink), but supporting no jump
-            announced = {p: base if p in idle else r for p, r in announced.items()}
-            candidate = follow_round(base, announced, self._clock)
-        return candidate
-
-    def _published_near(self, rounds: dict[str, int]) -> set[str]:
-        """The peers of ``{peer: round}`` with a pointer in the directory for that round or the one before."""
-        wanted = {(r - back, shard_of(p, self._shards)) for p, r in rounds.items() for back in (0, 1) if r - back >= 0}
-        keys = {self._directory_key(r, shard): (r, shard) for r, shard in wanted}
-        found = self._call("clock", lambda node: _latest_many(node, list(keys))) or {}
-        self.traffic["lookups"] += len(keys)
-        published: set[tuple[str, int]] = set()
-        for key, (r, _) in keys.items():
-            for author, entry in self._dictionary_entries(found.get(key)):
-                if author is not None:
-                    published.add((author, r))
-        return {p for p, r in rounds.items() if (p, r) in published or (p, r - 1) in published}
 
     # ------------------------------------------------------------------------------------------------ peers
     def peers_seen(self) -> int:
@@ -628,7 +743,7 @@ class DhtExchange:
 
     # ------------------------------------------------------------------------------------------- the clocks
     def _announce(self, kind: str, key_of: Callable[[str, int], str], value: int) -> bool:
-        """Store ``value`` as our entry in our shard of a clock (``key_of``: :func:`clock_key`, ...)."""
+        """Store ``value`` as our entry in our shard of the game's clock (``key_of``: :func:`position_key`)."""
         shard = shard_of(self.peer_id, self._shards)
         key, subkey = key_of(self._namespace, shard), self._subkey(kind, shard)
         return self._store_entry("announce", key, value, subkey)
@@ -683,19 +798,22 @@ class DhtExchange:
                 self._seen = {p: e for p, e in self._seen.items() if e > now}
         return entries
 
-    def _call(self, op: str, make: Callable[[DHTNode], Coroutine[Any, Any, T]]) -> T | None:
-        """Run ``make(node)`` on the DHT loop; its result, or None if not running, failed or timed out."""
+    def _call(self, op: str, make: Callable[[DHTNode], Coroutine[Any, Any, T]], *,
+              timeout: float | None = None) -> T | None:
+        """Run ``make(node)`` on the DHT loop; its result, or None if not running, failed or timed out (after
+        ``timeout``, default ``call_timeout``)."""
         loop, node = self._loop, self._node
         if loop is None or node is None:
             logger.warning("Swarm %s skipped: not connected", op)
             return None
+        timeout = self._call_timeout if timeout is None else timeout
         future = asyncio.run_coroutine_threadsafe(make(node), loop)
         try:
-            return future.result(self._call_timeout)
+            return future.result(timeout)
         except TimeoutError:
             future.cancel()
             self._count_timeout(op)
-            logger.warning("Swarm %s timed out after %.1f s", op, self._call_timeout)
+            logger.warning("Swarm %s timed out after %.1f s", op, timeout)
         except Exception:
             logger.warning("Swarm %s failed", op, exc_info=True)
         return None
@@ -840,10 +958,6 @@ def directory_key(namespace: str, round: int, shard: int) -> str:
     return f"{namespace}/d/{round}/{shard}"
 
 
-def clock_key(namespace: str, shard: int) -> str:
-    return f"{namespace}/c/{shard}"
-
-
 def position_key(namespace: str, shard: int) -> str:
     """The multi-stage game's clock: each peer's position (``round * 3 + stage - 1``) in its shard."""
     return f"{namespace}/p/{shard}"
@@ -897,10 +1011,6 @@ class SwarmValidator(RecordValidatorBase):
                 pointer = decode_pointer(value) if type(value) is bytes else None
                 ok = (pointer is not None and (pointer.peer_id, pointer.round) == (author, round_)
                       and shard == shard_of(author, self._shards))
-            elif kind == "c" and len(numbers) == 1:
-                (shard,) = numbers
-                key = clock_key(self._namespace, shard)
-                ok = type(value) is int and 0 <= value <= MAX_ROUND and shard == shard_of(author, self._shards)
             elif kind == "s" and len(numbers) == 2:
                 round_, stage = numbers
                 key = stage_key(self._namespace, round_, stage, author)

@@ -41,6 +41,6 @@ def test_the_dht_swarm_and_the_in_memory_exchange_offer_what_a_round_uses():
     from node.swarm import DhtExchange
 
     members = [name for name in vars(Exchange) if not name.startswith("_")]
-    assert {"publish", "gather", "announce_round", "swarm_round", "peers_seen", "start", "shutdown"} <= set(members)
+    assert {"publish", "start_feed", "gather", "peers_seen", "start", "shutdown"} <= set(members)
     for cls in (DhtExchange, InMemoryExchange):
         assert all(callable(getattr(cls, name, None)) for name in members), cls

@@ -1,10 +1,12 @@
-"""Whole SAPO rounds without a network: two nodes (tiny model) over an in-memory exchange, plus a hostile peer."""
+"""Whole SAPO rounds without a network: two nodes (tiny model) over an in-memory exchange, plus a hostile peer.
+No round waits for a peer: peers' groups reach a buffer in the background and rounds take what is there."""
 
 from __future__ import annotations
 
 import dataclasses
 import random
-import threading
+import time
+import zlib
 from pathlib import Path
 
 import pytest
@@ -16,20 +18,20 @@ from node.exchange import InMemoryBoard, InMemoryExchange
 from node.grpo import GrpoLearner, Policy
 from node.prompts import PROMPT_FORMAT
 from node.records import RoundRecord, SharedGroup
-from node.round import RoundParts, RoundSettings, play_round
+from node.round import RoundParts, RoundSettings, connect_peers, disconnect_peers, play_round
 from node.tasks import Grade, Task, TaskSource
 
 G = 4
 SETTINGS = RoundSettings(local_questions=2, external_groups=2, num_generations=G, max_new_tokens=8, temperature=1.0,
-                         top_p=1.0, format_reward_weight=0.0, drop_zero_advantage=True, gather_timeout_s=120.0)
+                         top_p=1.0, format_reward_weight=0.0, drop_zero_advantage=True)
 
 
 class _SpreadParts(RoundParts):
-    """A random tiny model never answers right; this grader gives completions differing rewards by their text."""
+    """A random tiny model never answers right; this grader gives different texts different rewards (a hash)."""
 
     def grade(self, task: Task, text: str, finished: bool) -> Grade:
-        reward = float(len(text) % 2)
-        return Grade(reward, reward == 1.0, reward, True, "correct" if reward else "wrong_value")
+        reward = zlib.crc32(text.encode()) / 2**32
+        return Grade(reward, reward > 0.5, reward, True, "correct" if reward > 0.5 else "wrong_value")
 
 
 class _Registry:
@@ -62,9 +64,13 @@ def _parts(model_dir: Path, tmp_path: Path, board: InMemoryBoard, peer_id: str, 
 
 
 def _play(parts: RoundParts, number: int, results: dict, events: list) -> None:
-    parts.exchange.announce_round(number)
     results[parts.peer_id] = play_round(parts, number, seed=f"{parts.peer_id}:{number}", rounds_trained=0,
                                         should_stop=lambda: False, report=events.append)
+
+
+def _connect(*nodes: RoundParts, **bounds) -> None:
+    for parts in nodes:
+        connect_peers(parts, **({"max_bytes": 2**24, "max_per_peer": 8, "max_age_s": None} | bounds))
 
 
 def test_two_nodes_build_byte_identical_prompt_token_ids(tiny_model_dir):
@@ -82,28 +88,31 @@ def test_a_round_trains_on_verified_peer_groups_and_accounts_for_every_one(tiny_
     board = InMemoryBoard()
     a = _parts(tiny_model_dir, tmp_path, board, "QmNodeA", seed=1, cls=_SpreadParts, members=["QmNodeB"])
     b = _parts(tiny_model_dir, tmp_path, board, "QmNodeB", seed=2, cls=_SpreadParts, members=["QmNodeA"])
+    _connect(a, b)
+    results, events = {}, []
+    before, started = a.clock.now(), time.time()
+    _play(b, 0, results, events)  # B publishes its two groups
     # A hostile peer: a valid ref with a forged question, and a record in another prompt format.
     task = b.tasks.sample(1, random.Random(9))[0]
     forged = SharedGroup(task=task.ref, question="Calculate 40 + 2.", completions=("<answer>42</answer>",) * G,
                          finished=(True,) * G)
-    InMemoryExchange(board, "QmEvil").publish(RoundRecord("QmEvil", 0, (forged,), prompt_format=PROMPT_FORMAT))
-    InMemoryExchange(board, "QmOld").publish(RoundRecord("QmOld", 0, (dataclasses.replace(forged),)))
+    now = a.clock.now()
+    InMemoryExchange(board, "QmEvil").publish(RoundRecord("QmEvil", now, (forged,), prompt_format=PROMPT_FORMAT))
+    InMemoryExchange(board, "QmOld").publish(RoundRecord("QmOld", now, (dataclasses.replace(forged),)))
     a.registry = _Registry({"QmNodeB"})  # as a chain would say: B is registered on the coordinator
-    results, events = {}, []
-    threads = [threading.Thread(target=_play, args=(p, 0, results, events)) for p in (a, b)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(300)
+    a.buffer.verify_pending()  # what the verifier thread does meanwhile, done now: the test knows what is in
+    _play(a, 0, results, events)
     m = results["QmNodeA"].metrics
-    assert m.groups_received == m.groups_used + m.groups_zero_advantage + m.groups_rejected + m.groups_not_needed
     assert m.rejected_reasons == {"question_mismatch": 1, "prompt_format_mismatch": 1}
-    # B's two groups: at most one of them trained (one group per peer), the other dropped or not needed
-    assert m.groups_received == 4 and m.groups_used <= 1
-    assert m.groups_used + m.groups_zero_advantage + m.groups_not_needed == 2
+    # B's two groups: both trained (J = 2, one peer: a second group of a peer once every peer has one) or dropped
+    assert m.groups_received == 4 and m.groups_used + m.groups_zero_advantage == 2 and m.groups_used >= 1
+    assert m.external_groups_wanted == 2 and m.peer_groups_buffered == 0
+    # ages: no older than the time since B began its round (a loaded machine makes that several swarm rounds)
+    assert m.peer_group_age_rounds_max <= a.clock.now() - before
+    assert 0 <= m.peer_group_age_s_mean <= m.peer_group_age_s_max <= time.time() - started
     assert m.groups_from_registered == m.groups_used and a.registry.asked >= {"QmNodeB"}
     assert results["QmNodeB"].metrics.groups_from_registered is None  # no chain: nothing counted
-    assert m.seconds_gather < SETTINGS.gather_timeout_s / 2  # every live peer was in: no waiting for the deadline
+    assert m.seconds_gather < 1.0  # taken at once
     assert not m.update_skipped and a.learner.global_step == 1 and m.grad_norm is not None
     assert m.difficulty == {family: 0 for family in SMALL_MODEL_LADDERS}
     samples = results["QmNodeA"].samples
@@ -115,6 +124,30 @@ def test_a_round_trains_on_verified_peer_groups_and_accounts_for_every_one(tiny_
         if sample.local:  # the update ran: a group of equal rewards was in it, but taught nothing
             assert sample.fate == ("no_signal" if len(set(sample.group_rewards)) == 1 else "trained"), sample
     assert {e.phase for e in events} >= {"generating", "sharing", "training"}
+    disconnect_peers(a), disconnect_peers(b)
+
+
+@pytest.mark.slow
+def test_a_round_never_waits_for_a_peer_and_a_late_peers_groups_are_used_later(tiny_model_dir, tmp_path):
+    board = InMemoryBoard()
+    a = _parts(tiny_model_dir, tmp_path, board, "QmFast", seed=1, cls=_SpreadParts, members=["QmLate"])
+    late = _parts(tiny_model_dir, tmp_path, board, "QmLate", seed=2, cls=_SpreadParts, members=["QmFast"])
+    _connect(a, late)
+    results, events = {}, []
+    _play(a, 0, results, events)  # the peer is live (a member) but has published nothing yet
+    first = results["QmFast"].metrics
+    assert first.groups_used == 0 and first.peer_group_age_s_max is None and first.seconds_gather < 0.5
+    assert "waiting_for_peers" not in {e.phase for e in events}
+    assert not first.update_skipped  # trained on what it had: its own groups
+    before = a.clock.now()
+    _play(late, 0, results, [])  # the late peer publishes now, while A is between rounds
+    a.buffer.verify_pending()
+    _play(a, 1, results, events)
+    second = results["QmFast"].metrics
+    assert second.groups_used >= 1 and second.reward_external is not None
+    assert {s.source_peer for s in results["QmFast"].samples if s.fate == "trained" and not s.local} == {"QmLate"}
+    assert second.peer_group_age_rounds_max <= a.clock.now() - before and second.seconds_gather < 0.5
+    disconnect_peers(a), disconnect_peers(late)
 
 
 @pytest.mark.slow
@@ -152,7 +185,7 @@ def test_build_node_plays_rounds_and_evaluates_over_an_in_memory_exchange(tiny_m
     assert all(e.questions == 5 and e.seconds > 0 for e in evaluations)
     assert RunStore(config.run_dir).evaluations() == evaluations
     assert [e.round for e in events if e.kind == "round_finished"] == [0, 1]
-    assert set(board.records) == {0, 1} and board.clock  # it published and announced through the exchange
+    assert len(board.records) >= 1 and all(r > 1_000_000 for r in board.records)  # published under the swarm clock
     phases = {e.phase for e in events if e.kind == "round_progress"}
     assert {"evaluating", "generating", "sharing", "checkpoint"} <= phases
 

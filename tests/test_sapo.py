@@ -6,8 +6,8 @@ import dataclasses
 import random
 
 from node.records import RoundRecord, SharedGroup, decode_record, encode_record
-from node.sapo import ScoredGroup, select_external, trained_fate, verify_records
-from node.tasks import Grade, TaskSource, grade
+from node.sapo import trained_fate, verify_records
+from node.tasks import TaskSource, grade
 
 G = 4
 
@@ -66,29 +66,6 @@ def test_forged_question_disabled_family_and_short_groups_are_rejected_and_count
     assert accepted.texts == ("a", "b", "c", "d")
 
 
-def _peer_group(round_: int, rewards, name: str) -> ScoredGroup:
-    grades = tuple(Grade(r, r == 1, r, True, "") for r in rewards)
-    return ScoredGroup(peer_id=name, round=round_, local=False, task=None, texts=("",) * len(rewards),
-                       finished=(True,) * len(rewards), grades=grades)
-
-
-def test_selection_drops_zero_advantage_and_prefers_the_current_round():
-    candidates = [
-        _peer_group(9, (0, 1, 0, 0), "old-1"), _peer_group(10, (0, 0, 0, 0), "flat"),
-        _peer_group(10, (1, 0, 1, 0), "new-1"), _peer_group(10, (0.5, 0, 0, 0), "new-2"),
-        _peer_group(9, (1, 1, 1, 1), "flat-old"),
-    ]
-    selection = select_external(candidates, 3, random.Random(0), current_round=10, drop_zero_advantage=True)
-    chosen = selection.chosen
-    assert selection.count("dropped_equal_rewards") == 2 and selection.count("trained") == 3
-    assert {g.peer_id for g in chosen[:2]} == {"new-1", "new-2"} and chosen[2].peer_id == "old-1"
-    kept = select_external(candidates, 10, random.Random(0), current_round=10, drop_zero_advantage=False)
-    assert kept.count("dropped_equal_rewards") == 0 and len(kept.chosen) == 5
-    none = select_external(candidates, 1, random.Random(0), current_round=10, drop_zero_advantage=True)
-    assert len(none.chosen) == 1 and none.count("not_needed") == 2  # every candidate has exactly one fate
-    assert len(none.fates) == len(candidates)
-
-
 def test_groups_answering_another_prompt_format_are_rejected():
     peer, me = _source(seed=11), _source(seed=22)
     task = peer.sample(1, random.Random(0))[0]
@@ -98,32 +75,6 @@ def test_groups_answering_another_prompt_format_are_rejected():
     assert decode_record(encode_record(new)) == new
     result = _verify([decode_record(encode_record(old)), new], me)
     assert dict(result.reasons) == {"prompt_format_mismatch": 1} and result.accepted[0].peer_id == "QmNew"
-
-
-def test_selection_takes_at_most_one_group_per_peer():
-    # one peer publishing many groups (or for two rounds) must not fill the J slots
-    flood = [_peer_group(10, (0, 1, 0, 1), "sybil") for _ in range(20)] + [_peer_group(9, (1, 0, 0, 0), "sybil")]
-    honest = [_peer_group(10, (1, 0, 0, 0), f"honest-{i}") for i in range(3)]
-    for seed in range(20):
-        selection = select_external(flood + honest, 4, random.Random(seed), current_round=10,
-                                    drop_zero_advantage=True)
-        assert sorted(g.peer_id for g in selection.chosen) == ["honest-0", "honest-1", "honest-2", "sybil"]
-        assert selection.count("trained") == 4 and selection.count("not_needed") == 20
-
-
-def test_selection_takes_registered_peers_first_and_others_only_for_the_slots_left():
-    registered = [_peer_group(10, (1, 0, 0, 0), "registered-new"), _peer_group(9, (0, 1, 0, 0), "registered-old")]
-    others = [_peer_group(10, (0, 0, 1, 0), f"sybil-{i}") for i in range(12)]
-    preferred = {"registered-new", "registered-old", "registered-silent"}
-    for seed in range(20):
-        selection = select_external(others + registered, 3, random.Random(seed), current_round=10,
-                                    drop_zero_advantage=True, preferred=preferred)
-        names = [g.peer_id for g in selection.chosen]
-        assert names[:2] == ["registered-new", "registered-old"] and names[2].startswith("sybil-")
-    # without registered peers among them, the others are still picked uniformly
-    picked = {select_external(others, 1, random.Random(seed), current_round=10, drop_zero_advantage=True,
-                              preferred=set()).chosen[0].peer_id for seed in range(40)}
-    assert len(picked) >= 6
 
 
 def test_text_outside_the_answer_is_capped_relative_to_our_own():

@@ -238,31 +238,16 @@ def test_publishing_someone_elses_record_is_a_bug(trio):
         trio[0].publish(record(trio[1].peer_id, 11, groups=1))
 
 
-def at_round(swarm, round_, *, publish=True):
-    if publish:  # what makes a peer recently active: it works on the rounds it announces
-        assert swarm.publish(record(swarm.peer_id, round_, groups=1, completions=2, completion_chars=20))
-    swarm.announce_round(round_)
-
-
-def test_round_clock_follows_a_quorum_not_one_peer(trio):
-    a, b, c = trio
-    at_round(a, 103)
-    at_round(b, 107)
-    at_round(c, 105)
-    # a (at 103) follows 105: two peers reached it; 107 alone is one peer's word
-    assert a.swarm_round() == 105
-    assert b.swarm_round() == 107 and c.swarm_round() == 105  # never backwards
-    at_round(c, 10**9)  # the clock attack: one peer announces a far-future round (and even publishes there)
-    assert a.swarm_round() == 107 and b.swarm_round() == 107
-    at_round(b, 2000, publish=False)  # announcing without working at that round carries no weight
-    assert a.swarm_round() == 103
-    at_round(b, 2000)
-    assert a.swarm_round(current=105) == 105 + 1000  # b and c both past 2000: followed, by a bounded jump
-    at_round(c, 108)  # a later announcement replaces the earlier one
-    assert a.swarm_round(current=105) == 108
+def test_publishing_twice_in_one_swarm_round_adds_groups_after_the_first(trio):
+    a, b, _ = trio
+    first, second = record(a.peer_id, 150, groups=2, seed=1), record(a.peer_id, 150, groups=2, seed=2)
+    assert a.publish(first, spread=[1]) and a.publish(second, spread=[0])
+    state = b._round_state(150)
+    asyncio.run_coroutine_threadsafe(b._read_directory(b._node, 150, state, b._gather_reread), b._loop).result(30)
+    pointer = state.pool[a.peer_id]
+    assert pointer.groups == 4 and pointer.spread == (1, 2)  # indices go on; spread claims of both publishes
     with pytest.raises(ValueError):
-        a.announce_round(MAX_ROUND + 1)
-    assert all(swarm.peers_seen() == 2 for swarm in trio)
+        a.publish(record(b.peer_id, 150, groups=1))
 
 
 def test_a_peer_cannot_overwrite_another_peers_entry(trio):
@@ -320,7 +305,7 @@ def test_honest_storage_accepts_only_the_swarms_own_keys_and_shapes(trio):
             "not a record": (group_key(ns, 50, me, 0), b"|g/50/0", b"\x00junk", soon),
             "pointer in another shard": (f"{ns}/d/50/{other_shard}", f"|d/50/{other_shard}".encode(), pointer, soon),
             "far-future clock": (f"{ns}/c/{shard}", f"|c/{shard}".encode(), MAX_ROUND + 1, soon),
-            "clock in another shard": (f"{ns}/c/{other_shard}", f"|c/{other_shard}".encode(), 5, soon),
+            "any round clock entry (rounds come from time)": (f"{ns}/c/{shard}", f"|c/{shard}".encode(), 5, soon),
             "stage record under another peer's key": (stage_key(ns, 50, 1, a.peer_id), b"|s/50/1", answer, soon),
             "stage record of another stage": (stage_key(ns, 50, 2, me), b"|s/50/2", answer, soon),
             "round record as a stage record": (stage_key(ns, 50, 1, me), b"|s/50/1", group, soon),
@@ -458,14 +443,14 @@ def test_unresponsive_and_stopped_peers_cost_at_most_the_timeout(tmp_path):
         (daemon,) = daemons_of(a._identity)
         freeze(daemon)
         try:
-            for call in (lambda: b.gather(1), lambda: b.publish(record(b.peer_id, 1, groups=2)), b.swarm_round):
+            for call in (lambda: b.gather(1), lambda: b.publish(record(b.peer_id, 1, groups=2))):
                 started = time.monotonic()
                 call()
                 assert time.monotonic() - started < 3.0 + SLACK_S
         finally:
             daemon.send_signal(signal.SIGCONT)
         a.shutdown()
-        for call in (lambda: b.gather(2), lambda: b.publish(record(b.peer_id, 2, groups=2)), b.swarm_round):
+        for call in (lambda: b.gather(2), lambda: b.publish(record(b.peer_id, 2, groups=2))):
             started = time.monotonic()
             call()
             assert time.monotonic() - started < 3.0 + SLACK_S
@@ -477,14 +462,13 @@ def test_shutdown_stops_the_daemon_and_is_idempotent(tmp_path):
     swarm = DhtExchange(identity, swarm_name=SWARM, host="127.0.0.1")
     swarm.start()
     assert len(daemons_of(identity)) == 1
-    assert swarm.swarm_round() is None
+    assert swarm.gather(1).records == ()
     swarm.shutdown()
     assert wait_until_gone(identity)
     assert stale_sockets() <= stale_before
     swarm.shutdown()
     assert swarm.publish(record(swarm.peer_id, 1, groups=1)) is False
     assert swarm.gather(1).records == ()
-    assert swarm.swarm_round() is None
 
 
 def test_shutdown_kills_a_hung_daemon(tmp_path):

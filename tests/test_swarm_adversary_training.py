@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from node.clock import SwarmClock
 from node.identity import load_or_create
 from node.records import MAX_ROUND, GroupRecord, Pointer, RoundRecord, SharedGroup, encode_group_record, encode_pointer
 from node.swarm import DhtExchange, shard_of
@@ -21,7 +22,7 @@ from tests.nodes import NodeProcess, tiny_config
 from tests.test_swarm_attack import PAYLOAD, store_as, sybils
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
-ROUNDS = 4
+ROUNDS = 8  # a node never waits for peers: its first rounds may come before any peer group arrives
 
 
 def _config(tiny_model_dir, data_dir, *, rounds, join=()):
@@ -34,7 +35,8 @@ def _config(tiny_model_dir, data_dir, *, rounds, join=()):
 
 
 class Adversary:
-    """Attacks in a thread until stopped: clock, flood of payload groups copied from honest tasks, junk keys."""
+    """Attacks in a thread until stopped: a far-future round, flood of payload groups copied from honest tasks, junk
+    keys."""
 
     def __init__(self, swarm: DhtExchange, targets: list[str], identities: int = 12) -> None:
         self.swarm = swarm
@@ -51,17 +53,17 @@ class Adversary:
     def _run(self) -> None:
         ns = self.swarm._namespace
         far = RoundRecord(self.swarm.peer_id, MAX_ROUND, self.swarm_groups_placeholder())
+        clock = SwarmClock()
         while not self.stop.is_set():
-            self.swarm.announce_round(10**9)  # one peer's word: no quorum
             self.swarm.publish(far)  # a round nobody plays
-            top = max(self.rounds_flooded, default=0)
-            for seen in range(max(0, top - 4), top + 2):  # an honest group, to copy a task every node regenerates
+            now = clock.now()
+            for seen in (now - 1, now):  # an honest group, to copy a task every node regenerates
                 self.swarm._rounds.pop(seen, None)
                 honest = self.swarm.gather(seen).records
                 if not honest:
                     continue
                 group, prompt_format = honest[0].groups[0], honest[0].prompt_format
-                # flood the rounds ahead, so that the groups are there when honest nodes gather
+                # flood this round and the next ones, so that the groups are there when honest nodes look
                 for round_ in range(seen, seen + 4):
                     if round_ in self.rounds_flooded:
                         continue
@@ -115,8 +117,8 @@ def test_honest_nodes_keep_training_under_attack_and_a_restarted_node_runs(tiny_
         for node in nodes:
             rounds = node.events_of("round_finished")
             assert len(rounds) == ROUNDS  # no round lost
-            assert all(r.round < 50 for r in rounds), [r.round for r in rounds]  # the clock was not hijacked
-            assert all(r.seconds_gather <= 20.0 + 15.0 for r in rounds)  # bounded by the deadline
+            assert [r.round for r in rounds] == list(range(ROUNDS))  # the node's own rounds, one after the other
+            assert all(r.seconds_gather < 1.0 for r in rounds)  # never waiting: taken from the buffer at once
             assert sum(r.groups_used for r in rounds) >= 1
         dropped = sum(r.rejected_reasons.get("payload_outside_answer", 0) for n in nodes
                       for r in n.events_of("round_finished"))

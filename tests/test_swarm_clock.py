@@ -1,53 +1,132 @@
-"""The round clock's rule, without a network: quorum of distinct peers, bounded jumps, one bound on rounds."""
+"""The swarm clock: rounds come from time, so identities an attacker makes cannot move anyone's round.
+
+Unit tests of :class:`node.clock.SwarmClock`, then ten free identities against two honest nodes over real p2pd
+daemons on loopback: they announce far-future rounds the way the old quorum clock read them and publish under
+far-future and ancient rounds; the honest nodes' rounds stay where time puts them, and each keeps receiving the
+other's groups.
+"""
+
+import asyncio
+import math
+import time
 
 import pytest
 
-from node.clock import ClockPolicy, follow_round, required_announcers
-from node.records import MAX_ROUND, encode_record, RoundRecord
+from node.clock import SwarmClock
+from node.records import MAX_ROUND, Pointer, encode_pointer
+from node.swarm import shard_of
+from tests.test_swarm import raw_node, record, swarms
+from tests.test_swarm_attack import flood_entries, store_as, sybils
 
-DEFAULT = ClockPolicy()
-
-
-def peers(*rounds):
-    return {f"peer{i}": r for i, r in enumerate(rounds)}
-
-
-def test_one_peer_announcing_a_far_future_round_is_ignored():
-    assert follow_round(5, peers(10**9, 6, 5), DEFAULT) == 6
-    assert follow_round(5, peers(2**63 - 1, 5), DEFAULT) == 5  # out of bounds: not even counted
+SYBILS = 10
 
 
-def test_two_nodes_still_agree():
-    # with a single other peer the quorum is that peer: a swarm of two must not drift apart
-    assert follow_round(3, peers(10), DEFAULT) == 10
+def test_the_round_is_the_slice_of_time_since_the_epoch():
+    clock = SwarmClock(epoch=1000.0, round_seconds=10.0)
+    assert [clock.round_at(t) for t in (1000.0, 1009.99, 1010.0, 1125.0)] == [0, 0, 1, 12]
+    assert clock.round_at(0.0) == 0 and clock.round_at(1e30) == MAX_ROUND  # never outside what records accept
+    assert clock.start_of(12) == 1120.0
+    assert abs(SwarmClock().now() - math.floor((time.time() - SwarmClock().epoch) / SwarmClock().round_seconds)) <= 1
 
 
-def test_a_quorum_can_move_the_clock_but_only_by_a_bounded_jump():
-    sybils = peers(10**9, 10**9, 10**9)
-    assert follow_round(5, sybils, DEFAULT) == 5 + DEFAULT.max_jump
-    assert follow_round(MAX_ROUND - 1, peers(MAX_ROUND, MAX_ROUND), DEFAULT) == MAX_ROUND
+def test_a_peers_round_is_accepted_only_near_ours():
+    clock = SwarmClock(epoch=0.0, round_seconds=10.0)
+    now = clock.now()
+    assert clock.accepts(now, max_age_rounds=3) and clock.accepts(now + 1, max_age_rounds=3)  # a clock a bit fast
+    assert clock.accepts(now - 3, max_age_rounds=3) and not clock.accepts(now - 4, max_age_rounds=3)
+    for far in (now + 2, now + 1000, 10**9, MAX_ROUND, 0):
+        assert not clock.accepts(far, max_age_rounds=3)
+    assert not clock.accepts(True, max_age_rounds=3)  # a bool is no round
+    assert clock.rounds_within(120.0) == 13  # a group 2 minutes old may be from 13 rounds back
 
 
-def test_a_fraction_of_the_active_peers_can_be_required():
-    strict = ClockPolicy(quorum=2, quorum_fraction=0.5)
-    honest = {f"h{i}": 7 for i in range(6)}
-    attack = {f"s{i}": 10**6 for i in range(5)}
-    assert follow_round(7, honest | attack, strict) == 7  # 5 of 11 < half
-    assert follow_round(7, honest | attack, DEFAULT) == 7 + DEFAULT.max_jump  # what the default lets 2 sybils do
-    assert required_announcers(11, strict) == 6
-
-
-def test_never_backwards_and_always_encodable():
-    assert follow_round(50, peers(3, 4, 5), DEFAULT) == 50
-    assert follow_round(-3, {}, DEFAULT) == 0
-    for current in (0, 7, MAX_ROUND - 5, MAX_ROUND, 2**63 - 1):
-        for announced in (peers(), peers(MAX_ROUND, MAX_ROUND), peers(10**18, 10**18, True, "x", -1)):
-            round_ = follow_round(current, announced, DEFAULT)
-            assert 0 <= round_ <= MAX_ROUND
-            encode_record(RoundRecord("QmPeer", round_, ()))  # never a round our own encoder refuses
-
-
-@pytest.mark.parametrize("bad", [dict(quorum=0), dict(quorum_fraction=1.5), dict(max_jump=0)])
-def test_invalid_policies_are_refused(bad):
+@pytest.mark.parametrize("bad", [dict(round_seconds=0.0), dict(round_seconds=-1.0), dict(epoch=math.nan)])
+def test_invalid_clocks_are_refused(bad):
     with pytest.raises(ValueError):
-        ClockPolicy(**bad)
+        SwarmClock(**bad)
+
+
+class Sink:
+    """A buffer stand-in that takes every group the feed offers."""
+
+    def __init__(self):
+        self.groups = []
+
+    def offer(self, record, *, published_at, size):
+        self.groups.append(record)
+        return True
+
+    def wants(self, peer_id):
+        return 8
+
+    def max_age_rounds(self):
+        return 3
+
+
+@pytest.mark.timeout(300)
+def test_ten_identities_cannot_move_the_clock_nor_cut_two_honest_nodes_apart(tmp_path):
+    clock = SwarmClock(epoch=time.time() - 1000.0, round_seconds=5.0)
+    with swarms(tmp_path, 2, record_ttl=300.0, groups_wanted=2) as (a, b):
+        before = clock.now()
+
+        async def attack():
+            node, _ = await raw_node(a)
+            try:
+                stored = []
+                for key, peer in sybils(SYBILS):
+                    shard = shard_of(peer, a._shards)
+                    # what moved the quorum clock: a far-future round announced in the clock shards...
+                    stored += await store_as(node, key, [a, b], [(f"{a._namespace}/c/{shard}", f"|c/{shard}".encode(),
+                                                                  10**9)])
+                    # ...backed by "activity" at that round, and groups under a future and an ancient round
+                    for round_ in (before + 1000, 10**9, 0):
+                        await store_as(node, key, [a, b], flood_entries(a, peer, round_))
+                    await store_as(node, key, [a, b], [(f"{a._namespace}/d/{10**9 - 1}/{shard}",
+                                                        f"|d/{10**9 - 1}/{shard}".encode(),
+                                                        encode_pointer(Pointer(peer, 10**9 - 1, 1, (0,))))])
+                return stored
+            finally:
+                await node.shutdown()
+
+        clock_entries = asyncio.run(attack())
+        assert not any(clock_entries)  # no clock key exists any more: honest storage refuses them all
+        sinks = {a.peer_id: Sink(), b.peer_id: Sink()}
+        a.start_feed(sinks[a.peer_id], clock, poll_s=0.2)
+        b.start_feed(sinks[b.peer_id], clock, poll_s=0.2)
+        received = {a.peer_id: 0, b.peer_id: 0}
+        for _ in range(4):  # four honest rounds, each published under the round time says
+            for me, other in ((a, b), (b, a)):
+                round_ = clock.now()
+                assert round_ - before <= math.ceil(time.time() - clock.start_of(before)) // 5 + 1
+                assert me.publish(record(me.peer_id, round_, groups=1, completions=2, completion_chars=50),
+                                  wait=False)
+            deadline = time.monotonic() + 30
+            wanted = {p: n + 1 for p, n in received.items()}
+            while time.monotonic() < deadline and any(len(sinks[p].groups) < wanted[p] for p in wanted):
+                time.sleep(0.05)
+            received = {p: len(sinks[p].groups) for p in sinks}
+            assert received == wanted  # each honest node got the other's new group this round
+        for me, other in ((a, b), (b, a)):
+            groups = sinks[me.peer_id].groups
+            assert {g.peer_id for g in groups} == {other.peer_id}  # no sybil group from the rounds they forged
+            assert all(before <= g.round <= clock.now() for g in groups)
+
+
+def test_the_invite_carries_the_swarm_clock_and_a_joiner_takes_it(tmp_path):
+    from node.cli import _parser, config_from_args
+    from node.config import NodeConfig
+    from node.invite import format_invite, parse_invite
+
+    addr = "/ip4/192.0.2.7/tcp/31337/p2p/QmYyQSo1c1Ym7orWxLYvCrM2EmxFTANf8wXmmE7DWjhx5N"
+    invite = format_invite("team", [addr], swarm_epoch=1_800_000_000.5, round_seconds=30.0)
+    assert parse_invite(invite).clock == SwarmClock(1_800_000_000.5, 30.0)
+    assert parse_invite(format_invite("team", [addr])).clock == SwarmClock()  # older invites: the defaults
+    assert parse_invite(addr).clock is None  # a bare address: the joiner's own settings
+    args = _parser().parse_args(["run", "--join", invite, "--data-dir", str(tmp_path)])
+    swarm = config_from_args(args).swarm
+    assert (swarm.swarm_epoch, swarm.round_seconds) == (1_800_000_000.5, 30.0)
+    with pytest.raises(Exception, match="swarm clock"):
+        parse_invite(invite.replace("round_s=30", "round_s=0"))
+    # a config file an earlier version saved, with the quorum clock's settings, still loads
+    old = NodeConfig.build({"swarm": {"round_quorum": 2, "round_quorum_fraction": 0.0, "max_round_jump": 1000}})
+    assert old.swarm.round_seconds == SwarmClock().round_seconds

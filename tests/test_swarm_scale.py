@@ -79,26 +79,27 @@ def test_sampling_is_uniform_over_the_peers_that_published(sixteen):
     assert min(counts.values()) >= 1 and max(counts.values()) <= 20, counts
 
 
-def test_one_peer_announcing_a_far_future_round_is_ignored(sixteen):
-    swarms, _ = sixteen
-    *honest, attacker = swarms
-    for swarm in honest:
-        swarm.announce_round(1)
-    attacker.announce_round(10**9)
-    for swarm in honest[:3]:
-        assert swarm.swarm_round(current=1) == 1
-
-
 @contextmanager
 def calls_of(swarm):
-    """The operations of the DHT calls ``swarm`` makes (one per round trip of its caller) inside the block."""
+    """The network round trips a read makes inside the block: "directory" (shards read together), "groups"."""
     made = []
-    original = swarm._call
-    swarm._call = lambda op, make: made.append(op) or original(op, make)
+    import node.swarm as module
+
+    latest_many, first_replicas = module._latest_many, module._first_replicas
+
+    async def directory(node, keys):
+        made.append("directory")
+        return await latest_many(node, keys)
+
+    async def groups(node, keys, timeout):
+        made.append("groups")
+        return await first_replicas(node, keys, timeout)
+
+    module._latest_many, module._first_replicas = directory, groups
     try:
         yield made
     finally:
-        del swarm._call
+        module._latest_many, module._first_replicas = latest_many, first_replicas
 
 
 @contextmanager
@@ -129,7 +130,7 @@ def test_a_gather_reads_the_directory_in_one_round_trip_once_it_knows_the_swarm(
     me._rounds.clear()
     with calls_of(me) as made:
         assert len(me.gather(1).records) == J
-    assert made == ["gather", "gather"]  # the directory, then the groups
+    assert made == ["directory", "groups"]
 
 
 def test_a_read_is_sized_by_every_shard_the_last_one_read_not_its_densest_batch(tmp_path, monkeypatch):
@@ -147,23 +148,18 @@ def test_a_read_is_sized_by_every_shard_the_last_one_read_not_its_densest_batch(
     monkeypatch.setattr("node.swarm._latest_many", latest_many)
     monkeypatch.setattr(swarm._rng, "shuffle", list.sort)  # shards in order: the sparse ones first
     made = []
-    swarm._call = lambda op, make: made.append(op) or asyncio.run(make(None))
+
+    async def counted(node, keys):
+        made.append(len(keys))
+        return await latest_many(node, keys)
+
+    monkeypatch.setattr("node.swarm._latest_many", counted)
+    swarm._call = lambda op, make, timeout=None: asyncio.run(make(None))
     swarm.gather(1)
-    assert made == ["gather", "gather"]  # 4 shards, then the other 4
+    assert made == [4, 4]  # 4 shards, then the other 4
     made.clear()
     swarm.gather(2)
-    assert made == ["gather"]  # all 8 at once
-
-
-def test_a_clock_read_is_one_round_trip_once_it_knows_the_swarm(sixteen):
-    swarms, _ = sixteen
-    for swarm in swarms:
-        swarm.announce_round(1)
-    me = swarms[6]
-    me.announced_rounds()
-    with calls_of(me) as made:
-        assert len(me.announced_rounds()) == PEERS - 1
-    assert made == ["clock"]
+    assert made == [8]  # all 8 at once
 
 
 def test_each_group_is_received_once_and_each_shard_from_few_replicas(sixteen):

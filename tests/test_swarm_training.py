@@ -1,6 +1,7 @@
 """Real swarms on loopback: separate node processes, real hivemind DHT, the tiny model.
 
-- three nodes train 3 rounds and each trains on peer groups; killing one mid-run does not stop the others;
+- three nodes train 8 rounds and each trains on peer groups (never waiting for them); killing one mid-run does
+  not stop the others;
 - a node SIGKILLed between rounds resumes from its checkpoint: identity, round counter and metrics continue
   without loss or duplication.
 """
@@ -16,6 +17,9 @@ from tests.nodes import NodeProcess, tiny_config
 pytestmark = pytest.mark.slow
 
 
+ROUNDS = 8
+
+
 def _swarm_config(tiny_model_dir, data_dir, *, rounds, join=()):
     return tiny_config(
         tiny_model_dir, data_dir,
@@ -28,13 +32,15 @@ def _swarm_config(tiny_model_dir, data_dir, *, rounds, join=()):
 
 def test_three_node_swarm_shares_rollouts_and_survives_a_killed_peer(tiny_model_dir, tmp_path):
     # Paused until all three are up: a node alone would rightly train solo without waiting for anybody.
-    first = NodeProcess(_swarm_config(tiny_model_dir, tmp_path / "a", rounds=3), name="a")
+    # Enough rounds for peers' groups to reach each node's buffer: a node never waits for them, so its first rounds
+    # (before any peer has published) train on its own groups only.
+    first = NodeProcess(_swarm_config(tiny_model_dir, tmp_path / "a", rounds=ROUNDS), name="a")
     first.send("pause")
     nodes = [first]
     try:
         invite = first.wait_for(lambda e: e.kind == "node_started").invite
         for name in ("b", "c"):
-            node = NodeProcess(_swarm_config(tiny_model_dir, tmp_path / name, rounds=3, join=invite), name=name)
+            node = NodeProcess(_swarm_config(tiny_model_dir, tmp_path / name, rounds=ROUNDS, join=invite), name=name)
             node.send("pause")
             nodes.append(node)
         for node in nodes:
@@ -52,7 +58,7 @@ def test_three_node_swarm_shares_rollouts_and_survives_a_killed_peer(tiny_model_
             started = node.events_of("node_started")[0]
             peer_ids.add(started.peer_id)
             rounds = node.events_of("round_finished")
-            assert len(rounds) == 3
+            assert len(rounds) == ROUNDS
             assert sum(r.groups_used for r in rounds) >= 1, [(r.round, r.groups_received, r.rejected_reasons) for r in rounds]
             assert all(r.groups_rejected == 0 for r in rounds), [r.rejected_reasons for r in rounds]
             assert any(r.reward_external is not None for r in rounds)

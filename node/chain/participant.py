@@ -32,7 +32,7 @@ What is submitted, from the first training round this node starts while the chai
 
 Which peers are registered (their peer id maps to a wallet on the coordinator) is looked up by the same thread, in
 one batched call per round for the peers gathered, and kept: the round picks their groups first
-(:func:`node.sapo.select_external`), since a registration costs a wallet and a transaction where a libp2p identity
+(:meth:`node.peer_buffer.PeerGroupBuffer.take`), since a registration costs a wallet and a transaction where a libp2p identity
 is free. A peer found unregistered is asked about again in the next chain round.
 """
 

@@ -1,0 +1,162 @@
+"""The buffer of peers' groups that rounds take from without waiting: freshness, bounds, choice, accounting."""
+
+import random
+import time
+
+import pytest
+
+from node.clock import SwarmClock
+from node.peer_buffer import PeerGroupBuffer
+from node.records import GroupRecord, SharedGroup
+from node.sapo import RejectedGroup, Verification, score_group
+from node.taskref import TaskRef
+from node.tasks import Grade, Task
+
+CLOCK = SwarmClock(epoch=time.time() - 10_000.0, round_seconds=10.0)
+
+
+def group(peer, index, *, round_=None, rewards=(0.0, 1.0), forged=False):
+    texts = tuple(f"{peer}/{index}/{i}/{r}" for i, r in enumerate(rewards))
+    question = "forged" if forged else f"q{index}"
+    shared = SharedGroup(TaskRef("basic_arithmetic", "ab", 0, index), question, texts, (True,) * len(texts))
+    return GroupRecord(peer, CLOCK.now() if round_ is None else round_, index, shared)
+
+
+def verify(record):
+    """Our 'verifier': the reward is the text's last field; a forged question fails the task check."""
+    g = record.groups[0]
+    if g.question == "forged":
+        return Verification([], [RejectedGroup(record.peer_id, record.round, g, "question_mismatch")])
+    task = Task(g.task, g.question, "1", {})
+    graded = score_group(lambda t, text, done: Grade(float(text.rsplit("/", 1)[1]), False, 0.0, True, ""),
+                         peer_id=record.peer_id, round=record.round, local=False, task=task, texts=g.completions,
+                         finished=g.finished)
+    return Verification([graded], [])
+
+
+def buffer(**kwargs):
+    penalized = []
+    made = PeerGroupBuffer(CLOCK, verify, penalize=penalized.append, **kwargs)
+    return made, penalized
+
+
+def offer(buf, record, *, age_s=0.0, size=1000):
+    return buf.offer(record, published_at=time.time() - age_s, size=size)
+
+
+def test_stale_groups_are_refused_and_never_trained_on():
+    buf, _ = buffer(max_age_s=60.0)
+    assert not offer(buf, group("QmOld", 0), age_s=61.0)  # published too long ago
+    assert not offer(buf, group("QmOld", 1, round_=CLOCK.now() - 8))  # from a swarm round that old
+    assert not offer(buf, group("QmFuture", 2, round_=CLOCK.now() + 5))  # ahead of any honest clock
+    assert offer(buf, group("QmFresh", 3), age_s=59.0)  # fresh now, stale by the time a round takes it
+    buf.verify_pending()
+    buf._ready[0].published_at -= 2.0
+    taken = buf.take(2, random.Random(0))
+    assert taken.chosen == [] and taken.expired == 1 and buf.held() == (0, 0)
+
+
+def test_the_automatic_freshness_follows_this_nodes_round_time():
+    buf, _ = buffer()
+    assert buf.max_age_s == 120.0 and buf.max_age_rounds() == 13
+    buf.round_took(300.0)  # a slow node: peers' groups of its last three rounds are still fresh for it
+    assert buf.max_age_s == 900.0
+
+
+def test_the_buffer_is_bounded_per_peer_keeping_each_peers_newest():
+    buf, _ = buffer(max_per_peer=3)
+    for i in range(10):
+        offer(buf, group("QmFast", i), age_s=10.0 - i)
+    offer(buf, group("QmSlow", 0))
+    buf.verify_pending()
+    kept = sorted(item.record.index for item in buf.candidates() if item.peer_id == "QmFast")
+    assert kept == [7, 8, 9] and buf.held()[0] == 4 and buf.evicted == 7
+
+
+def test_the_buffer_is_bounded_in_bytes_and_a_flood_pushes_out_its_own_groups_first():
+    buf, _ = buffer(max_bytes=10_000, max_per_peer=100)
+    assert offer(buf, group("QmHonest", 0), size=3000)
+    for i in range(20):
+        offer(buf, group("QmFlood", i), size=3000)
+        assert buf.held()[1] <= 10_000
+    buf.verify_pending()
+    peers = [item.peer_id for item in buf.candidates()]
+    assert "QmHonest" in peers and peers.count("QmFlood") == 2
+    assert not offer(buf, group("QmHuge", 0), size=10_001)  # larger than the whole buffer
+
+
+def test_a_round_takes_j_at_once_one_per_peer_first_newest_round_first_then_they_are_gone():
+    buf, penalized = buffer()
+    for i in range(3):
+        offer(buf, group("QmA", i))
+        offer(buf, group("QmB", 10 + i, round_=CLOCK.now() - 1))
+    offer(buf, group("QmC", 20, rewards=(1.0, 1.0)))  # equal rewards: no gradient, dropped
+    offer(buf, group("QmEvil", 30, forged=True))
+    buf.verify_pending()
+    started = time.perf_counter()
+    taken = buf.take(4, random.Random(1))
+    assert time.perf_counter() - started < 0.1
+    peers = [item.peer_id for item in taken.chosen]
+    assert sorted(peers) == ["QmA", "QmA", "QmB", "QmB"] and peers[0] == "QmA"  # this round's group first
+    assert taken.arrived == 8 and len(taken.dropped) == 1 and [r.reason for r in taken.rejected] == ["question_mismatch"]
+    assert penalized == ["QmEvil"] and taken.left == 2
+    again = buf.take(4, random.Random(1))
+    assert sorted(item.peer_id for item in again.chosen) == ["QmA", "QmB"] and again.arrived == 0  # once each
+    assert buf.take(4, random.Random(1)).chosen == []  # short: the round trains on what it has
+
+
+def test_registered_peers_come_first_and_a_refused_candidate_leaves_as_rejected():
+    buf, penalized = buffer()
+    offer(buf, group("QmSybil", 0))
+    offer(buf, group("QmPayload", 1))
+    offer(buf, group("QmRegistered", 2))
+    buf.verify_pending()
+    taken = buf.take(2, random.Random(0), preferred={"QmRegistered"},
+                     keep=lambda g: "payload_outside_answer" if g.peer_id == "QmPayload" else "")
+    assert taken.chosen[0].peer_id == "QmRegistered"
+    assert [r.peer_id for r in taken.rejected] in ([], ["QmPayload"])
+    assert set(penalized) <= {"QmPayload"}
+
+
+def test_groups_are_verified_in_the_background():
+    buf, _ = buffer()
+    buf.start()
+    try:
+        offer(buf, group("QmA", 0))
+        deadline = time.monotonic() + 10
+        while not buf.candidates() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert [item.peer_id for item in buf.candidates()] == ["QmA"] and buf.candidates()[0].group.rewards == (0, 1)
+    finally:
+        buf.stop()
+
+
+@pytest.mark.parametrize("bad", [dict(max_bytes=0), dict(max_per_peer=0), dict(max_age_s=0.0)])
+def test_bounds_must_be_positive(bad):
+    with pytest.raises(ValueError):
+        buffer(**bad)
+
+
+def test_a_peer_counts_as_seen_while_its_groups_keep_arriving_within_the_freshness_window():
+    buf, _ = buffer(max_age_s=60.0)
+    offer(buf, group("QmSlow", 0))
+    buf.verify_pending()
+    assert buf.take(2, random.Random(0)).peers == {"QmSlow"}
+    # its next group is not in yet (a slow peer): still a member of the swarm, not gone and back every round
+    assert buf.take(2, random.Random(0)).peers == {"QmSlow"}
+    buf._last_seen["QmSlow"] -= 61.0
+    assert buf.take(2, random.Random(0)).peers == set()
+
+
+def test_one_peer_flooding_groups_takes_one_slot_while_other_peers_have_groups():
+    # what the per-peer rule of SAPO's choice guarantees: many groups of one peer cannot fill the J slots
+    for seed in range(10):
+        buf, _ = buffer(max_per_peer=20)
+        for i in range(20):
+            offer(buf, group("QmFlood", i))
+        for i in range(3):
+            offer(buf, group(f"QmHonest{i}", 100 + i))
+        buf.verify_pending()
+        taken = buf.take(4, random.Random(seed))
+        assert sorted(item.peer_id for item in taken.chosen) == ["QmFlood", "QmHonest0", "QmHonest1", "QmHonest2"]
+        assert taken.left == 19
