@@ -308,3 +308,82 @@ def explain(verdict: Verdict, *, starting_swarm: bool, port: int | None = None) 
     return (f"Not reachable from outside your network{checked}",
             "You take part through the swarm's reachable members, but nobody outside your network can connect to "
             f"you, and no member offers a relay. To be reachable, {forward}.")
+
+
+# ------------------------------------------------------------------------------------------- relay reservations
+HOP_PROTOCOL = "/libp2p/circuit/relay/0.2.0/hop"
+_RESERVE = b"\x08\x00"  # HopMessage{type: RESERVE}
+_STATUS_OK = 100
+
+
+async def reserve(p2p: P2P, relay: PeerID, timeout: float) -> bool:
+    """Book a slot on ``relay`` (circuit relay v2), so that peers can reach us at ``<relay>/p2p-circuit/p2p/<us>``.
+
+    p2pd's auto-relay books slots by itself, but only after it has found four relay candidates or three minutes have
+    passed, and it never considers relays whose address is not global: in a swarm with one public member that is
+    never, or minutes late. A reservation is the relay's promise for its own peer, whatever stream asked: we send
+    the RESERVE message ourselves over a stream p2pd opens, and its relay client answers the relay's STOP streams.
+    """
+    writer = None
+    try:
+        _, reader, writer = await asyncio.wait_for(p2p._client.stream_open(relay, [HOP_PROTOCOL]), timeout)
+        writer.write(bytes([len(_RESERVE)]) + _RESERVE)
+        await writer.drain()
+        length = await asyncio.wait_for(_read_varint(reader), timeout)
+        if not 0 < length <= MAX_MESSAGE_BYTES:
+            return False
+        message = await asyncio.wait_for(reader.readexactly(length), timeout)
+        status = _hop_status(message)
+        if status != _STATUS_OK:
+            logger.info("Relay %s refused a reservation: status %s", relay, status)
+        return status == _STATUS_OK
+    except Exception as e:  # no relay service there, gone, refused: not reserved
+        logger.info("Relay reservation on %s failed: %r", relay, e)
+        return False
+    finally:
+        if writer is not None:
+            writer.close()
+
+
+async def _read_varint(reader: asyncio.StreamReader) -> int:
+    value = shift = 0
+    while shift < 35:
+        byte = (await reader.readexactly(1))[0]
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value
+        shift += 7
+    raise ValueError("varint too long")
+
+
+def _hop_status(message: bytes) -> int | None:
+    """The ``status`` (field 5) of a HopMessage, walking its top-level fields."""
+    position = 0
+
+    def varint() -> int:
+        nonlocal position
+        value = shift = 0
+        while True:
+            byte = message[position]
+            position += 1
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return value
+            shift += 7
+
+    try:
+        while position < len(message):
+            key = varint()
+            field, wire = key >> 3, key & 7
+            if wire == 0:
+                value = varint()
+                if field == 5:
+                    return value
+            elif wire == 2:
+                length = varint()  # before moving on: varint() itself advances the position
+                position += length
+            else:
+                return None
+    except IndexError:
+        return None
+    return None

@@ -111,6 +111,7 @@ CLOCK_SAMPLE = 32  # announcing peers a clock read looks for before it stops rea
 _MAX_CLOCK_CHECKS = 16  # supporters of a clock jump whose activity we check, at most (sampled)
 _MAPPING_WAIT_S = 8.0  # how long a node without a reachable address waits for its router to map a port
 _RECHECK_EVERY_S = 20.0
+_RESERVATION_RENEW_S = 15 * 60.0  # relays keep a reservation for an hour (circuit relay v2's default)
 _CONTACTS_KEPT = 16
 _INVITE_HINT = "An invite looks like /ip4/203.0.113.7/tcp/38211/p2p/QmPeerId...: copy it whole from the inviting node."
 _JOIN_HINT = (
@@ -202,6 +203,8 @@ class DhtExchange:
         self._members: list[str] = []  # reachable members' addresses: an invite from us works through them too
         self._contacts: OrderedDict[str, list[str]] = OrderedDict()  # peer -> addresses we know reach it
         self._recheck: asyncio.Task | None = None
+        self._renew: asyncio.Task | None = None
+        self._lan_addresses: list[str] = []
         self._namespace = f"{swarm_name}/{PROTOCOL}/{directory_shards}"
 
         self._signer = RSASignatureValidator(identity.private_key)
@@ -262,7 +265,8 @@ class DhtExchange:
             ) from e
         except Exception as e:
             self.shutdown()
-            raise _start_error(e, joining=bool(initial_peers), port=self._port) from e
+            raise _start_error(e, joining=bool(initial_peers), port=self._port,
+                               local_only=_local_only(self._initial_peers, self._reachable_networks)) from e
         logger.info("Swarm %r: joined as %s, invite %s", self._swarm_name, self.peer_id, " ".join(self._invite))
 
     def invite(self) -> list[str]:
@@ -772,12 +776,17 @@ class DhtExchange:
         if forced is None and daemon_mode is not None and not ipaddress.ip_address(self._host).is_loopback:
             # p2pd's options are fixed at start: a daemon that serves as a relay (reachable) or books relay slots
             # (unreachable) is started again, on the port the first one got, with what we now know
-            port = _listen_port(await self._p2p.get_visible_maddrs()) or self._port
+            first_visible = await self._p2p.get_visible_maddrs()
+            port = _listen_port(first_visible) or self._port
+            # a daemon forced private hides its LAN addresses: friends on the same network still use them
+            self._lan_addresses = [str(a) for a in first_visible]
             await self._p2p.shutdown()
             self._p2p = None
             self._p2p = await self._create_p2p(initial_peers, [_listen_maddr(self._host, port)], daemon_mode,
                                                 relays=verdict.relays, identity_checked=True)
             self._daemon = _daemon_process(self._p2p)
+        if verdict.relays:
+            verdict = await self._reserve_relays(verdict)
         relayed = verdict.status in ("relayed", "unreachable")
         self._node = await DHTNode.create(
             p2p=self._p2p,
@@ -825,7 +834,7 @@ class DhtExchange:
             use_relay=True,  # dial /p2p-circuit addresses of members that are reached through relays
             force_reachability=mode,  # "public": serve as a relay (within p2pd's limits); "private": book relays
             use_auto_relay=mode == "private",
-            trusted_relays=list(relays) if mode == "private" and relays else None,
+            trusted_relays=None,
             check_if_identity_free=not identity_checked,
         )
 
@@ -842,11 +851,16 @@ class DhtExchange:
         if local.status != "reachable" and not ipaddress.ip_address(self._host).is_loopback:
             visible = await self._wait_for_mapping(port) or visible
             local = reachability.local_verdict(visible, port, self._reachable_networks)
-        helpers = await _connected(p2p, initial_peers)
+        # a member reached through a relay cannot see where we come from: its relay can, and is reachable
+        relays = list(dict.fromkeys(a.split("/p2p-circuit")[0] for a in initial_peers if "/p2p-circuit" in a))
+        for relay in relays:
+            await self._connect(relay)
+        helpers = await _connected(p2p, [*initial_peers, *relays])
         if not helpers:
             return local
         mapped = [p for _, p in reachability.tcp_endpoints(visible) if p != port]
         answers = await reachability.ask(p2p, helpers, [port, *mapped], self._call_timeout)
+        logger.info("Reachability: %d of %d peers answered: %s", len(answers), len(helpers), answers)
         verdict = reachability.combine(answers, port, mapped)
         if verdict is None:
             return local
@@ -857,6 +871,40 @@ class DhtExchange:
             if relays:
                 verdict = dataclasses.replace(verdict, status="relayed", via="relay", relays=relays)
         return verdict
+
+    async def _reserve_relays(self, verdict: Verdict) -> Verdict:
+        """Book a slot on each relay of the verdict (connecting first: the daemon was restarted); keep those that
+        took us, and renew them before they expire."""
+        booked = []
+        for relay in verdict.relays:
+            peer = await self._connect(relay)
+            if peer is not None and await reachability.reserve(self._p2p, peer, self._call_timeout):
+                booked.append(relay)
+        if booked and self._renew is None:
+            self._renew = asyncio.ensure_future(self._renew_reservations(booked))
+        if not booked:
+            return dataclasses.replace(verdict, status="unreachable", via="none", relays=())
+        return dataclasses.replace(verdict, relays=tuple(booked))
+
+    async def _connect(self, address: str) -> PeerID | None:
+        """Connect our daemon to the peer at ``address`` (``.../p2p/<id>``); its id, or None if that failed."""
+        maddr = Multiaddr(address)
+        peer = PeerID.from_base58(address.rsplit("/p2p/", 1)[1])
+        try:
+            await asyncio.wait_for(self._p2p._client.connect(peer, [maddr.decapsulate(Multiaddr(f"/p2p/{peer}"))]),
+                                   self._call_timeout)
+        except Exception as e:
+            logger.info("Could not connect to %s: %r", address, e)
+            return None
+        return peer
+
+    async def _renew_reservations(self, relays: list[str]) -> None:
+        while True:
+            await asyncio.sleep(_RESERVATION_RENEW_S)
+            if self._p2p is None:
+                return
+            for relay in relays:
+                await reachability.reserve(self._p2p, PeerID.from_base58(Multiaddr(relay)["p2p"]), self._call_timeout)
 
     async def _wait_for_mapping(self, port: int) -> list[Multiaddr] | None:
         """Our addresses once the router mapped a port for us (p2pd asks it at start, over UPnP or NAT-PMP);
@@ -891,6 +939,7 @@ class DhtExchange:
     async def _set_verdict(self, verdict: Verdict) -> None:
         self._verdict = verdict
         visible = await self._p2p.get_visible_maddrs(latest=True)
+        visible += [a for a in self._lan_addresses if a not in map(str, visible)]
         outside, self._local_invite = reachability.invite_addresses(self.peer_id, visible, verdict,
                                                                     self._reachable_networks)
         self._invite = outside + self._local_invite + [a for a in self._members if a not in outside][:2]
@@ -923,8 +972,9 @@ class DhtExchange:
 
     async def _stop_node(self) -> None:
         node, p2p, self._node, self._p2p = self._node, self._p2p, None, None
-        if self._recheck is not None:
-            self._recheck.cancel()
+        for task in (self._recheck, self._renew):
+            if task is not None:
+                task.cancel()
         if node is not None:
             await self._stop_step(_unless_daemon_exits(node.shutdown(), p2p))
         if p2p is not None:
@@ -1308,8 +1358,31 @@ def _remove_stale_sockets(paths: set[Path]) -> None:
                 continue
 
 
-def _start_error(error: Exception, *, joining: bool, port: int) -> NodeError:
+def _local_only(invite: Sequence[str], reachable_networks: Sequence[str]) -> list[str]:
+    """The invite's addresses if none of them can work from another network (LAN and loopback only), else []."""
+    ips = []
+    for address in invite:
+        if "/p2p-circuit" in address:
+            return []
+        endpoints = reachability.tcp_endpoints([address]) or [(None, 0)]
+        ip = endpoints[0][0]
+        if ip is None or reachability.is_reachable_ip(ip, reachable_networks):
+            return []
+        ips.append(ip)
+    return ips
+
+
+def _start_error(error: Exception, *, joining: bool, port: int, local_only: Sequence[str] = ()) -> NodeError:
     detail = str(error) or type(error).__name__
+    if joining and local_only and "bootstrap" in detail:
+        return NodeError(
+            f"Could not join the swarm: the invite only holds addresses inside the inviting computer's own network "
+            f"({', '.join(dict.fromkeys(local_only))}), and this computer cannot reach them",
+            hint="The inviting node is not reachable from the internet. Ask any member that is (their app says "
+            "'Reachable' or 'Reachable through a relay') for an invite, or ask the host to forward its TCP port on "
+            "their router or enable UPnP, then send a fresh invite.",
+            code="swarm_invite_local_only",
+        )
     if isinstance(error, ValidationError):
         return NodeError(
             f"The swarm cannot connect back to this node: {detail}",

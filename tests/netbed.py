@@ -242,6 +242,15 @@ class Netbed:
         self.spawn(host.router_netns, ["miniupnpd", "-d", "-f", str(conf), "-P",
                                         str(self.workdir / f"{host.name}-miniupnpd.pid")],
                    stdout=log, stderr=subprocess.STDOUT)
+        # ready once its STUN check enabled port forwarding and it listens for NAT-PMP requests
+        deadline = time.monotonic() + 30
+        path = self.workdir / f"{host.name}-miniupnpd.log"
+        while b"Listening for NAT-PMP" not in path.read_bytes():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"miniupnpd did not start: {path.read_text(errors='replace')[-2000:]}")
+            time.sleep(0.2)
+        if b"Port forwarding is now enabled" not in path.read_bytes():
+            raise RuntimeError(f"miniupnpd cannot forward ports: {path.read_text(errors='replace')[-2000:]}")
 
     # ------------------------------------------------------------------------------------------- running
     def member(self, host: Host, name: str) -> Member:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -30,7 +31,7 @@ def make_record(peer_id: str, round_: int, groups: int) -> RoundRecord:
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
+    logging.basicConfig(level=logging.DEBUG if os.environ.get("NETBED_DEBUG") else logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
     exchange: DhtExchange | None = None
     events: list[dict] = []
     for line in sys.stdin:
