@@ -10,7 +10,7 @@ from PySide6.QtWidgets import QFrame, QGridLayout, QHBoxLayout, QLabel, QPushBut
 from app import status
 from app.history import RunHistory
 from app.progress import RoundProgressView
-from node.events import NodeStarted
+from node.events import NodeStarted, ReachabilityChanged
 from node.invite import format_invite
 
 COPIED_MS = 2000
@@ -19,6 +19,7 @@ PRIVATE_TIP = ("Copy the invite others paste into their setup wizard to join thi
                "swarm's secret")
 PRIVATE_NOTE = "Private swarm: Copy invite includes the swarm's secret. Share it only with people you want in the swarm."
 DEVICES = {"cpu": "CPU", "cuda": "NVIDIA GPU", "mps": "Apple GPU"}
+REACH_COLORS = {"reachable": "#2e7d32", "relayed": "#b26a00", "unreachable": "#c62828", "unknown": "#7f7f7f"}
 
 
 class StatusHeader(QFrame):
@@ -57,6 +58,16 @@ class StatusHeader(QFrame):
         self.invite_note.setWordWrap(True)
         self.invite_note.setAlignment(Qt.AlignmentFlag.AlignRight)
         self.invite_note.hide()
+        # Whether friends outside this network can reach the node (node.reachability), and what they can do
+        self.reach = QLabel("")
+        self.reach.setObjectName("reachability")
+        self.reach.setTextFormat(Qt.TextFormat.PlainText)
+        self.reach.hide()
+        self.reach_note = QLabel("")
+        self.reach_note.setObjectName("reachabilityNote")
+        self.reach_note.setTextFormat(Qt.TextFormat.PlainText)
+        self.reach_note.setWordWrap(True)
+        self.reach_note.hide()
         self.counters = QLabel("")
         self.counters.setObjectName("counters")
         self.counters.setTextFormat(Qt.TextFormat.PlainText)
@@ -78,6 +89,8 @@ class StatusHeader(QFrame):
         grid.addWidget(self.copy_invite, 1, 2, Qt.AlignmentFlag.AlignRight)
         grid.addWidget(self.counters, 2, 0, 1, 3)
         grid.addWidget(self.invite_note, 3, 0, 1, 3)
+        grid.addWidget(self.reach, 4, 0, 1, 3)
+        grid.addWidget(self.reach_note, 5, 0, 1, 3)
         grid.setColumnStretch(1, 1)
         self.set_state("stopped")
         self.set_totals(RunHistory())
@@ -102,6 +115,17 @@ class StatusHeader(QFrame):
         note = secret_problem or (PRIVATE_NOTE if admission_secret else "")
         self.invite_note.setText(note)
         self.invite_note.setVisible(bool(note))
+
+    def set_reachability(self, event: ReachabilityChanged, *, new_swarm: bool) -> None:
+        """Show whether peers outside this network can reach the node; the advice in full where friends outside
+        cannot join directly, or where this node started the swarm (its invite is the one friends get)."""
+        self.reach.setText(event.summary)
+        self.reach.setToolTip(event.advice)
+        color = REACH_COLORS.get(event.status, REACH_COLORS["unknown"])
+        self.reach.setStyleSheet(f"QLabel#reachability {{ color: {color}; font-weight: bold; }}")
+        self.reach.show()
+        self.reach_note.setText(event.advice)
+        self.reach_note.setVisible(new_swarm or event.status != "reachable")
 
     def set_state(self, state: str, detail: str = "") -> None:
         color = status.COLORS.get(state, "#7f7f7f")

@@ -78,8 +78,8 @@ def is_reachable_ip(ip: str, reachable_networks: Sequence[str] = ()) -> bool:
     return address.is_global or any(address in ipaddress.ip_network(n, strict=False) for n in reachable_networks)
 
 
-def tcp_endpoints(maddrs: Iterable[Multiaddr | str]) -> list[tuple[str, int]]:
-    """(ip, port) of each direct TCP address (no relay circuit, no loopback)."""
+def tcp_endpoints(maddrs: Iterable[Multiaddr | str], *, loopback: bool = False) -> list[tuple[str, int]]:
+    """(ip, port) of each direct TCP address (no relay circuit; loopback ones only if asked for)."""
     found = []
     for maddr in maddrs:
         text = str(maddr)
@@ -88,7 +88,7 @@ def tcp_endpoints(maddrs: Iterable[Multiaddr | str]) -> list[tuple[str, int]]:
         parts = text.split("/")
         if len(parts) > 4 and parts[1] in ("ip4", "ip6") and parts[3] == "tcp":
             ip, port = parts[2], int(parts[4])
-            if not ipaddress.ip_address(ip).is_loopback and (ip, port) not in found:
+            if (loopback or not ipaddress.ip_address(ip).is_loopback) and (ip, port) not in found:
                 found.append((ip, port))
     return found
 
@@ -126,7 +126,7 @@ def invite_addresses(peer_id: str, visible: Sequence[Multiaddr | str], verdict: 
                      reachable_networks: Sequence[str]) -> tuple[list[str], list[str]]:
     """(addresses that work from outside, addresses that only work in our own network), each with /p2p/<peer id>.
 
-    Never loopback. Reachable: the public address and port peers connect to (checked or seen). Relayed: the circuit
+    Loopback only for a node that listens on nothing else. Reachable: the public address and port peers connect to (checked or seen). Relayed: the circuit
     addresses through each relay. The local ones (a LAN address) are for friends on the same network.
     """
     suffix = f"/p2p/{peer_id}"
@@ -136,6 +136,7 @@ def invite_addresses(peer_id: str, visible: Sequence[Multiaddr | str], verdict: 
         family = "ip6" if ":" in verdict.public_ip else "ip4"
         outside += [f"/{family}/{verdict.public_ip}/tcp/{port}{suffix}" for port in verdict.ports]
     outside += [f"{relay}/p2p-circuit{suffix}" for relay in verdict.relays]
+    loopback: list[str] = []
     for maddr in visible:
         text = str(maddr)
         address = text if text.endswith(suffix) else text + suffix
@@ -145,6 +146,8 @@ def invite_addresses(peer_id: str, visible: Sequence[Multiaddr | str], verdict: 
             continue
         endpoints = tcp_endpoints([text])
         if not endpoints:
+            if text.startswith(("/ip4/127.", "/ip6/::1/")):
+                loopback.append(address)
             continue
         ip, _ = endpoints[0]
         if is_reachable_ip(ip, reachable_networks):
@@ -152,6 +155,8 @@ def invite_addresses(peer_id: str, visible: Sequence[Multiaddr | str], verdict: 
                 outside.append(address)
         elif address not in local:
             local.append(address)
+    if not outside and not local:  # a node that listens on loopback only: other nodes on this computer join it
+        local = loopback
     return outside, local
 
 
@@ -216,7 +221,7 @@ async def observed_ip(p2p: P2P, peer: PeerID) -> str | None:
     for info in await p2p.list_peers():
         if info.peer_id != peer:
             continue
-        for ip, _ in tcp_endpoints(info.addrs):
+        for ip, _ in tcp_endpoints(info.addrs, loopback=True):  # loopback: a swarm on one computer
             return ip
     return None
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import time
 
 import pytest
@@ -69,6 +70,8 @@ def own(member, addresses):
 
 
 def test_router_with_upnp_maps_a_port_and_the_invite_carries_the_mapped_address(netbed):
+    if not (shutil.which("miniupnpd") and shutil.which("nft")):
+        pytest.skip("no UPnP gateway here: apt-get install miniupnpd nftables")
     pub = netbed.member(netbed.public("pub"), "pub")
     a = netbed.member(netbed.home("a", upnp=True), "a")
     c = netbed.member(netbed.home("c"), "c")

@@ -1,0 +1,116 @@
+"""Reachability verdicts, invite addresses, the dial-back protocol's bounds and remembered peers, without a network."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from node import known_peers
+from node.reachability import (
+    Answer, Verdict, _decode_answer, _decode_request, _encode, _hop_status, answers_libp2p, combine,
+    invite_addresses, local_verdict,
+)
+
+ME = "QmYyQSo1c1Ym7orWxLYvCrM2EmxFTANf8wXmmE7DWjhx5N"
+RELAY = "QmQJ1GuouYqZ5LTFK85ecnRutKZFm5AqwQFiFS3r7GwRmi"
+OTHER = "QmVkb1eVno6PGrP13GjfWv11Hr69BCUeVf5xcsajpyEEEY"
+PUBLIC = ["203.0.113.0/24"]
+
+
+def answer(ip, open_ports=(), public=False, peer=RELAY):
+    return Answer(peer, ip, tuple(open_ports), public, ())
+
+
+def test_most_dialbacks_decide_and_a_lone_liar_cannot():
+    assert combine([], 4001, []) is None
+    assert combine([answer(None)], 4001, []) is None  # seen only through a relay: no verdict
+    open_ = combine([answer("203.0.113.9", [4001]), answer("203.0.113.9", [4001], peer=OTHER)], 4001, [])
+    assert (open_.status, open_.via, open_.public_ip, open_.checked_by) == ("reachable", "public_address", "203.0.113.9", 2)
+    mapped = combine([answer("203.0.113.9", [40211])], 4001, [40211])
+    assert (mapped.status, mapped.via, mapped.ports) == ("reachable", "port_mapping", (40211,))
+    liar = combine([answer("203.0.113.9", [4001]), answer("203.0.113.9", peer=OTHER),
+                    answer("203.0.113.9", peer=ME)], 4001, [])
+    assert liar.status == "unreachable" and liar.checked_by == 3
+
+
+def test_without_peers_a_lan_address_is_not_reachable_and_a_mapping_or_public_address_is():
+    lan = local_verdict([f"/ip4/127.0.0.1/tcp/4001/p2p/{ME}", f"/ip4/198.51.100.2/tcp/4001/p2p/{ME}"], 4001, PUBLIC)
+    assert lan.status == "unreachable" and not lan.checked
+    mapped = local_verdict([f"/ip4/198.51.100.2/tcp/4001", "/ip4/203.0.113.101/tcp/40211"], 4001, PUBLIC)
+    assert (mapped.status, mapped.via, mapped.public_ip) == ("reachable", "port_mapping", "203.0.113.101")
+    assert local_verdict(["/ip4/203.0.113.5/tcp/4001"], 4001, PUBLIC).via == "public_address"
+    assert local_verdict(["/ip4/203.0.113.5/tcp/4001"], 4001, []).status == "unreachable"  # not global
+
+
+def test_invites_say_which_addresses_work_from_outside_and_never_offer_only_loopback_and_lan():
+    visible = [f"/ip4/127.0.0.1/tcp/4001/p2p/{ME}", f"/ip4/198.51.100.2/tcp/4001/p2p/{ME}"]
+    relayed = Verdict("relayed", "relay", 1, "203.0.113.101", (), (f"/ip4/203.0.113.11/tcp/4001/p2p/{RELAY}",))
+    outside, local = invite_addresses(ME, visible, relayed, PUBLIC)
+    assert outside == [f"/ip4/203.0.113.11/tcp/4001/p2p/{RELAY}/p2p-circuit/p2p/{ME}"]
+    assert local == [f"/ip4/198.51.100.2/tcp/4001/p2p/{ME}"]
+    mapped = Verdict("reachable", "port_mapping", 1, "203.0.113.101", (40211,))
+    outside, _ = invite_addresses(ME, visible, mapped, PUBLIC)
+    assert outside == [f"/ip4/203.0.113.101/tcp/40211/p2p/{ME}"]
+    outside, local = invite_addresses(ME, [f"/ip4/127.0.0.1/tcp/4001/p2p/{ME}"], Verdict("unreachable", "none", 0), [])
+    assert outside == [] and local == [f"/ip4/127.0.0.1/tcp/4001/p2p/{ME}"]  # a loopback-only node: this computer
+
+
+def test_dialback_requests_and_answers_are_bounded_and_validated():
+    assert _decode_request(_encode({"v": 1, "ports": [4001, 4001, 40211]})) == [4001, 40211]
+    assert _decode_request(_encode({"v": 1, "ports": list(range(1, 10))})) is None  # too many ports
+    assert _decode_request(_encode({"v": 1, "ports": [0]})) is None
+    assert _decode_request(_encode({"v": 2, "ports": [4001]})) is None
+    assert _decode_request(b"\xff" * 5000) is None
+    vouched = _decode_answer(RELAY, _encode({"v": 1, "ip": "203.0.113.9", "open": [4001], "public": True, "addrs": [
+        f"/ip4/203.0.113.11/tcp/4001/p2p/{RELAY}", f"/ip4/203.0.113.66/tcp/4001/p2p/{OTHER}", "junk"]}))
+    assert vouched.addresses == (f"/ip4/203.0.113.11/tcp/4001/p2p/{RELAY}",)  # a helper vouches only for itself
+    assert _decode_answer(RELAY, _encode({"v": 1, "ip": "not an ip", "open": [], "addrs": []})) is None
+
+
+def test_relay_reservation_status_is_read_past_the_reservation_and_limit_fields():
+    voucher = bytes(654)
+    message = bytes.fromhex("0802") + bytes.fromhex("1a8e05") + voucher + bytes.fromhex("2206087810808008") + b"\x28\x64"
+    assert _hop_status(message) == 100
+    assert _hop_status(bytes.fromhex("0802") + b"\x28\xcc\x01") == 204  # RESERVATION_REFUSED
+    assert _hop_status(bytes.fromhex("1a05")) is None  # truncated
+
+
+def test_dialback_needs_a_libp2p_daemon_to_answer():
+    async def run():
+        async def greet(reader, writer):
+            writer.write(b"\x13/multistream/1.0.0\n")
+            await writer.drain()
+            writer.close()
+
+        async def silent(reader, writer):
+            writer.close()
+
+        libp2p = await asyncio.start_server(greet, "127.0.0.1", 0)
+        other = await asyncio.start_server(silent, "127.0.0.1", 0)
+        ports = [s.sockets[0].getsockname()[1] for s in (libp2p, other)]
+        try:
+            return [await answers_libp2p("127.0.0.1", p, timeout=2) for p in ports]
+        finally:
+            libp2p.close()
+            other.close()
+
+    assert asyncio.run(run()) == [True, False]
+
+
+def test_known_peers_keep_the_newest_valid_addresses_and_ignore_a_damaged_file(tmp_path):
+    good = f"/ip4/203.0.113.11/tcp/4001/p2p/{RELAY}"
+    known_peers.save(tmp_path, "s", {RELAY: [good, f"/ip4/203.0.113.11/tcp/4001/p2p/{OTHER}"], ME: [good]},
+                     own_peer_id=ME)
+    assert known_peers.load(tmp_path, "s") == [good]  # not another peer's address under its id, not our own
+    def peer(i):  # a base58 peer id (no 0)
+        return "Qm" + str(i).replace("0", "z").rjust(44, "z")
+
+    for i in range(known_peers.MAX_PEERS + 3):
+        known_peers.save(tmp_path, "s", {peer(i): [f"/ip4/203.0.113.{i}/tcp/1/p2p/{peer(i)}"]}, own_peer_id=ME)
+    loaded = known_peers.load(tmp_path, "s")
+    assert len(loaded) == known_peers.MAX_PEERS and loaded[0].endswith(peer(known_peers.MAX_PEERS + 2))
+    path = tmp_path / "swarms" / "s" / "known_peers.json"
+    path.write_text(json.dumps({"version": 1, "peers": {"x": "not a list"}}))
+    assert known_peers.load(tmp_path, "s") == []
+    path.write_text("{broken")
+    assert known_peers.load(tmp_path, "s") == []
