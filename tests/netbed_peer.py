@@ -56,6 +56,9 @@ def main() -> None:
             elif op == "state":
                 result = {"invite": exchange.invite(), "events": events, "client_mode": exchange.client_mode,
                           "contacts": exchange.contacts(), "connected": exchange.connected_peers()}
+            elif op == "connections":  # each peer we hold a connection to, with its remote addresses
+                infos = exchange._call("connections", lambda node: node.protocol.p2p.list_peers()) or []
+                result = {str(info.peer_id): [str(a) for a in info.addrs] for info in infos}
             elif op == "stop":
                 if exchange is not None:
                     exchange.shutdown()
