@@ -924,7 +924,8 @@ class DhtExchange:
             p2p, node = self._p2p, self._node
             if p2p is None or node is None:
                 return
-            peers = list(node.protocol.routing_table.peer_id_to_uid)[:5]
+            # every peer connected to us, DHT clients included (they are in no routing table)
+            peers = [info.peer_id for info in await p2p.list_peers()][:5]
             if not peers:
                 continue
             visible = await p2p.get_visible_maddrs(latest=True)

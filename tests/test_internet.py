@@ -132,3 +132,17 @@ def test_a_home_host_is_told_that_nobody_outside_can_reach_it(netbed):
     assert verdict["addresses"] == [] and verdict["local"], verdict
     with pytest.raises(Exception, match="only holds addresses inside the inviting computer.s own network"):
         start(b, initial_peers=a.invite, start_timeout=30.0)
+
+
+def test_the_host_learns_from_the_members_who_join_whether_it_is_reachable(netbed):
+    pub = netbed.member(netbed.public("pub"), "pub")
+    a = netbed.member(netbed.home("a"), "a")
+    start(pub)
+    assert not last_verdict(pub)["checked_by"]
+    start(a, initial_peers=pub.invite)
+    deadline = time.monotonic() + 60
+    while not last_verdict(pub)["checked_by"] and time.monotonic() < deadline:
+        time.sleep(1)
+    verdict = last_verdict(pub)
+    assert verdict["status"] == "reachable" and verdict["checked_by"] >= 1, verdict
+    assert verdict["public_ip"] == pub.host.ip
