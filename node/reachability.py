@@ -289,9 +289,16 @@ def _decode_answer(peer: str, raw: bytes) -> Answer | None:
     return Answer(peer, ip, tuple(open_ports[:MAX_PORTS]), message.get("public") is True, tuple(valid))
 
 
-def explain(verdict: Verdict, *, starting_swarm: bool, port: int | None = None) -> tuple[str, str]:
+def explain(verdict: Verdict, *, starting_swarm: bool, port: int | None = None,
+            reachable_networks: Sequence[str] = ()) -> tuple[str, str]:
     """(one line for the header, plain advice): what friends outside this network can and cannot do."""
     checked = "" if verdict.checked else " (not yet confirmed by a peer)"
+    if (verdict.status == "reachable" and verdict.public_ip is not None
+            and not is_reachable_ip(verdict.public_ip, reachable_networks)):
+        # the peers that checked share our network (or this computer): nothing is known about the internet
+        return ("Reachable on your own network",
+                f"Peers on your own network reached this node at {verdict.public_ip}. Whether friends elsewhere "
+                "can is not known: nobody outside your network has checked.")
     if verdict.status == "reachable":
         how = ("your router forwards a port to this computer (UPnP)" if verdict.via == "port_mapping"
                else "this computer has an address the internet can reach")

@@ -258,7 +258,8 @@ class SwarmNode:
 
         ports = [int(a.split("/tcp/")[1].split("/")[0]) for a in local + addresses if "/tcp/" in a]
         summary, advice = explain(verdict, starting_swarm=starting_swarm,
-                                  port=self.config.swarm.port or (ports[0] if ports else None))
+                                  port=self.config.swarm.port or (ports[0] if ports else None),
+                                  reachable_networks=self.config.swarm.reachable_networks)
         self.bus.emit(ReachabilityChanged(
             status=verdict.status, via=verdict.via, checked=verdict.checked, public_address=verdict.public_ip,
             addresses=addresses, local_addresses=local, client_mode=self.swarm.client_mode, summary=summary,

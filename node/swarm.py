@@ -63,11 +63,11 @@ from hivemind.utils.crypto import RSAPublicKey
 from hivemind.utils.multiaddr import Multiaddr
 from hivemind.utils.timed_storage import get_dht_time
 
+from node import reachability
 from node.clock import ClockPolicy, follow_round
 from node.errors import NodeError
 from node.game.records import decode_stage_record
 from node.identity import Identity, peer_id_from_public_key
-from node import reachability
 from node.reachability import Verdict
 from node.records import (
     MAX_GROUP_RECORD_BYTES, MAX_ROUND, GroupRecord, Pointer, RecordRejected, RoundRecord,

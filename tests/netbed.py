@@ -20,6 +20,7 @@ import dataclasses
 import ipaddress
 import json
 import os
+import queue
 import shutil
 import signal
 import socket
@@ -29,7 +30,6 @@ import sys
 import tempfile
 import threading
 import time
-import queue
 from pathlib import Path
 
 PREFIX = "rswnb"  # namespaces of this bed are "<PREFIX><pid>x<n>-<role>"

@@ -17,7 +17,7 @@ def config_in(folder: Path, **swarm) -> NodeConfig:
 
 
 def event(verdict: Verdict, *, starting_swarm: bool) -> ReachabilityChanged:
-    summary, advice = explain(verdict, starting_swarm=starting_swarm, port=31337)
+    summary, advice = explain(verdict, starting_swarm=starting_swarm, port=31337, reachable_networks=["203.0.113.0/24"])
     return ReachabilityChanged(status=verdict.status, via=verdict.via, checked=verdict.checked,
                                public_address=verdict.public_ip, addresses=[],
                                local_addresses=[f"/ip4/192.168.1.7/tcp/31337/p2p/{PEER}"],

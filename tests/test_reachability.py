@@ -7,8 +7,17 @@ import json
 
 from node import known_peers
 from node.reachability import (
-    Answer, Verdict, _decode_answer, _decode_request, _encode, _hop_status, answers_libp2p, combine,
-    invite_addresses, local_verdict,
+    Answer,
+    Verdict,
+    _decode_answer,
+    _decode_request,
+    _encode,
+    _hop_status,
+    answers_libp2p,
+    combine,
+    explain,
+    invite_addresses,
+    local_verdict,
 )
 
 ME = "QmYyQSo1c1Ym7orWxLYvCrM2EmxFTANf8wXmmE7DWjhx5N"
@@ -36,7 +45,7 @@ def test_most_dialbacks_decide_and_a_lone_liar_cannot():
 def test_without_peers_a_lan_address_is_not_reachable_and_a_mapping_or_public_address_is():
     lan = local_verdict([f"/ip4/127.0.0.1/tcp/4001/p2p/{ME}", f"/ip4/198.51.100.2/tcp/4001/p2p/{ME}"], 4001, PUBLIC)
     assert lan.status == "unreachable" and not lan.checked
-    mapped = local_verdict([f"/ip4/198.51.100.2/tcp/4001", "/ip4/203.0.113.101/tcp/40211"], 4001, PUBLIC)
+    mapped = local_verdict(["/ip4/198.51.100.2/tcp/4001", "/ip4/203.0.113.101/tcp/40211"], 4001, PUBLIC)
     assert (mapped.status, mapped.via, mapped.public_ip) == ("reachable", "port_mapping", "203.0.113.101")
     assert local_verdict(["/ip4/203.0.113.5/tcp/4001"], 4001, PUBLIC).via == "public_address"
     assert local_verdict(["/ip4/203.0.113.5/tcp/4001"], 4001, []).status == "unreachable"  # not global
@@ -114,3 +123,12 @@ def test_known_peers_keep_the_newest_valid_addresses_and_ignore_a_damaged_file(t
     assert known_peers.load(tmp_path, "s") == []
     path.write_text("{broken")
     assert known_peers.load(tmp_path, "s") == []
+
+
+def test_a_check_by_peers_on_the_same_network_says_nothing_about_the_internet():
+    local = Verdict("reachable", "public_address", 2, "127.0.0.1", (4001,))
+    assert explain(local, starting_swarm=True)[0] == "Reachable on your own network"
+    public = Verdict("reachable", "public_address", 2, "203.0.113.7", (4001,))
+    assert explain(public, starting_swarm=True, reachable_networks=PUBLIC)[0] == "Reachable from the internet"
+    summary, advice = explain(Verdict("unreachable", "none", 0), starting_swarm=False, port=4001)
+    assert "not yet confirmed" in summary and "forward TCP port 4001" in advice

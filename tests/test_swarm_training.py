@@ -10,6 +10,7 @@ from __future__ import annotations
 import psutil
 import pytest
 
+from node import known_peers
 from node.runstore import RunStore
 from tests.nodes import NodeProcess, tiny_config
 
@@ -61,6 +62,12 @@ def test_three_node_swarm_shares_rollouts_and_survives_a_killed_peer(tiny_model_
             assert node.events_of("peer_joined")
             assert node.events_of("state_changed")[-1].state == "stopped"
         assert len(peer_ids) == 2
+        # each node said at start whether others can reach it; the joiner was checked by the node it joined
+        host_view, joiner_view = (node.events_of("reachability")[-1] for node in nodes[:2])
+        assert host_view.advice and host_view.local_addresses and not host_view.checked
+        assert joiner_view.status == "reachable" and joiner_view.checked and not joiner_view.client_mode
+        # the joiner remembers the members it met, to rejoin through them
+        assert any(peer in address for address in known_peers.load(tmp_path / "b", "test") for peer in peer_ids)
         # Clean exit: no p2p daemon is left behind by the nodes that stopped normally.
         for node in nodes[:2]:
             assert not psutil.pid_exists(node.process.pid) or psutil.Process(node.process.pid).status() == "zombie"
