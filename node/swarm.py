@@ -244,7 +244,8 @@ class DhtExchange:
         if self._thread is not None:
             raise RuntimeError("Swarm.start() called twice")
         initial_peers = [_parse_invite(addr) for addr in self._initial_peers]
-        initial_peers += [addr for addr in _valid_addresses(self._known_peers) if addr not in initial_peers]
+        if initial_peers:  # joining: also through the members met before (a node starting a swarm joins nobody)
+            initial_peers += [addr for addr in _valid_addresses(self._known_peers) if addr not in initial_peers]
         listen = _listen_maddr(self._host, self._port)
 
         atexit.register(self.shutdown)  # before the daemon exists: Ctrl-C during start must not orphan it
