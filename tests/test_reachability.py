@@ -132,3 +132,16 @@ def test_a_check_by_peers_on_the_same_network_says_nothing_about_the_internet():
     assert explain(public, starting_swarm=True, reachable_networks=PUBLIC)[0] == "Reachable from the internet"
     summary, advice = explain(Verdict("unreachable", "none", 0), starting_swarm=False, port=4001)
     assert "not yet confirmed" in summary and "forward TCP port 4001" in advice
+
+
+def test_a_node_starting_a_swarm_is_not_held_back_by_remembered_peers_that_are_gone(tmp_path):
+    from node.identity import load_or_create
+    from node.swarm import DhtExchange
+
+    swarm = DhtExchange(load_or_create(tmp_path / "id.key"), swarm_name="s", host="127.0.0.1", start_timeout=30,
+                        known_peers=[f"/ip4/127.0.0.1/tcp/9/p2p/{RELAY}"])
+    swarm.start()
+    try:
+        assert swarm.invite() and swarm.reachability().status == "unreachable"  # loopback only: this computer
+    finally:
+        swarm.shutdown()
