@@ -862,6 +862,10 @@ class DhtExchange:
         mapped = [p for _, p in reachability.tcp_endpoints(visible) if p != port]
         answers = await reachability.ask(p2p, helpers, [port, *mapped], self._call_timeout)
         logger.info("Reachability: %d of %d peers answered: %s", len(answers), len(helpers), answers)
+        for answer in answers:  # the invite's addresses of a peer that answered: they work, keep them
+            worked = [a for a in initial_peers if a.endswith(f"/p2p/{answer.peer}") and "/p2p-circuit" not in a]
+            if worked:
+                self._remember_contact(answer.peer, worked)
         verdict = reachability.combine(answers, port, mapped)
         if verdict is None:
             return local
