@@ -190,6 +190,8 @@ class _HumanProgress:
             print(f"chain: {event.action}{round_} {event.status} {where} {event.message}".rstrip(), flush=True)
         elif kind in ("peer_joined", "peer_left"):
             print(f"{event.peer_name} {'joined' if kind == 'peer_joined' else 'left'}", flush=True)
+        elif kind == "reachability":
+            print(f"{event.summary}. {event.advice}", flush=True)
 
 
 def _stop_on_signals(node) -> None:

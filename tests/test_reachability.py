@@ -145,3 +145,15 @@ def test_a_node_starting_a_swarm_is_not_held_back_by_remembered_peers_that_are_g
         assert swarm.invite() and swarm.reachability().status == "unreachable"  # loopback only: this computer
     finally:
         swarm.shutdown()
+
+
+def test_a_headless_node_prints_its_reachability_and_the_advice(capsys, tmp_path):
+    from node.cli import _HumanProgress
+    from node.events import ReachabilityChanged
+
+    summary, advice = explain(Verdict("unreachable", "none", 0), starting_swarm=True, port=31337)
+    _HumanProgress(tmp_path / "node.log")(ReachabilityChanged(
+        status="unreachable", via="none", checked=False, public_address=None, addresses=[],
+        local_addresses=[f"/ip4/192.168.1.7/tcp/31337/p2p/{ME}"], client_mode=False, summary=summary, advice=advice))
+    out = capsys.readouterr().out
+    assert "Not reachable from outside your network" in out and "forward TCP port 31337" in out
