@@ -138,10 +138,11 @@ def main() -> None:
     parser.add_argument("--scenarios", default="1,2,3,4,5")
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--gather-timeout", type=float, default=10.0)
+    parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     check_available()
     remove_stale_beds()
-    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    results = json.loads(args.out.read_text()) if args.out.exists() else {}
     for scenario in map(int, args.scenarios.split(",")):
         entry = {}
         for loopback in (False, True):
@@ -156,8 +157,8 @@ def main() -> None:
             entry["gather_p95_ratio"] = round(internet["gather_p95_s"] / loop["gather_p95_s"], 2)
         entry["command"] = f"python -m bench.internet --scenarios {scenario} --rounds {args.rounds}"
         results[f"scenario_{scenario}"] = entry
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text(json.dumps(results, indent=1))
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(results, indent=1))
 
 
 if __name__ == "__main__":
