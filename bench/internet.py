@@ -133,13 +133,42 @@ def partition(bed: Netbed, members, played: int, gather_timeout: float) -> dict:
             "after_partition": summarize(after)}
 
 
+def table(paths: list[Path]) -> str:
+    """The markdown table of docs/internet.md: per scenario, the median and range over the runs in ``paths``."""
+    runs = [json.loads(p.read_text()) for p in paths]
+
+    def spread(values):
+        values = sorted(v for v in values if v is not None)
+        if not values:
+            return "-"
+        return f"{statistics.median(values):.3f} [{values[0]:.3f}-{values[-1]:.3f}]"
+
+    lines = ["| scenario | joins | complete rounds | gather p50 (s) | gather p95 (s) | loopback p50 (s) | loopback p95 (s) "
+             "| p95 ratio |", "|---|---|---|---|---|---|---|---|"]
+    for key in sorted(runs[0]):
+        entries = [run[key] for run in runs if key in run]
+        net = [e["internet"] for e in entries]
+        loop = [e["loopback"] for e in entries]
+        lines.append(
+            f"| {key.split('_')[1]} | {sum(n['joins_succeeded'] for n in net)}/{sum(n['members'] for n in net)} "
+            f"| {sum(n['rounds_every_member_got_every_other'] for n in net)}/{sum(n['rounds'] for n in net)} "
+            f"| {spread(n['gather_p50_s'] for n in net)} | {spread(n['gather_p95_s'] for n in net)} "
+            f"| {spread(n['gather_p50_s'] for n in loop)} | {spread(n['gather_p95_s'] for n in loop)} "
+            f"| {spread(e.get('gather_p95_ratio') for e in entries)} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scenarios", default="1,2,3,4,5")
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--gather-timeout", type=float, default=10.0)
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--table", type=Path, nargs="+", help="print the table of these result files and exit")
     args = parser.parse_args()
+    if args.table:
+        print(table(args.table))
+        return
     check_available()
     remove_stale_beds()
     results = json.loads(args.out.read_text()) if args.out.exists() else {}
