@@ -309,9 +309,10 @@ def explain(verdict: Verdict, *, starting_swarm: bool, port: int | None = None,
                 "Peers outside your network reach you through a relay run by a reachable swarm member. It works, "
                 "but is slower than a direct connection. To be reached directly, forward TCP port "
                 f"{port or 'of this node'} on your router to this computer, or enable UPnP on the router.")
-    forward = (f"forward TCP port {port} on your router to this computer (a fixed port in Settings keeps it "
+    seen = f" (the internet sees your network at {verdict.public_ip})" if verdict.public_ip else ""
+    forward = (f"forward TCP port {port} on your router to this computer{seen} (a fixed port in Settings keeps it "
                "stable), or enable UPnP on your router" if port else
-               "forward this node's TCP port on your router to this computer, or enable UPnP on your router")
+               f"forward this node's TCP port on your router to this computer{seen}, or enable UPnP on your router")
     if starting_swarm:
         return (f"Not reachable from outside your network{checked}",
                 "Friends on your own network can join with your invite. Friends elsewhere cannot: your router "

@@ -132,6 +132,8 @@ def test_a_check_by_peers_on_the_same_network_says_nothing_about_the_internet():
     assert explain(public, starting_swarm=True, reachable_networks=PUBLIC)[0] == "Reachable from the internet"
     summary, advice = explain(Verdict("unreachable", "none", 0), starting_swarm=False, port=4001)
     assert "not yet confirmed" in summary and "forward TCP port 4001" in advice
+    _, advice = explain(Verdict("unreachable", "none", 2, "203.0.113.101"), starting_swarm=False, port=4001)
+    assert "the internet sees your network at 203.0.113.101" in advice
 
 
 def test_a_node_starting_a_swarm_is_not_held_back_by_remembered_peers_that_are_gone(tmp_path):
