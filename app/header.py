@@ -11,7 +11,7 @@ from app import status
 from app.elided_label import ElidedLabel
 from app.history import RunHistory
 from app.progress import RoundProgressView
-from node.events import NodeStarted
+from node.events import NodeStarted, ReachabilityChanged
 from node.invite import format_invite
 
 COPIED_MS = 2000
@@ -22,6 +22,7 @@ PRIVATE_NOTE = "Private swarm: Copy invite includes the swarm's secret. Share it
 LOOPBACK_NOTE = "The invite works on this computer only: this node listens on 127.0.0.1 (as the demo does)."
 LOOPBACK_PREFIXES = ("/ip4/127.", "/ip6/::1/")
 DEVICES = {"cpu": "CPU", "cuda": "NVIDIA GPU", "mps": "Apple GPU"}
+REACH_COLORS = {"reachable": "#2e7d32", "relayed": "#b26a00", "unreachable": "#c62828", "unknown": "#7f7f7f"}
 
 
 class StatusHeader(QFrame):
@@ -58,6 +59,16 @@ class StatusHeader(QFrame):
         self.invite_note.setTextFormat(Qt.TextFormat.PlainText)
         self.invite_note.setWordWrap(True)
         self.invite_note.hide()
+        # Whether friends outside this network can reach the node (node.reachability), and what they can do
+        self.reach = QLabel("")
+        self.reach.setObjectName("reachability")
+        self.reach.setTextFormat(Qt.TextFormat.PlainText)
+        self.reach.hide()
+        self.reach_note = QLabel("")
+        self.reach_note.setObjectName("reachabilityNote")
+        self.reach_note.setTextFormat(Qt.TextFormat.PlainText)
+        self.reach_note.setWordWrap(True)
+        self.reach_note.hide()
         self.counters = QLabel("")
         self.counters.setObjectName("counters")
         self.counters.setTextFormat(Qt.TextFormat.PlainText)
@@ -84,6 +95,8 @@ class StatusHeader(QFrame):
         grid.addWidget(self.progress, 2, 0)
         grid.addWidget(self.counters, 3, 0)
         grid.addWidget(self.invite_note, 4, 0)
+        grid.addWidget(self.reach, 5, 0)
+        grid.addWidget(self.reach_note, 6, 0)
         self.set_state("stopped")
         self.set_totals(RunHistory())
 
@@ -110,6 +123,17 @@ class StatusHeader(QFrame):
                                       LOOPBACK_NOTE if self.invite and loopback else "")))
         self.invite_note.setText(note)
         self.invite_note.setVisible(bool(note))
+
+    def set_reachability(self, event: ReachabilityChanged, *, new_swarm: bool) -> None:
+        """Show whether peers outside this network can reach the node; the advice in full where friends outside
+        cannot join directly, or where this node started the swarm (its invite is the one friends get)."""
+        self.reach.setText(event.summary)
+        self.reach.setToolTip(event.advice)
+        color = REACH_COLORS.get(event.status, REACH_COLORS["unknown"])
+        self.reach.setStyleSheet(f"QLabel#reachability {{ color: {color}; font-weight: bold; }}")
+        self.reach.show()
+        self.reach_note.setText(event.advice)
+        self.reach_note.setVisible(new_swarm or event.status != "reachable")
 
     def set_state(self, state: str, detail: str = "") -> None:
         color = status.COLORS.get(state, "#7f7f7f")

@@ -33,7 +33,8 @@ from node.api import HardwareReport
 from node.config import NodeConfig
 from node.errors import NodeError
 from node.events import (
-    CheckpointSaved, EvalFinished, Event, ErrorReported, NodeStarted, PeerJoined, PeerLeft, RolloutSample, RoundFinished,
+    CheckpointSaved, EvalFinished, Event, ErrorReported, NodeStarted, PeerJoined, PeerLeft, ReachabilityChanged,
+    RolloutSample, RoundFinished,
     RoundProgress, UploadFailed, UploadFinished,
 )
 from node.hub_auth import PASSPHRASE_ENV
@@ -222,6 +223,8 @@ class MainWindow(QMainWindow):
             self._upload_failed(event)
         elif isinstance(event, CheckpointSaved):
             self.statusBar().showMessage(f"Checkpoint saved after round {event.round}", 5000)
+        elif isinstance(event, ReachabilityChanged):
+            self.header.set_reachability(event, new_swarm=not self.config.swarm.initial_peers)
 
     def _admission_secret(self, swarm_name: str) -> tuple[str | None, str]:
         """A private swarm's secret for the header's invite, read from the secret store as the node reads it (with the

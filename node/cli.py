@@ -62,7 +62,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     def remember_invite(event) -> None:
         if isinstance(event, NodeStarted):
-            remember_port(config, event.invite)
+            remember_port(config, [a for a in event.invite if a.endswith(f"/p2p/{event.peer_id}")])
             invite_path.write_text(
                 json.dumps({"pid": os.getpid(), "peer_id": event.peer_id, "swarm_name": event.swarm_name,
                             "game": event.game, "invite": event.invite, "swarm_epoch": event.swarm_epoch,
@@ -112,7 +112,12 @@ def keep_last_port(config: NodeConfig) -> NodeConfig:
 
 
 def remember_port(config: NodeConfig, invite: list[str]) -> None:
-    ports = {int(match.group(1)) for address in invite if (match := re.search(r"/tcp/(\d+)", address))}
+    """Keep the port this node listens on. ``invite``: our own addresses, those reachable from outside first (a
+    router's mapped port, a relay's port) and our own network's last, so the last direct one has the listen port."""
+    ports = [int(match.group(1)) for address in invite
+             if "/p2p-circuit" not in address and (match := re.search(r"/tcp/(\d+)", address))]
+    if ports:
+        ports = {ports[-1]}
     if len(ports) == 1:
         config.run_dir.mkdir(parents=True, exist_ok=True)
         (config.run_dir / PORT_FILE).write_text(str(ports.pop()), encoding="utf-8")
@@ -188,6 +193,8 @@ class _HumanProgress:
             print(f"chain: {event.action}{round_} {event.status} {where} {event.message}".rstrip(), flush=True)
         elif kind in ("peer_joined", "peer_left"):
             print(f"{event.peer_name} {'joined' if kind == 'peer_joined' else 'left'}", flush=True)
+        elif kind == "reachability":
+            print(f"{event.summary}. {event.advice}", flush=True)
 
 
 def _stop_on_signals(node) -> None:

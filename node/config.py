@@ -10,6 +10,7 @@ bounds; see :mod:`node.cli`). The CLI and the app's dialogs change a config thro
 
 from __future__ import annotations
 
+import ipaddress
 import tomllib
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -161,7 +162,16 @@ class SwarmSettings(_Section):
     max_fetches_per_round: int | None = Field(
         None, ge=1, le=1024, description="peer groups fetched per round at most; empty = 3 x external_groups"
     )
-    client_mode: bool = Field(False, description="behind NAT: publish and gather without serving the DHT")
+    client_mode: bool = Field(False, description="always publish and gather without serving the DHT (a node that is "
+                              "not reachable does so by itself)")
+    reachability: Literal["auto", "public", "private"] = Field(
+        "auto", description="auto = ask peers whether they can connect to this node (and map a port over UPnP); "
+        "public = it is reachable (serves the DHT, relays for others); private = it is not (reached through relays)",
+    )
+    reachable_networks: list[str] = Field(
+        default_factory=list,
+        description="address ranges every member can reach besides the internet, e.g. a company network 10.0.0.0/8",
+    )
     peer_text_ratio: float = Field(
         2.0, ge=1.0, le=100.0,
         description="peer completions may carry at most this many times our own longest text outside <answer>",
@@ -172,6 +182,15 @@ class SwarmSettings(_Section):
         "this; empty = off. -7 drops gibberish and random-token text, not fluent payloads (which score like our "
         "own samples); costs one forward pass per peer group considered",
     )
+
+    @model_validator(mode="after")
+    def _networks(self) -> SwarmSettings:
+        for network in self.reachable_networks:
+            try:
+                ipaddress.ip_network(network, strict=False)
+            except ValueError:
+                raise ValueError(f"reachable_networks: {network!r} is not an address range like 10.0.0.0/8") from None
+        return self
 
 
 class TaskSettings(_Section):

@@ -186,6 +186,23 @@ class PeerLeft(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ReachabilityChanged(Event):
+    """Whether peers outside this computer's network can reach the node, and how (:mod:`node.reachability`): sent
+    at start, and again when peers' checks change what the node knew."""
+
+    kind: ClassVar[str] = "reachability"
+    status: Literal["reachable", "relayed", "unreachable", "unknown"]
+    via: Literal["public_address", "port_mapping", "relay", "none"]
+    checked: bool  # peers dialed the node back; False: judged from its own addresses (nobody to ask yet)
+    public_address: str | None  # the address peers elsewhere see, where known
+    addresses: list[str]  # invite addresses that work from outside its network
+    local_addresses: list[str]  # invite addresses that only work inside it (a LAN address)
+    client_mode: bool  # the node stores no DHT keys for others (it is reached through a relay, or not at all)
+    summary: str  # one line for the header
+    advice: str  # plain words: what friends outside can and cannot do, and what to do about it
+
+
+@dataclass(frozen=True, kw_only=True)
 class CheckpointSaved(Event):
     kind: ClassVar[str] = "checkpoint_saved"
     round: int
@@ -276,7 +293,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls
     for cls in (
         NodeStarted, StateChanged, RoundFinished, RolloutSample, RoundProgress, EvalFinished, PeerJoined, PeerLeft, CheckpointSaved, ErrorReported,
-        ChainStatus, ChainTransaction,
+        ReachabilityChanged, ChainStatus, ChainTransaction,
         UploadProgress, UploadFinished, UploadFailed,
     )
 }

@@ -14,10 +14,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 
 import torch
 
-from node import allocator, hardware, limits, models, swarm_secret
+from node import allocator, hardware, known_peers, limits, models, swarm_secret
 from node.auto_upload import AutoUploader
 from node.checkpoint import ADAPTER, Checkpointer, CheckpointState
 from node.config import NodeConfig
@@ -25,7 +26,8 @@ from node.curriculum import Curriculum, TaskMix, default_mix
 from node.errors import NodeError
 from node.evaluation import EvalCancelled, EvalSettings, Evaluator
 from node.events import (
-    CheckpointSaved, EventBus, ErrorReported, NodeStarted, NodeState, PeerJoined, PeerLeft, RoundProgress,
+    CheckpointSaved, EventBus, ErrorReported, NodeStarted, NodeState, PeerJoined, PeerLeft, ReachabilityChanged,
+    RoundProgress,
     StateChanged,
 )
 from node.exchange import Exchange
@@ -115,6 +117,7 @@ class SwarmNode:
             if self.parts is not None:
                 disconnect_peers(self.parts)
             if self.swarm is not None:
+                self._remember_peers()
                 self.swarm.shutdown()
         self._set_state("stopped")
 
@@ -224,6 +227,8 @@ class SwarmNode:
                 temperature=train.temperature, top_p=train.top_p, seed=evaluation.seed, levels=evaluation.levels,
             ))
         self.swarm = self._exchange_factory(cfg, self.identity, initial_peers)
+        if hasattr(self.swarm, "report_reachability_to"):
+            self.swarm.report_reachability_to(partial(self._reachability_changed, starting_swarm=not initial_peers))
         self.swarm.start()
         self.parts = RoundParts(
             peer_id=self.identity.peer_id, tasks=self.tasks, policy=self.policy, learner=self.learner,
@@ -253,6 +258,27 @@ class SwarmNode:
                 swarm_epoch=cfg.swarm.swarm_epoch, round_seconds=cfg.swarm.round_seconds,
             )
         )
+
+    def _reachability_changed(self, verdict, addresses: list[str], local: list[str], *, starting_swarm: bool) -> None:
+        """The swarm's reachability verdict (:mod:`node.reachability`), told to the user; its contacts kept."""
+        from node.reachability import explain
+
+        ports = [int(a.split("/tcp/")[1].split("/")[0]) for a in local + addresses if "/tcp/" in a]
+        summary, advice = explain(verdict, starting_swarm=starting_swarm,
+                                  port=self.config.swarm.port or (ports[0] if ports else None),
+                                  reachable_networks=self.config.swarm.reachable_networks)
+        self.bus.emit(ReachabilityChanged(
+            status=verdict.status, via=verdict.via, checked=verdict.checked, public_address=verdict.public_ip,
+            addresses=addresses, local_addresses=local, client_mode=self.swarm.client_mode, summary=summary,
+            advice=advice,
+        ))
+        self._remember_peers()
+
+    def _remember_peers(self) -> None:
+        contacts = getattr(self.swarm, "contacts", None)
+        if contacts is not None and self.identity is not None:
+            known_peers.save(self.config.run.data_dir, self.config.swarm.swarm_name, contacts(),
+                             own_peer_id=self.identity.peer_id)
 
     def _loop(self) -> None:
         rounds_wanted = self.config.run.rounds
@@ -406,6 +432,8 @@ def _dht_exchange(cfg: NodeConfig, identity: Identity, initial_peers: list[str])
         groups_wanted=cfg.training.external_groups, max_fetches_per_round=cfg.swarm.max_fetches_per_round,
         directory_shards=cfg.swarm.directory_shards,
         admission_secret=swarm_secret.load(cfg.run.data_dir, cfg.swarm.swarm_name), client_mode=cfg.swarm.client_mode,
+        reachability_mode=cfg.swarm.reachability, reachable_networks=cfg.swarm.reachable_networks,
+        known_peers=known_peers.load(cfg.run.data_dir, cfg.swarm.swarm_name),
     )
 
 

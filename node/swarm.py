@@ -65,11 +65,13 @@ from hivemind.utils.crypto import RSAPublicKey
 from hivemind.utils.multiaddr import Multiaddr
 from hivemind.utils.timed_storage import get_dht_time
 
+from node import reachability
 from node.clock import SwarmClock
 from node.errors import NodeError
 from node.exchange import GroupSink
 from node.game.records import decode_stage_record
 from node.identity import Identity, peer_id_from_public_key
+from node.reachability import Verdict
 from node.records import (
     MAX_GROUP_RECORD_BYTES, MAX_GROUPS, MAX_ROUND, GroupRecord, Pointer, RecordRejected, RoundRecord,
     admission_key, decode_group_record, decode_pointer, encode_group_record, encode_pointer,
@@ -114,6 +116,10 @@ _REBOOTSTRAP_EVERY_S = 15.0
 FEED_POLL_S = 1.0
 _FEED_READS_PER_SHARD = 24
 _FEED_FETCHES = 64
+_MAPPING_WAIT_S = 8.0  # how long a node without a reachable address waits for its router to map a port
+_RECHECK_EVERY_S = 20.0
+_RESERVATION_RENEW_S = 15 * 60.0  # relays keep a reservation for an hour (circuit relay v2's default)
+_CONTACTS_KEPT = 16
 _INVITE_HINT = "An invite looks like /ip4/203.0.113.7/tcp/38211/p2p/QmPeerId...: copy it whole from the inviting node."
 _JOIN_HINT = (
     "Check that the inviting node is running and that the invite is copied whole. If it runs on another machine, "
@@ -175,6 +181,10 @@ class DhtExchange:
         storage_bytes: int = STORAGE_BYTES,
         cache_bytes: int = CACHE_BYTES,
         client_mode: bool = False,
+        reachability_mode: str = "auto",
+        reachable_networks: Sequence[str] = (),
+        known_peers: Sequence[str] = (),
+        on_reachability: Callable[[Verdict, list[str], list[str]], None] | None = None,
     ) -> None:
         self._identity = identity
         self._swarm_name = swarm_name
@@ -190,6 +200,19 @@ class DhtExchange:
         self._admission = admission_key(admission_secret) if admission_secret else None
         self._storage_bytes, self._cache_bytes = storage_bytes, cache_bytes
         self._client_mode = client_mode
+        if reachability_mode not in ("auto", "public", "private"):
+            raise ValueError(f"reachability_mode {reachability_mode!r} is not auto, public or private")
+        self._reachability_mode = reachability_mode
+        self._reachable_networks = tuple(reachable_networks)
+        self._known_peers = tuple(known_peers)
+        self._on_reachability = on_reachability
+        self._verdict: Verdict | None = None
+        self._local_invite: list[str] = []  # our addresses that only work inside our own network
+        self._members: list[str] = []  # reachable members' addresses: an invite from us works through them too
+        self._contacts: OrderedDict[str, list[str]] = OrderedDict()  # peer -> addresses we know reach it
+        self._recheck: asyncio.Task | None = None
+        self._renew: asyncio.Task | None = None
+        self._lan_addresses: list[str] = []
         self._namespace = f"{swarm_name}/{PROTOCOL}/{directory_shards}"
 
         self._signer = RSASignatureValidator(identity.private_key)
@@ -233,6 +256,8 @@ class DhtExchange:
         if self._thread is not None:
             raise RuntimeError("Swarm.start() called twice")
         initial_peers = [_parse_invite(addr) for addr in self._initial_peers]
+        if initial_peers:  # joining: also through the members met before (a node starting a swarm joins nobody)
+            initial_peers += [addr for addr in _valid_addresses(self._known_peers) if addr not in initial_peers]
         listen = _listen_maddr(self._host, self._port)
 
         atexit.register(self.shutdown)  # before the daemon exists: Ctrl-C during start must not orphan it
@@ -253,12 +278,36 @@ class DhtExchange:
             ) from e
         except Exception as e:
             self.shutdown()
-            raise _start_error(e, joining=bool(initial_peers), port=self._port) from e
+            raise _start_error(e, joining=bool(initial_peers), port=self._port,
+                               local_only=_local_only(self._initial_peers, self._reachable_networks)) from e
         logger.info("Swarm %r: joined as %s, invite %s", self._swarm_name, self.peer_id, " ".join(self._invite))
 
     def invite(self) -> list[str]:
-        """Multiaddrs (with /p2p/<our peer id>) that other nodes can join with; empty unless started."""
+        """Multiaddrs that other nodes can join with; empty unless started. Ours first (with /p2p/<our peer id>):
+        those that work from outside our network (public, mapped or relay circuit addresses), then those that only
+        work inside it; then a few reachable members' addresses, through which a join works as well."""
         return list(self._invite)
+
+    def report_reachability_to(self, callback: Callable[[Verdict, list[str], list[str]], None]) -> None:
+        """Call ``callback(verdict, addresses that work from outside, local-only addresses)`` at start and whenever
+        a peer's check changes the verdict (on the DHT thread)."""
+        self._on_reachability = callback
+
+    @property
+    def client_mode(self) -> bool:
+        """Whether the DHT node runs as a client (stores no keys for others)."""
+        node = self._node
+        return self._client_mode if node is None else bool(node.protocol.client_mode)
+
+    def reachability(self) -> Verdict | None:
+        """Whether peers outside our network can reach us, and how (:mod:`node.reachability`); None until started."""
+        return self._verdict
+
+    def contacts(self) -> dict[str, list[str]]:
+        """Peers met whose addresses were seen to work, most recent last: to rejoin through when the invite's
+        peers are gone."""
+        with self._lock:
+            return {peer: list(addrs) for peer, addrs in self._contacts.items()}
 
     # ------------------------------------------------------------------------------------------ publishing
     def publish(self, record: RoundRecord, *, spread: Sequence[int] | None = None, wait: bool = True) -> bool:
@@ -838,14 +887,26 @@ class DhtExchange:
     async def _start_node(self, initial_peers: list[str], listen: str) -> None:
         # We own the P2P instance (rather than letting DHTNode.create make one) so that a failure anywhere in
         # joining still leaves us a handle to stop its daemon.
-        self._p2p = await P2P.create(
-            initial_peers=initial_peers,
-            host_maddrs=[listen],
-            identity_path=str(self._identity.path),
-            startup_timeout=self._start_timeout,
-            persistent_conn_max_msg_size=_MAX_MESSAGE_BYTES,
-        )
+        forced = None if self._reachability_mode == "auto" else self._reachability_mode
+        self._p2p = await self._create_p2p(initial_peers, [listen], forced, relays=())
         self._daemon = _daemon_process(self._p2p)
+        verdict = await self._first_verdict(initial_peers)
+        daemon_mode = _daemon_reachability(verdict)
+        if forced is None and daemon_mode is not None and not ipaddress.ip_address(self._host).is_loopback:
+            # p2pd's options are fixed at start: a daemon that serves as a relay (reachable) or books relay slots
+            # (unreachable) is started again, on the port the first one got, with what we now know
+            first_visible = await self._p2p.get_visible_maddrs()
+            port = _listen_port(first_visible) or self._port
+            # a daemon forced private hides its LAN addresses: friends on the same network still use them
+            self._lan_addresses = [str(a) for a in first_visible]
+            await self._p2p.shutdown()
+            self._p2p = None
+            self._p2p = await self._create_p2p(initial_peers, [_listen_maddr(self._host, port)], daemon_mode,
+                                                relays=verdict.relays, identity_checked=True)
+            self._daemon = _daemon_process(self._p2p)
+        if verdict.relays:
+            verdict = await self._reserve_relays(verdict)
+        relayed = verdict.status in ("relayed", "unreachable")
         self._node = await DHTNode.create(
             p2p=self._p2p,
             # hivemind draws a random DHT id from Python's global `random`, which training libraries seed (TRL
@@ -857,7 +918,9 @@ class DhtExchange:
                 [self._signer, SwarmValidator(self._swarm_name, self._shards, admission=self._admission)]
             ),
             wait_timeout=self._call_timeout / _RPCS_PER_CALL,
-            client_mode=self._client_mode,
+            # a node peers cannot reach would be asked to store keys it can never be asked for: it joins as a DHT
+            # client (it still publishes and reads). A node that starts the swarm serves it, reachable or not.
+            client_mode=self._client_mode or (relayed and bool(initial_peers)),
             # values found are cached on their way (bounded below) but not pushed to other nodes nor refreshed in
             # the background: a round's keys are read a few times, then never again
             cache_nearest=0,
@@ -870,10 +933,172 @@ class DhtExchange:
         # BoundedStorage before anyone can store anything (the node only answers RPCs once we return)
         self._node.protocol.storage = BoundedStorage(self._storage_bytes)
         self._node.protocol.cache = BoundedStorage(self._cache_bytes)
-        self._invite = [str(maddr) for maddr in await self._node.get_visible_maddrs()]
+        await reachability.DialBackService(
+            self._p2p, own_verdict=lambda: self._verdict, own_addresses=lambda: list(self._invite_outside()),
+            on_reachable=self._remember_contact,
+        ).serve()
+        await self._set_verdict(verdict)
+        if not verdict.checked:
+            self._recheck = asyncio.ensure_future(self._recheck_until_checked())
+
+    async def _create_p2p(self, initial_peers: list[str], listen: list[str], mode: str | None, *,
+                          relays: Sequence[str], identity_checked: bool = False) -> P2P:
+        return await P2P.create(
+            initial_peers=initial_peers,
+            host_maddrs=listen,
+            identity_path=str(self._identity.path),
+            startup_timeout=self._start_timeout,
+            persistent_conn_max_msg_size=_MAX_MESSAGE_BYTES,
+            nat_port_map=True,  # ask the router (UPnP / NAT-PMP) to forward a port to us
+            use_relay=True,  # dial /p2p-circuit addresses of members that are reached through relays
+            force_reachability=mode,  # "public": serve as a relay (within p2pd's limits); "private": book relays
+            use_auto_relay=mode == "private",
+            trusted_relays=None,
+            check_if_identity_free=not identity_checked,
+        )
+
+    async def _first_verdict(self, initial_peers: list[str]) -> Verdict:
+        """Reachability at start: asked of the invite's peers when joining, else judged from what we see."""
+        p2p = self._p2p
+        visible = await p2p.get_visible_maddrs(latest=True)
+        port = _listen_port(visible) or self._port
+        if self._reachability_mode != "auto":
+            status = "reachable" if self._reachability_mode == "public" else "unreachable"
+            local = reachability.local_verdict(visible, port, self._reachable_networks)
+            return dataclasses.replace(local, status=status, via=local.via if status == "reachable" else "none")
+        local = reachability.local_verdict(visible, port, self._reachable_networks)
+        if local.status != "reachable" and not ipaddress.ip_address(self._host).is_loopback:
+            visible = await self._wait_for_mapping(port) or visible
+            local = reachability.local_verdict(visible, port, self._reachable_networks)
+        # a member reached through a relay cannot see where we come from: its relay can, and is reachable
+        relays = list(dict.fromkeys(a.split("/p2p-circuit")[0] for a in initial_peers if "/p2p-circuit" in a))
+        for relay in relays:
+            await self._connect(relay)
+        helpers = await _connected(p2p, [*initial_peers, *relays])
+        if not helpers:
+            return local
+        mapped = [p for _, p in reachability.tcp_endpoints(visible) if p != port]
+        answers = await reachability.ask(p2p, helpers, [port, *mapped], self._call_timeout)
+        logger.info("Reachability: %d of %d peers answered: %s", len(answers), len(helpers), answers)
+        for answer in answers:  # the invite's addresses of a peer that answered: they work, keep them
+            worked = [a for a in initial_peers if a.endswith(f"/p2p/{answer.peer}") and "/p2p-circuit" not in a]
+            if worked:
+                self._remember_contact(answer.peer, worked)
+        verdict = reachability.combine(answers, port, mapped)
+        if verdict is None:
+            return local
+        self._learn_members(answers)
+        if verdict.status == "unreachable":
+            relays = tuple(a.addresses[0].rsplit("/p2p/", 1)[0] + f"/p2p/{a.peer}" for a in answers
+                           if a.public and a.addresses)
+            if relays:
+                verdict = dataclasses.replace(verdict, status="relayed", via="relay", relays=relays)
+        return verdict
+
+    async def _reserve_relays(self, verdict: Verdict) -> Verdict:
+        """Book a slot on each relay of the verdict (connecting first: the daemon was restarted); keep those that
+        took us, and renew them before they expire."""
+        booked = []
+        for relay in verdict.relays:
+            peer = await self._connect(relay)
+            if peer is not None and await reachability.reserve(self._p2p, peer, self._call_timeout):
+                booked.append(relay)
+        if booked and self._renew is None:
+            self._renew = asyncio.ensure_future(self._renew_reservations(booked))
+        if not booked:
+            return dataclasses.replace(verdict, status="unreachable", via="none", relays=())
+        return dataclasses.replace(verdict, relays=tuple(booked))
+
+    async def _connect(self, address: str) -> PeerID | None:
+        """Connect our daemon to the peer at ``address`` (``.../p2p/<id>``); its id, or None if that failed."""
+        maddr = Multiaddr(address)
+        peer = PeerID.from_base58(address.rsplit("/p2p/", 1)[1])
+        try:
+            await asyncio.wait_for(self._p2p._client.connect(peer, [maddr.decapsulate(Multiaddr(f"/p2p/{peer}"))]),
+                                   self._call_timeout)
+        except Exception as e:
+            logger.info("Could not connect to %s: %r", address, e)
+            return None
+        return peer
+
+    async def _renew_reservations(self, relays: list[str]) -> None:
+        while True:
+            await asyncio.sleep(_RESERVATION_RENEW_S)
+            if self._p2p is None:
+                return
+            for relay in relays:
+                await reachability.reserve(self._p2p, PeerID.from_base58(Multiaddr(relay)["p2p"]), self._call_timeout)
+
+    async def _wait_for_mapping(self, port: int) -> list[Multiaddr] | None:
+        """Our addresses once the router mapped a port for us (p2pd asks it at start, over UPnP or NAT-PMP);
+        None if no mapping appeared in a few seconds (no such router, or it refused)."""
+        deadline = time.monotonic() + _MAPPING_WAIT_S
+        while time.monotonic() < deadline:
+            visible = await self._p2p.get_visible_maddrs(latest=True)
+            if any(p != port for _, p in reachability.tcp_endpoints(visible)):
+                return visible
+            await asyncio.sleep(0.5)
+        return None
+
+    async def _recheck_until_checked(self) -> None:
+        """A verdict nobody has checked (we started the swarm): ask the peers that joined, until some answer."""
+        while self._verdict is not None and not self._verdict.checked:
+            await asyncio.sleep(_RECHECK_EVERY_S)
+            p2p, node = self._p2p, self._node
+            if p2p is None or node is None:
+                return
+            # every peer connected to us, DHT clients included (they are in no routing table)
+            peers = [info.peer_id for info in await p2p.list_peers()][:5]
+            if not peers:
+                continue
+            visible = await p2p.get_visible_maddrs(latest=True)
+            port = _listen_port(visible) or self._port
+            mapped = [p for _, p in reachability.tcp_endpoints(visible) if p != port]
+            answers = await reachability.ask(p2p, peers, [port, *mapped], self._call_timeout)
+            verdict = reachability.combine(answers, port, mapped)
+            if verdict is not None:
+                self._learn_members(answers)
+                await self._set_verdict(verdict)
+
+    async def _set_verdict(self, verdict: Verdict) -> None:
+        self._verdict = verdict
+        visible = await self._p2p.get_visible_maddrs(latest=True)
+        visible += [a for a in self._lan_addresses if a not in map(str, visible)]
+        outside, self._local_invite = reachability.invite_addresses(self.peer_id, visible, verdict,
+                                                                    self._reachable_networks)
+        self._invite = outside + self._local_invite + [a for a in self._members if a not in outside][:2]
+        logger.info("Swarm %r: %s via %s (checked by %d peers); invite %s", self._swarm_name, verdict.status,
+                    verdict.via, verdict.checked_by, " ".join(self._invite))
+        if self._on_reachability is not None:
+            try:
+                self._on_reachability(verdict, outside, list(self._local_invite))
+            except Exception:
+                logger.warning("Reachability callback failed", exc_info=True)
+
+    def _invite_outside(self) -> list[str]:
+        suffix = f"/p2p/{self.peer_id}"
+        return [a for a in self._invite if a.endswith(suffix) and a not in self._local_invite]
+
+    def _learn_members(self, answers: Sequence[reachability.Answer]) -> None:
+        for answer in answers:
+            if answer.public and answer.addresses:
+                self._remember_contact(answer.peer, list(answer.addresses))
+                for address in answer.addresses[:1]:
+                    if address not in self._members:
+                        self._members.append(address)
+
+    def _remember_contact(self, peer: str, addresses: list[str]) -> None:
+        with self._lock:
+            self._contacts.pop(peer, None)
+            self._contacts[peer] = addresses[:reachability.MAX_ADDRESSES]
+            while len(self._contacts) > _CONTACTS_KEPT:
+                self._contacts.popitem(last=False)
 
     async def _stop_node(self) -> None:
         node, p2p, self._node, self._p2p = self._node, self._p2p, None, None
+        for task in (self._recheck, self._renew):
+            if task is not None:
+                task.cancel()
         if node is not None:
             await self._stop_step(_unless_daemon_exits(node.shutdown(), p2p))
         if p2p is not None:
@@ -1170,6 +1395,43 @@ def _parse_invite(addr: str) -> str:
     return str(maddr)
 
 
+def _valid_addresses(addresses: Iterable[str]) -> list[str]:
+    """The addresses of ``addresses`` that are valid peer multiaddrs (remembered ones may be stale or damaged)."""
+    valid = []
+    for addr in addresses:
+        try:
+            valid.append(_parse_invite(addr))
+        except NodeError:
+            logger.info("Ignoring remembered peer address %r", addr)
+    return valid
+
+
+def _listen_port(visible: Sequence[Multiaddr]) -> int | None:
+    """The TCP port p2pd listens on (the port of its own, non-mapped addresses)."""
+    ports = Counter(port for _, port in reachability.tcp_endpoints(visible))
+    for maddr in visible:  # loopback is never a mapped address
+        text = str(maddr)
+        if text.startswith(("/ip4/127.", "/ip6/::1/")) and "/tcp/" in text:
+            return int(text.split("/tcp/")[1].split("/")[0])
+    return ports.most_common(1)[0][0] if ports else None
+
+
+async def _connected(p2p: P2P, addresses: Sequence[str]) -> list[PeerID]:
+    """The peers of ``addresses`` we hold a connection to (the bootstrap connected to those it could)."""
+    wanted = {Multiaddr(a)["p2p"] for a in addresses}
+    return [info.peer_id for info in await p2p.list_peers() if info.peer_id.to_base58() in wanted][:5]
+
+
+def _daemon_reachability(verdict: Verdict) -> str | None:
+    """The p2pd reachability to restart with after a check, if any: a member reachable at its own address serves
+    as a relay; one that is not books relay slots. A mapped port belongs to the running daemon: it stays."""
+    if verdict.status == "reachable" and verdict.via == "public_address":
+        return "public"
+    if verdict.status in ("relayed", "unreachable"):
+        return "private"
+    return None
+
+
 def _listen_maddr(host: str, port: int) -> str:
     try:
         ip = ipaddress.ip_address(host)
@@ -1212,8 +1474,31 @@ def _remove_stale_sockets(paths: set[Path]) -> None:
                 continue
 
 
-def _start_error(error: Exception, *, joining: bool, port: int) -> NodeError:
+def _local_only(invite: Sequence[str], reachable_networks: Sequence[str]) -> list[str]:
+    """The invite's addresses if none of them can work from another network (LAN and loopback only), else []."""
+    ips = []
+    for address in invite:
+        if "/p2p-circuit" in address:
+            return []
+        endpoints = reachability.tcp_endpoints([address]) or [(None, 0)]
+        ip = endpoints[0][0]
+        if ip is None or reachability.is_reachable_ip(ip, reachable_networks):
+            return []
+        ips.append(ip)
+    return ips
+
+
+def _start_error(error: Exception, *, joining: bool, port: int, local_only: Sequence[str] = ()) -> NodeError:
     detail = str(error) or type(error).__name__
+    if joining and local_only and "bootstrap" in detail:
+        return NodeError(
+            f"Could not join the swarm: the invite only holds addresses inside the inviting computer's own network "
+            f"({', '.join(dict.fromkeys(local_only))}), and this computer cannot reach them",
+            hint="The inviting node is not reachable from the internet. Ask any member that is (their app says "
+            "'Reachable' or 'Reachable through a relay') for an invite, or ask the host to forward its TCP port on "
+            "their router or enable UPnP, then send a fresh invite.",
+            code="swarm_invite_local_only",
+        )
     if isinstance(error, ValidationError):
         return NodeError(
             f"The swarm cannot connect back to this node: {detail}",

@@ -27,3 +27,21 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     from tests.tiny_model import tiny_random
 
     return tiny_random(models.resolve(models.BUNDLED), tmp_path_factory.mktemp("tiny-model"))
+
+
+@pytest.fixture
+def netbed():
+    """A simulated internet (:mod:`tests.netbed`), deleted after the test whatever happens; skipped where this machine
+    cannot make network namespaces."""
+    from tests.netbed import Netbed, NetbedUnavailable, check_available, remove_stale_beds
+
+    try:
+        check_available()
+    except NetbedUnavailable as e:
+        pytest.skip(f"no simulated internet on this machine: {e}")
+    remove_stale_beds()
+    bed = Netbed()
+    try:
+        yield bed
+    finally:
+        bed.close()

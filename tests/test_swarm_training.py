@@ -11,6 +11,7 @@ from __future__ import annotations
 import psutil
 import pytest
 
+from node import known_peers
 from node.runstore import RunStore
 from tests.nodes import NodeProcess, tiny_config
 
@@ -67,6 +68,13 @@ def test_three_node_swarm_shares_rollouts_and_survives_a_killed_peer(tiny_model_
             assert node.events_of("peer_joined")
             assert node.events_of("state_changed")[-1].state == "stopped"
         assert len(peer_ids) == 2
+        # each node said at start whether others can reach it; the joiner was checked by the node it joined
+        # (the host from its own addresses: nobody had joined yet to check it)
+        host_views, joiner_view = nodes[0].events_of("reachability"), nodes[1].events_of("reachability")[-1]
+        assert host_views[0].advice and host_views[0].local_addresses and not host_views[0].checked
+        assert joiner_view.status == "reachable" and joiner_view.checked and not joiner_view.client_mode
+        # the joiner remembers the members it met, to rejoin through them
+        assert any(peer in address for address in known_peers.load(tmp_path / "b", "test") for peer in peer_ids)
         # Clean exit: no p2p daemon is left behind by the nodes that stopped normally.
         for node in nodes[:2]:
             assert not psutil.pid_exists(node.process.pid) or psutil.Process(node.process.pid).status() == "zombie"
