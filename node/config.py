@@ -152,6 +152,11 @@ class SwarmSettings(_Section):
         None, ge=1, le=1024, description="peer groups fetched per round at most; empty = 3 x external_groups"
     )
     client_mode: bool = Field(False, description="behind NAT: publish and gather without serving the DHT")
+    address_prefix_v4: int = Field(
+        24, ge=8, le=32, description="peers whose IPv4 addresses share this many leading bits count as one peer "
+        "(storage quotas, sampling peer groups): identities are free, addresses are not",
+    )
+    address_prefix_v6: int = Field(48, ge=16, le=128, description="the same for IPv6 addresses")
     peer_text_ratio: float = Field(
         2.0, ge=1.0, le=100.0,
         description="peer completions may carry at most this many times our own longest text outside <answer>",

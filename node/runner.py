@@ -400,6 +400,7 @@ def _dht_exchange(cfg: NodeConfig, identity: Identity, initial_peers: list[str])
         directory_shards=cfg.swarm.directory_shards,
         clock=ClockPolicy(cfg.swarm.round_quorum, cfg.swarm.round_quorum_fraction, cfg.swarm.max_round_jump),
         admission_secret=swarm_secret.load(cfg.run.data_dir, cfg.swarm.swarm_name), client_mode=cfg.swarm.client_mode,
+        game=cfg.swarm.game, address_prefixes=(cfg.swarm.address_prefix_v4, cfg.swarm.address_prefix_v6),
     )
 
 

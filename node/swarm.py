@@ -56,20 +56,21 @@ from hivemind.dht.crypto import RSASignatureValidator
 from hivemind.dht.node import DHTNode
 from hivemind.dht.protocol import ValidationError
 from hivemind.dht.routing import DHTID
-from hivemind.dht.storage import DHTLocalStorage, DictionaryDHTValue
 from hivemind.dht.validation import CompositeValidator, DHTRecord, RecordValidatorBase
 from hivemind.p2p import P2P, PeerID
 from hivemind.utils.crypto import RSAPublicKey
 from hivemind.utils.multiaddr import Multiaddr
-from hivemind.utils.timed_storage import get_dht_time
+from hivemind.utils.timed_storage import ValueWithExpiration, get_dht_time
 
 from node.clock import ClockPolicy, follow_round
+from node.dht_storage import MAX_ENTRIES_PER_KEY, SENDER_GROUP, BoundedStorage, rounds_near
 from node.errors import NodeError
 from node.game.records import decode_stage_record
-from node.identity import Identity, peer_id_from_public_key
+from node.identity import Identity, acceptable_key_size, peer_id_from_public_key
+from node.peer_addresses import UNKNOWN, AddressBook
 from node.records import (
     MAX_GROUP_RECORD_BYTES, MAX_ROUND, GroupRecord, Pointer, RecordRejected, RoundRecord,
-    admission_key, decode_group_record, decode_pointer, encode_group_record, encode_pointer,
+    admission_key, decode_group_record, decode_pointer, encode_group_record, encode_pointer, seal_entry, unseal_entry,
 )
 
 logger = logging.getLogger(__name__)
@@ -80,7 +81,6 @@ PROTOCOL = "v2"
 MAX_ENTRY_TTL_S = 3600.0  # no entry lives longer, whatever its signer asks for
 _CLOCK_SKEW_S = 60.0
 MAX_GAME_POSITION = 3 * MAX_ROUND + 2  # the multi-stage game's clock value of round MAX_ROUND's third stage
-MAX_ENTRIES_PER_KEY = 256  # directory and clock shards: 256 x ~1 KB signed entries
 READ_REPLICAS = 3  # replicas of a directory or clock shard merged by one read (each entry is stored on 5)
 _MAX_READ_WORKERS = 32  # requests in flight for one read (the game reads up to 256 keys at once)
 # Shards a directory or clock read starts with: this many before the swarm's density is known, at most this many
@@ -91,6 +91,8 @@ _FIRST_READ_SHARDS = (4, 12)
 _MAX_MESSAGE_BYTES = 64 * 1024**2
 STORAGE_BYTES = 32 * 1024**2
 CACHE_BYTES = 16 * 1024**2
+# The entry kinds each game writes: a swarm stores and reads no other (no stage records in a SAPO swarm)
+GAME_KINDS = {"sapo": frozenset("gdc"), "multistage": frozenset("sp")}
 _OWNER_RE = re.compile(rb"(\[owner:(.+?)\])\|([a-z])/([0-9/]{1,40})")
 # RSASignatureValidator appends "[signature:...]" to values and refuses a value holding two of them
 _SIGNATURE_MARKER = b"[signature:"
@@ -166,6 +168,9 @@ class DhtExchange:
         storage_bytes: int = STORAGE_BYTES,
         cache_bytes: int = CACHE_BYTES,
         client_mode: bool = False,
+        game: str = "sapo",
+        address_prefixes: tuple[int, int] = (24, 48),
+        round_window: Callable[[int], tuple[int, int]] = rounds_near,
     ) -> None:
         self._identity = identity
         self._swarm_name = swarm_name
@@ -182,6 +187,11 @@ class DhtExchange:
         self._admission = admission_key(admission_secret) if admission_secret else None
         self._storage_bytes, self._cache_bytes = storage_bytes, cache_bytes
         self._client_mode = client_mode
+        self._kinds = GAME_KINDS[game]
+        self._address_prefixes = address_prefixes
+        self._addresses: AddressBook | None = None
+        self._round_window = round_window
+        self._current_round: int | None = None  # the round we play: others' entries are stored only near it
         self._namespace = f"{swarm_name}/{PROTOCOL}/{directory_shards}"
 
         self._signer = RSASignatureValidator(identity.private_key)
@@ -259,6 +269,7 @@ class DhtExchange:
             raise ValueError(f"record of {record.peer_id} cannot be published by {self.peer_id}")
         if not record.groups:
             return False
+        self._current_round = record.round
         keys, values, subkeys = [], [], []
         for index, group in enumerate(record.groups):
             one = GroupRecord(record.peer_id, record.round, index, group, record.prompt_format)
@@ -277,7 +288,7 @@ class DhtExchange:
                                                                                 if 0 <= i < len(record.groups)))
         shard = shard_of(self.peer_id, self._shards)
         keys.append(self._directory_key(record.round, shard))
-        values.append(encode_pointer(pointer))
+        values.append(self._seal(encode_pointer(pointer)))
         subkeys.append(self._subkey("d", record.round, shard))
         expiration = get_dht_time() + self._record_ttl
         self.traffic["publish_bytes"] += sum(len(v) for v in values)
@@ -367,7 +378,8 @@ class DhtExchange:
             self._measure_shards(entries_read, shards_read)
 
     def _fetch_groups(self, round: int, state: _RoundGather) -> None:
-        """Fetch one group of each of a few more peers, sampled uniformly; peers claiming spread first."""
+        """Fetch one group of each of a few more peers, sampled uniformly over network address groups (peers from
+        one network count as one: :meth:`_over_address_groups`); peers claiming spread first."""
         if self._wanted == 0:
             return
         count = self._wanted if not state.tried else max(1, self._wanted // 2)
@@ -381,9 +393,7 @@ class DhtExchange:
             state.rejected["backoff"] += len(banned)
             state.tried.update(banned)
         fresh = [p for p in fresh if p not in banned]
-        self._rng.shuffle(fresh)
-        fresh.sort(key=lambda p: not state.pool[p].spread)  # stable: uniform within each class
-        chosen = fresh[:count]
+        chosen = self._over_address_groups(fresh, state)[:count]
         if not chosen:
             return
         picks = {}
@@ -398,7 +408,7 @@ class DhtExchange:
         self.traffic["lookups"] += len(keys)
         for key, peer in keys.items():
             item = (found or {}).get(key)
-            entries = self._dictionary_entries(item)
+            entries = self._dictionary_entries(item, sealed=False)  # a group record carries its own tag
             if not entries:
                 state.rejected["missing"] += 1
                 continue
@@ -427,6 +437,29 @@ class DhtExchange:
                 state.rejected[reason] += 1
                 self._strike(peer)
 
+    def _over_address_groups(self, fresh: list[str], state: _RoundGather) -> list[str]:
+        """``fresh`` in the order to fetch them: one peer per address group in turn, so that identities from one
+        network take one peer's share. Groups not sampled yet this round come first, then groups we can place on the
+        network before the peers we hold no connection to (together one group), then groups whose peers claim no
+        spread; within a group, peers claiming spread first, uniformly otherwise."""
+        addresses = self._addresses
+        groups = (self._call("gather", lambda node: addresses.groups_of([*fresh, *state.tried]))
+                  if addresses is not None else None) or {}
+        sampled = {groups.get(p, UNKNOWN) for p in state.tried}
+        members: dict[str, list[str]] = {}
+        for peer in fresh:
+            members.setdefault(groups.get(peer, UNKNOWN), []).append(peer)
+        for peers in members.values():
+            self._rng.shuffle(peers)
+            peers.sort(key=lambda p: not state.pool[p].spread)  # stable: uniform within each class
+        order = list(members)
+        self._rng.shuffle(order)
+        order.sort(key=lambda g: (g in sampled, g == UNKNOWN, not state.pool[members[g][0]].spread))
+        picks = []
+        for turn in range(max(map(len, members.values()), default=0)):
+            picks += [members[g][turn] for g in order if turn < len(members[g])]
+        return picks
+
     def _strike(self, peer: str) -> None:
         """Count a rejected record against ``peer``; past a few, ignore it for a while (doubling each time)."""
         self._strikes[peer] += 1
@@ -448,7 +481,7 @@ class DhtExchange:
         """Tell the swarm we are at ``round`` (see :meth:`swarm_round`)."""
         if not 0 <= round <= MAX_ROUND:
             raise ValueError(f"round {round} is out of bounds (0..{MAX_ROUND})")
-        self._last_announced = round
+        self._last_announced = self._current_round = round
         if not self._announce("c", clock_key, round):
             logger.warning("Could not announce round %d to the swarm", round)
 
@@ -537,6 +570,19 @@ class DhtExchange:
         node = self._node
         return 0 if node is None else len(node.protocol.routing_table.uid_to_peer_id)
 
+    def storage_usage(self) -> dict[str, Any]:
+        """What this node stores for the swarm: bytes per address group that sent it ("self": ours), the most one
+        signer holds, and the entries refused (by reason) and evicted to make room."""
+        node = self._node
+        if node is None:
+            return {}
+        storage = node.protocol.storage
+        return {"bytes": storage.measure(), "by_group": storage.usage(), "refused": dict(storage.refused),
+                "evicted": storage.evicted}
+
+    def _stored_rounds(self) -> tuple[int, int] | None:
+        return None if self._current_round is None else self._round_window(self._current_round)
+
     def storage_bytes(self) -> tuple[int, int]:
         """Bytes held in (storage, cache): both bounded whatever peers send."""
         node = self._node
@@ -599,6 +645,7 @@ class DhtExchange:
     def publish_stage(self, round: int, stage: int, value: bytes) -> bool:
         """Store our encoded stage record (:mod:`node.game.records`) for ``(round, stage)``."""
         key, subkey = stage_key(self._namespace, round, stage, self.peer_id), self._subkey("s", round, stage)
+        self._current_round = round
         self.traffic["publish_bytes"] += len(value)
         return self._store_entry("publish", key, value, subkey)
 
@@ -636,6 +683,7 @@ class DhtExchange:
     def _store_entry(self, call: str, key: str, value: Any, subkey: bytes) -> bool:
         """Store one entry of ours under ``key`` until now + the record TTL; whether a replica took it."""
         expiration = get_dht_time() + self._record_ttl
+        value = self._seal(value)
         stored = self._call(call, lambda node: _store_many(node, [key], [value], expiration, [subkey]))
         return bool(stored and stored.get((key, subkey)))
 
@@ -663,11 +711,20 @@ class DhtExchange:
     def _subkey(self, kind: str, *numbers: int) -> bytes:
         return self._owner + b"|" + kind.encode() + b"/" + "/".join(map(str, numbers)).encode()
 
-    def _dictionary_entries(self, item: Any) -> list[tuple[str | None, Any]]:
-        """(author peer id or None if unauthenticated, entry) for every entry of a found item; remembers authors."""
+    def _seal(self, value: int | bytes) -> int | bytes:
+        """In a private swarm, an entry without a tag of its own goes in the secret's envelope."""
+        return value if self._admission is None else seal_entry(self._admission, self.peer_id, value)
+
+    def _dictionary_entries(self, item: Any, *, sealed: bool = True) -> list[tuple[str | None, Any]]:
+        """(author peer id or None if unauthenticated, entry) for every entry of a found item; remembers authors.
+        In a private swarm, ``sealed`` entries come out of their envelope, and those without a valid one are left
+        out (the validator refused them on receipt already)."""
         if item is None or not isinstance(item.value, dict):
             return []
         entries = [(_owner_peer_id(subkey), entry) for subkey, entry in list(item.value.items())[:MAX_ENTRIES_PER_KEY]]
+        if self._admission is not None and sealed:
+            entries = [(author, ValueWithExpiration(value, entry.expiration_time)) for author, entry in entries
+                       if author is not None and (value := _unsealed(self._admission, author, entry.value)) is not None]
         # what crossed the wire: the value, its subkey (owner key) and the signature hivemind strips on arrival
         self.traffic["received_bytes"] += sum(
             (len(e.value) if type(e.value) is bytes else 9) + len(k if type(k) is bytes else b"") + _SIGNATURE_BYTES
@@ -728,6 +785,9 @@ class DhtExchange:
             persistent_conn_max_msg_size=_MAX_MESSAGE_BYTES,
         )
         self._daemon = _daemon_process(self._p2p)
+        self._addresses = AddressBook(self._p2p, ipv4_prefix=self._address_prefixes[0],
+                                      ipv6_prefix=self._address_prefixes[1])
+        self._attribute_stores(self._p2p)
         self._node = await DHTNode.create(
             p2p=self._p2p,
             # hivemind draws a random DHT id from Python's global `random`, which training libraries seed (TRL
@@ -736,7 +796,8 @@ class DhtExchange:
             node_id=DHTID.generate(source=self._identity.peer_id.encode()),
             initial_peers=initial_peers,
             record_validator=RememberingValidator(
-                [self._signer, SwarmValidator(self._swarm_name, self._shards, admission=self._admission)]
+                [self._signer, SwarmValidator(self._swarm_name, self._shards, admission=self._admission,
+                                              kinds=self._kinds)]
             ),
             wait_timeout=self._call_timeout / _RPCS_PER_CALL,
             client_mode=self._client_mode,
@@ -750,9 +811,33 @@ class DhtExchange:
             chunk_size=1,
         )
         # BoundedStorage before anyone can store anything (the node only answers RPCs once we return)
-        self._node.protocol.storage = BoundedStorage(self._storage_bytes)
-        self._node.protocol.cache = BoundedStorage(self._cache_bytes)
+        self._node.protocol.storage = BoundedStorage(self._storage_bytes, rounds=self._stored_rounds)
+        self._node.protocol.cache = BoundedStorage(self._cache_bytes, rounds=self._stored_rounds)
         self._invite = [str(maddr) for maddr in await self._node.get_visible_maddrs()]
+
+    def _attribute_stores(self, p2p: P2P) -> None:
+        """Wrap hivemind's store handler as it registers, so that storage knows which address group sent each
+        entry (:data:`node.dht_storage.SENDER_GROUP`)."""
+        register, addresses, timeout = p2p.add_protobuf_handler, self._addresses, self._call_timeout / _RPCS_PER_CALL
+
+        async def add_protobuf_handler(name, handler, *args, **kwargs):
+            if getattr(handler, "__name__", "") == "rpc_store":
+                store = handler
+
+                async def handler(request, context):
+                    try:
+                        group = await asyncio.wait_for(addresses.group_of(context.remote_id), timeout)
+                    except Exception:  # the daemon did not say: the sender shares the group of the unknown
+                        group = UNKNOWN
+                    token = SENDER_GROUP.set(group)
+                    try:
+                        return await store(request, context)
+                    finally:
+                        SENDER_GROUP.reset(token)
+
+            return await register(name, handler, *args, **kwargs)
+
+        p2p.add_protobuf_handler = add_protobuf_handler
 
     async def _stop_node(self) -> None:
         node, p2p, self._node, self._p2p = self._node, self._p2p, None, None
@@ -865,10 +950,12 @@ class SwarmValidator(RecordValidatorBase):
     RSASignatureValidator's, so it sees values with their signature stripped and already verified.
     """
 
-    def __init__(self, swarm_name: str, shards: int, *, admission: bytes | None = None) -> None:
+    def __init__(self, swarm_name: str, shards: int, *, admission: bytes | None = None,
+                 kinds: frozenset[str] = GAME_KINDS["sapo"]) -> None:
         self._namespace = f"{swarm_name}/{PROTOCOL}/{shards}"
         self._shards = shards
         self._admission = admission
+        self._kinds = kinds
 
     def validate(self, record: DHTRecord) -> bool:
         if record.expiration_time > get_dht_time() + MAX_ENTRY_TTL_S + _CLOCK_SKEW_S:
@@ -881,10 +968,12 @@ class SwarmValidator(RecordValidatorBase):
         if author is None:
             return False
         kind, numbers = match.group(3).decode(), match.group(4).decode().split("/")
-        if not all(n.isdigit() and len(n) <= 14 for n in numbers):
+        if kind not in self._kinds or not all(n.isdigit() and len(n) <= 14 for n in numbers):
             return False
         numbers = [int(n) for n in numbers]
         value = _unpack_scalar(record.value)
+        if self._admission is not None and kind != "g":  # a group record carries its own tag
+            value = _unsealed(self._admission, author, value)
         try:
             if kind == "g" and len(numbers) == 2:
                 round_, index = numbers
@@ -953,68 +1042,11 @@ class RememberingValidator(CompositeValidator):
         return True
 
 
-class BoundedStorage(DHTLocalStorage):
-    """hivemind's local storage with a cap on bytes and on entries per key (theirs only caps the entry count).
-
-    A full storage refuses new entries rather than evicting old ones: evicting would let a flood push out honest
-    entries. Accounting is incremental, re-measured every second so that expired entries are given back.
-    """
-
-    def __init__(self, max_bytes: int, max_entries_per_key: int = MAX_ENTRIES_PER_KEY) -> None:
-        super().__init__()
-        self.max_bytes = max_bytes
-        self.max_entries_per_key = max_entries_per_key
-        self.refused = 0
-        self._used = 0
-        self._measured_at = -math.inf
-
-    def store(self, key, value, expiration_time, subkey=None) -> bool:
-        if subkey is not None:
-            return self.store_subkey(key, subkey, value, expiration_time)
-        size = _value_bytes(value)
-        if not self._fits(size):
-            return False
-        stored = super().store(key, value, expiration_time)
-        if stored:
-            self._used += size
-        return stored
-
-    def store_subkey(self, key, subkey, value, expiration_time) -> bool:
-        size = _value_bytes(value) + len(msgpack.packb(subkey))
-        current = self.get(key)
-        if current is not None and isinstance(current.value, DictionaryDHTValue):
-            entries = current.value
-            if subkey not in entries and len(entries) >= self.max_entries_per_key:
-                self.refused += 1
-                return False
-        if not self._fits(size):
-            return False
-        stored = super().store_subkey(key, subkey, value, expiration_time)
-        if stored:
-            self._used += size
-        return stored
-
-    def measure(self) -> int:
-        """Bytes of the live entries now (expired ones are dropped on the way)."""
-        total = 0
-        for _, item in list(self.items()):
-            total += _value_bytes(item.value)
-        self._used, self._measured_at = total, time.monotonic()
-        return total
-
-    def _fits(self, size: int) -> bool:
-        if time.monotonic() - self._measured_at > 1.0 or self._used + size > self.max_bytes:
-            self.measure()
-        if self._used + size > self.max_bytes:
-            self.refused += 1
-            return False
-        return True
-
-
-def _value_bytes(value: Any) -> int:
-    if isinstance(value, DictionaryDHTValue):
-        return sum(len(v.value) + 64 for _, v in list(value.items()))
-    return len(value) if isinstance(value, bytes) else 64
+def _unsealed(admission: bytes, author: str, value: Any) -> int | bytes | None:
+    try:
+        return unseal_entry(admission, author, value)
+    except RecordRejected:
+        return None
 
 
 def _unpack_scalar(raw: bytes) -> Any:
@@ -1040,8 +1072,10 @@ def _owner_peer_id(subkey: Any) -> str | None:
             return _PEER_IDS[marker]
     try:
         key = RSAPublicKey.from_bytes(match.group(2))
-        # one encoding per key: a signer cannot hold two entries under one key with two spellings of its key
-        peer = peer_id_from_public_key(key) if b"[owner:" + key.to_bytes() + b"]" == marker else None
+        # one encoding per key: a signer cannot hold two entries under one key with two spellings of its key; and
+        # no key small enough to mint by the thousand
+        canonical = b"[owner:" + key.to_bytes() + b"]" == marker
+        peer = peer_id_from_public_key(key) if canonical and acceptable_key_size(key) else None
     except (ValueError, UnsupportedAlgorithm):
         peer = None
     with _PEER_IDS_LOCK:
