@@ -34,6 +34,7 @@ SIGNER_SHARE = 1 / 8  # of the storage, for one signer's entries
 GROUP_SHARE = 1 / 4  # of the storage, for the entries one address group sent
 _ENTRY_OVERHEAD = 64  # bytes of bookkeeping per entry, so that a flood of tiny entries is charged too
 _RECONCILE_EVERY_S = 1.0
+_AUTHORS_KEPT = 16384  # authors whose sending address group we remember
 _ROUND_KEYED = frozenset(b"gds")  # the kinds of entry whose key names a round (node.swarm's layout)
 _SUBKEY_RE = re.compile(rb"(\[owner:.+?\])\|([a-z])/([0-9]{1,14})(?:/[0-9/]{1,40})?")
 
@@ -58,17 +59,22 @@ class BoundedStorage(DHTLocalStorage):
     """hivemind's local storage with quotas per signer, per address group and per key, and a cap on bytes.
 
     ``rounds`` gives the (first, last) round whose round-keyed entries a peer may store here, or None to store any.
-    ``refused`` counts refusals by reason, ``evicted`` the entries that made room.
+    ``author_of`` names an entry's author (peer id) from its subkey, so that :meth:`group_of_author` can say from
+    which address group a peer's entries reached us. ``refused`` counts refusals by reason, ``evicted`` the entries
+    that made room.
     """
 
     def __init__(self, max_bytes: int, max_entries_per_key: int = MAX_ENTRIES_PER_KEY, *,
                  signer_share: float = SIGNER_SHARE, group_share: float = GROUP_SHARE,
-                 rounds: Callable[[], tuple[int, int] | None] = lambda: None) -> None:
+                 rounds: Callable[[], tuple[int, int] | None] = lambda: None,
+                 author_of: Callable[[bytes], str | None] = lambda subkey: None) -> None:
         super().__init__()
         self.max_bytes = max_bytes
         self.max_entries_per_key = max_entries_per_key
         self.signer_share, self.group_share = signer_share, group_share
         self.rounds = rounds
+        self._author_of = author_of
+        self._author_groups: OrderedDict[str, str] = OrderedDict()
         self.refused: Counter[str] = Counter()
         self.evicted = 0
         self._entries: dict[tuple[DHTID, Any], _Entry] = {}
@@ -106,7 +112,17 @@ class BoundedStorage(DHTLocalStorage):
             return False  # hivemind keeps a newer value of the same entry
         self._forget(entry_id)
         self._remember(entry_id, _Entry(signer, group, size))
+        author = self._author_of(subkey) if group is not None else None
+        if author is not None:
+            self._author_groups[author] = group
+            self._author_groups.move_to_end(author)
+            if len(self._author_groups) > _AUTHORS_KEPT:
+                self._author_groups.popitem(last=False)
         return True
+
+    def group_of_author(self, author: str) -> str | None:
+        """The address group that last sent us an entry signed by ``author`` (a peer id), if any did."""
+        return self._author_groups.get(author)
 
     def _round_near(self, round_: int) -> bool:
         window = self.rounds()

@@ -334,7 +334,8 @@ class DhtExchange:
             return state
 
     def _read_directory(self, round: int, state: _RoundGather) -> None:
-        """Read shards in random order until the pool holds enough peers to sample J from (or all were read)."""
+        """Read shards in random order until the pool holds enough peers to sample J from, counted by address group
+        (or all were read)."""
         target = max(4 * self._wanted, 16)
         unread = [s for s in range(self._shards) if s not in state.shards_read]
         self._rng.shuffle(unread)
@@ -371,7 +372,8 @@ class DhtExchange:
                         state.rejected["round_mismatch"] += 1
                     else:
                         state.pool[author] = pointer
-            if len(state.pool) >= target or state.fetched:
+            # enough peers to sample from, counted by network: identities from one take one peer's place
+            if len(set(self._address_groups(list(state.pool)).values())) >= target or state.fetched:
                 break
             batch = min(2 * batch, self._shards)
         if first:
@@ -393,7 +395,7 @@ class DhtExchange:
             state.rejected["backoff"] += len(banned)
             state.tried.update(banned)
         fresh = [p for p in fresh if p not in banned]
-        chosen = self._over_address_groups(fresh, state)[:count]
+        chosen = self._over_address_groups(fresh, count, state)
         if not chosen:
             return
         picks = {}
@@ -437,28 +439,43 @@ class DhtExchange:
                 state.rejected[reason] += 1
                 self._strike(peer)
 
-    def _over_address_groups(self, fresh: list[str], state: _RoundGather) -> list[str]:
-        """``fresh`` in the order to fetch them: one peer per address group in turn, so that identities from one
-        network take one peer's share. Groups not sampled yet this round come first, then groups we can place on the
-        network before the peers we hold no connection to (together one group), then groups whose peers claim no
-        spread; within a group, peers claiming spread first, uniformly otherwise."""
-        addresses = self._addresses
-        groups = (self._call("gather", lambda node: addresses.groups_of([*fresh, *state.tried]))
-                  if addresses is not None else None) or {}
-        sampled = {groups.get(p, UNKNOWN) for p in state.tried}
+    def _over_address_groups(self, fresh: list[str], count: int, state: _RoundGather) -> list[str]:
+        """Up to ``count`` of ``fresh`` to fetch now, so that identities from one network take one peer's share: each
+        address group (:meth:`_address_groups`) takes at most its fair share of the round's fetches (the fetches
+        so far and these, over the groups that published), one peer per group in turn. Groups not sampled yet this
+        round come first, then groups we could place on the network before the peers we could not (together one
+        group), then groups whose peers claim no spread; within a group, peers claiming spread first, uniformly
+        otherwise."""
+        groups = self._address_groups([*fresh, *state.tried])
+        sampled = Counter(groups[p] for p in state.tried)
         members: dict[str, list[str]] = {}
         for peer in fresh:
-            members.setdefault(groups.get(peer, UNKNOWN), []).append(peer)
-        for peers in members.values():
+            members.setdefault(groups[peer], []).append(peer)
+        share = math.ceil((len(state.tried) + count) / max(1, len(set(groups.values()))))
+        for group, peers in members.items():
             self._rng.shuffle(peers)
             peers.sort(key=lambda p: not state.pool[p].spread)  # stable: uniform within each class
+            del peers[max(0, share - sampled[group]):]
         order = list(members)
         self._rng.shuffle(order)
-        order.sort(key=lambda g: (g in sampled, g == UNKNOWN, not state.pool[members[g][0]].spread))
+        order.sort(key=lambda g: (g in sampled, g == UNKNOWN, not members[g] or not state.pool[members[g][0]].spread))
         picks = []
         for turn in range(max(map(len, members.values()), default=0)):
             picks += [members[g][turn] for g in order if turn < len(members[g])]
-        return picks
+        return picks[:count]
+
+    def _address_groups(self, peers: list[str]) -> dict[str, str]:
+        """Each peer's address group: of our live connection to it, else of the peer that sent us its entries (we
+        hold its directory pointer as a replica), else :data:`UNKNOWN`."""
+        addresses, node = self._addresses, self._node
+        if addresses is None or node is None or not peers:
+            return dict.fromkeys(peers, UNKNOWN)
+        groups = self._call("gather", lambda node: addresses.groups_of(peers)) or dict.fromkeys(peers, UNKNOWN)
+        storage = node.protocol.storage
+        for peer, group in groups.items():
+            if group == UNKNOWN:
+                groups[peer] = storage.group_of_author(peer) or UNKNOWN
+        return groups
 
     def _strike(self, peer: str) -> None:
         """Count a rejected record against ``peer``; past a few, ignore it for a while (doubling each time)."""
@@ -811,7 +828,8 @@ class DhtExchange:
             chunk_size=1,
         )
         # BoundedStorage before anyone can store anything (the node only answers RPCs once we return)
-        self._node.protocol.storage = BoundedStorage(self._storage_bytes, rounds=self._stored_rounds)
+        self._node.protocol.storage = BoundedStorage(self._storage_bytes, rounds=self._stored_rounds,
+                                                     author_of=_owner_peer_id)
         self._node.protocol.cache = BoundedStorage(self._cache_bytes, rounds=self._stored_rounds)
         self._invite = [str(maddr) for maddr in await self._node.get_visible_maddrs()]
 
