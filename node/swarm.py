@@ -299,6 +299,13 @@ class DhtExchange:
         ok = [bool(stored.get((key, subkey))) for key, subkey in zip(keys, subkeys)]
         if not all(ok):
             logger.info("Round %d: %d of %d entries not stored", record.round, ok.count(False), len(keys))
+        usage = self.storage_usage()
+        if usage:
+            by_group = usage["by_group"]
+            logger.info("Swarm storage: %d bytes held for the swarm, at most %d from one address group and %d from "
+                        "one signer; refused %s, evicted %d", usage["bytes"],
+                        max((v for k, v in by_group.items() if k != "largest_signer"), default=0),
+                        by_group.get("largest_signer", 0), usage["refused"] or "none", usage["evicted"])
         return ok[-1] and any(ok[:-1])
 
     # ------------------------------------------------------------------------------------------- gathering
@@ -470,7 +477,7 @@ class DhtExchange:
         addresses, node = self._addresses, self._node
         if addresses is None or node is None or not peers:
             return dict.fromkeys(peers, UNKNOWN)
-        groups = self._call("gather", lambda node: addresses.groups_of(peers)) or dict.fromkeys(peers, UNKNOWN)
+        groups = self._on_loop(addresses.groups_of(peers)) or dict.fromkeys(peers, UNKNOWN)
         storage = node.protocol.storage
         for peer, group in groups.items():
             if group == UNKNOWN:
@@ -588,14 +595,18 @@ class DhtExchange:
         return 0 if node is None else len(node.protocol.routing_table.uid_to_peer_id)
 
     def storage_usage(self) -> dict[str, Any]:
-        """What this node stores for the swarm: bytes per address group that sent it ("self": ours), the most one
-        signer holds, and the entries refused (by reason) and evicted to make room."""
+        """What this node stores for the swarm: bytes in all, per address group that sent them ("self": ours) and
+        of the largest signer, and the entries refused (by reason) and evicted to make room. Empty if not running."""
         node = self._node
         if node is None:
             return {}
         storage = node.protocol.storage
-        return {"bytes": storage.measure(), "by_group": storage.usage(), "refused": dict(storage.refused),
-                "evicted": storage.evicted}
+
+        async def usage() -> dict[str, Any]:  # on the DHT loop, which alone changes the storage
+            return {"bytes": storage.measure(), "by_group": storage.usage(), "refused": dict(storage.refused),
+                    "evicted": storage.evicted}
+
+        return self._on_loop(usage()) or {}
 
     def _stored_rounds(self) -> tuple[int, int] | None:
         return None if self._current_round is None else self._round_window(self._current_round)
@@ -773,6 +784,21 @@ class DhtExchange:
         except Exception:
             logger.warning("Swarm %s failed", op, exc_info=True)
         return None
+
+    def _on_loop(self, coroutine: Coroutine[Any, Any, T]) -> T | None:
+        """Run local work (a question to our own p2p daemon, a look at our storage; no network round trip) on the DHT
+        loop; None if it failed."""
+        loop = self._loop
+        if loop is None:
+            coroutine.close()
+            return None
+        future = asyncio.run_coroutine_threadsafe(coroutine, loop)
+        try:
+            return future.result(self._call_timeout / _RPCS_PER_CALL)
+        except Exception:
+            future.cancel()
+            logger.debug("Local work on the DHT loop failed", exc_info=True)
+            return None
 
     def _count_timeout(self, op: str) -> None:
         with self._lock:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from node.events import RoundFinished
+from node.events import RolloutSample, RoundFinished
 from node.runstore import RunStore
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,10 +46,34 @@ def test_rounds_lost_gather_spread_groups_and_rejections_come_from_the_metrics_f
     assert summary["groups_used"] == 6
     assert summary["rejected"] == {"payload_outside_answer": 6, "question_mismatch": 1}
     assert summary["max_round"] == 7
-    row = bench.table([{"attack": True, "restart": {"started": True, "rounds_played": 1},
+    row = bench.table([{"attack": "payload", "restart": {"started": True, "rounds_played": 1},
                         "nodes": {"a": summary | {"peak_rss": {"node_mb": 500.0, "p2pd_mb": 40.0}}}}])
-    assert "| attack | a | 5/6 (1) | 2.0 / 20.0 / 20.0 |" in row and "payload_outside_answer 6" in row
-    assert row.rstrip().endswith("| 7 | yes, 1 |")
+    assert "| payload | a | 5/6 (1) | 2.0 / 20.0 / 20.0 |" in row and "payload_outside_answer 6" in row
+    assert "| 7 |" in row and row.rstrip().endswith("| yes, 1 |")
+
+
+def _sample(round_, peer, *, local=False, fate="trained"):
+    return RolloutSample(round=round_, source_peer=peer, source_name=peer, local=local, family="f", question="q",
+                         completion="c", reward=1.0, fate=fate)
+
+
+def test_whose_groups_a_node_received_and_trained_on_come_from_the_samples(bench):
+    samples = [_sample(r, "me", local=True) for r in range(3)]
+    samples += [_sample(0, "other"), _sample(0, "sybil1"), _sample(1, "sybil2", fate="rejected:payload_outside_answer"),
+                _sample(1, "sybil3"), _sample(2, "other", fate="dropped_equal_rewards")]
+    swap = bench.exchange(samples, "me", "other", {"sybil1", "sybil2", "sybil3"}, slots=6)
+    assert (swap["rounds_receiving_other"], swap["rounds_played"]) == (2, 3)
+    assert swap["groups_received"] == {"other": 2, "adversary": 3}
+    assert swap["slots_taken"] == {"other": 1, "adversary": 2} and swap["adversary_slot_share"] == 0.333
+
+
+def test_storage_and_refused_own_entries_come_from_the_nodes_log(bench):
+    log = ("x Swarm storage: 1000 bytes held for the swarm, at most 600 from one address group and 300 from one "
+           "signer; refused none, evicted 0\nRound 4: 1 of 3 entries not stored\n"
+           "Swarm storage: 5000 bytes held for the swarm, at most 4000 from one address group and 200 from one signer")
+    assert bench.storage(log) == {"max_bytes": 5000, "max_from_one_address_group": 4000, "max_from_one_signer": 300,
+                                  "rounds_with_own_entries_refused": 1}
+    assert bench.storage("")["max_bytes"] is None
 
 
 def test_no_rounds_is_reported_as_all_lost(bench):
