@@ -221,6 +221,8 @@ class SwarmNode:
                 temperature=train.temperature, top_p=train.top_p, seed=evaluation.seed, levels=evaluation.levels,
             ))
         self.swarm = self._exchange_factory(cfg, self.identity, initial_peers)
+        if self.chain is not None and hasattr(self.swarm, "prefer"):  # the DHT's fetches: registered peers first
+            self.swarm.prefer(self.chain.registered_peers)
         self.swarm.start()
         self.parts = RoundParts(
             peer_id=self.identity.peer_id, tasks=self.tasks, policy=self.policy, learner=self.learner,

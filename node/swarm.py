@@ -192,6 +192,7 @@ class DhtExchange:
         self._addresses: AddressBook | None = None
         self._round_window = round_window
         self._current_round: int | None = None  # the round we play: others' entries are stored only near it
+        self._registered: Callable[[Iterable[str]], set[str]] = lambda peers: set()
         self._namespace = f"{swarm_name}/{PROTOCOL}/{directory_shards}"
 
         self._signer = RSASignatureValidator(identity.private_key)
@@ -446,26 +447,33 @@ class DhtExchange:
                 state.rejected[reason] += 1
                 self._strike(peer)
 
+    def prefer(self, registered: Callable[[Iterable[str]], set[str]]) -> None:
+        """Fetch first from peers registered on the chain (``registered`` says which of some peers are, without
+        waiting: :meth:`node.chain.participant.ChainParticipant.registered_peers`)."""
+        self._registered = registered
+
     def _over_address_groups(self, fresh: list[str], count: int, state: _RoundGather) -> list[str]:
         """Up to ``count`` of ``fresh`` to fetch now, so that identities from one network take one peer's share: each
         address group (:meth:`_address_groups`) takes at most its fair share of the round's fetches (the fetches
         so far and these, over the groups that published), one peer per group in turn. Groups not sampled yet this
-        round come first, then groups we could place on the network before the peers we could not (together one
-        group), then groups whose peers claim no spread; within a group, peers claiming spread first, uniformly
-        otherwise."""
+        round come first, then groups with a peer registered on the chain (:meth:`prefer`), then groups we could
+        place on the network before the peers we could not (together one group), then groups whose peers claim no
+        spread; within a group, registered peers first, then peers claiming spread, uniformly otherwise."""
         groups = self._address_groups([*fresh, *state.tried])
         sampled = Counter(groups[p] for p in state.tried)
         members: dict[str, list[str]] = {}
         for peer in fresh:
             members.setdefault(groups[peer], []).append(peer)
         share = math.ceil((len(state.tried) + count) / max(1, len(set(groups.values()))))
+        registered = self._registered(fresh)
         for group, peers in members.items():
             self._rng.shuffle(peers)
-            peers.sort(key=lambda p: not state.pool[p].spread)  # stable: uniform within each class
+            peers.sort(key=lambda p: (p not in registered, not state.pool[p].spread))  # stable: uniform within each
             del peers[max(0, share - sampled[group]):]
-        order = list(members)
+        order = [g for g, peers in members.items() if peers]
         self._rng.shuffle(order)
-        order.sort(key=lambda g: (g in sampled, g == UNKNOWN, not members[g] or not state.pool[members[g][0]].spread))
+        order.sort(key=lambda g: (g in sampled, members[g][0] not in registered, g == UNKNOWN,
+                                  not state.pool[members[g][0]].spread))
         picks = []
         for turn in range(max(map(len, members.values()), default=0)):
             picks += [members[g][turn] for g in order if turn < len(members[g])]

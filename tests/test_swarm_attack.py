@@ -363,3 +363,33 @@ def test_identities_from_one_address_take_one_peers_share_of_the_fetches(apart):
         fetched = [r.peer_id for r in result.records]
         # two networks published: the honest peer is always fetched, the attacker's 30 identities take half the J
         assert a.peer_id in fetched and len(fetched) <= J and len(set(fetched) - {a.peer_id}) <= J // 2
+
+
+def _sampler(tmp_path, groups, spread=()):
+    """A never-started exchange whose peers sit in ``groups`` {peer: address group}."""
+    from node.swarm import _RoundGather
+
+    swarm = DhtExchange(load_or_create(tmp_path / "me.key"), swarm_name=SWARM, groups_wanted=J)
+    swarm._address_groups = lambda peers: {p: groups[p] for p in peers}
+    state = _RoundGather(pool={p: Pointer(p, 1, 1, (0,) if p in spread else ()) for p in groups})
+    return swarm, state
+
+
+def test_each_network_takes_at_most_its_share_of_the_fetches(tmp_path):
+    groups = {"honest": "203.0.113.0/24"} | {f"sybil{i}": "198.51.100.0/24" for i in range(30)}
+    swarm, state = _sampler(tmp_path, groups, spread={f"sybil{i}" for i in range(30)})
+    for _ in range(20):
+        picks = swarm._over_address_groups(list(groups), J, state)
+        assert "honest" in picks and len(picks) == 1 + J // 2  # two networks: half the J each, unused slots stay so
+    # one network only (a lab behind one address): its peers share all the fetches
+    same = dict.fromkeys([f"peer{i}" for i in range(10)], "192.0.2.0/24")
+    swarm, state = _sampler(tmp_path, same)
+    assert len(set(swarm._over_address_groups(list(same), J, state))) == J
+
+
+def test_registered_peers_are_fetched_first(tmp_path):
+    groups = {f"peer{i}": f"203.0.{i}.0/24" for i in range(8)}
+    swarm, state = _sampler(tmp_path, groups)
+    swarm.prefer(lambda peers: {"peer5", "peer7"} & set(peers))
+    for _ in range(10):
+        assert set(swarm._over_address_groups(list(groups), J, state)[:2]) == {"peer5", "peer7"}
