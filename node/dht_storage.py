@@ -48,6 +48,12 @@ def rounds_near(current: int) -> tuple[int, int]:
     return max(0, current - ROUNDS_BEHIND), current + ROUNDS_AHEAD
 
 
+def _value_bytes(value: Any) -> int:
+    if isinstance(value, DictionaryDHTValue):
+        return sum(len(v.value) + _ENTRY_OVERHEAD for _, v in list(value.items()))
+    return len(value) if isinstance(value, bytes) else _ENTRY_OVERHEAD
+
+
 @dataclass
 class _Entry:
     signer: bytes
@@ -89,8 +95,19 @@ class BoundedStorage(DHTLocalStorage):
     def store(self, key, value, expiration_time, subkey=None) -> bool:
         if subkey is not None:
             return self.store_subkey(key, subkey, value, expiration_time)
-        self.refused["not_an_entry"] += 1  # every entry of the swarm has a subkey; the validator refuses the rest
-        return False
+        # a whole value: what hivemind caches of our own reads (the validator refuses values without a subkey from
+        # peers), within the byte cap only
+        size = _value_bytes(value)
+        if time.monotonic() - self._reconciled_at > _RECONCILE_EVERY_S or self._used + size > self.max_bytes:
+            self.reconcile()
+        if self._used + size > self.max_bytes:
+            self.refused["full"] += 1
+            return False
+        if not super().store(key, value, expiration_time):
+            return False
+        self._forget((key, None))
+        self._remember((key, None), _Entry(b"", None, size))
+        return True
 
     def store_subkey(self, key, subkey, value, expiration_time) -> bool:
         group = SENDER_GROUP.get()
@@ -181,7 +198,9 @@ class BoundedStorage(DHTLocalStorage):
     def _evict(self, entry_id) -> None:
         key, subkey = entry_id
         item = super().get(key)
-        if item is not None and isinstance(item.value, DictionaryDHTValue):
+        if item is not None and subkey is None:
+            del self[key]
+        elif item is not None and isinstance(item.value, DictionaryDHTValue):
             del item.value[subkey]
             if not item.value:
                 del self[key]
@@ -215,6 +234,7 @@ class BoundedStorage(DHTLocalStorage):
         self._reconciled_at = time.monotonic()
         live: set[tuple[DHTID, Any]] = set()
         for key, item in list(self.items()):
+            live.add((key, None))
             if isinstance(item.value, DictionaryDHTValue):
                 live.update((key, subkey) for subkey, _ in item.value.items())
         for entry_id in [e for e in self._entries if e not in live]:

@@ -35,8 +35,9 @@ def test_bytes_and_entries_per_key_are_bounded():
     assert all(storage.store(key, b"x" * 10, LATER, subkey=subkey(i)) for i in range(3))
     assert not storage.store(key, b"x" * 10, LATER, subkey=subkey(3))  # a 4th entry of our own group: no room
     assert storage.store(key, b"y" * 10, LATER + 1, subkey=subkey(0))  # an existing entry may be replaced
-    assert not storage.store(DHTID.generate("plain"), b"z" * 10, LATER)  # not an entry of the swarm
     assert not storage.store(DHTID.generate("big"), b"z" * 10_001, LATER, subkey=subkey("big"))
+    assert not storage.store(DHTID.generate("big value"), b"z" * 10_001, LATER)  # a whole value (what we cache)
+    assert storage.store(DHTID.generate("value"), b"z" * 100, LATER)
     for i in range(20):
         storage.store(DHTID.generate(f"k{i}"), b"z" * 900, LATER, subkey=subkey(f"s{i}"))
     assert storage.measure() <= 10_000 and storage.refused["full"] > 0
