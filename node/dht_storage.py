@@ -245,9 +245,10 @@ class BoundedStorage(DHTLocalStorage):
         self.reconcile()
         return self._used
 
-    def usage(self) -> dict[str, int]:
-        """Bytes now held per address group ("self" for our own entries) and the most any one signer holds."""
+    def usage(self) -> dict[str, Any]:
+        """Bytes now held per address group that sent them ("self" for our own entries and what we cached), and
+        the most any one signer holds."""
         self.reconcile()
-        held = {("self" if group is None else group): used for group, used in self._group_bytes.items()}
-        return held | {"largest_signer": max(self._signer_bytes.values(), default=0)}
+        return {"by_group": {("self" if group is None else group): used for group, used in self._group_bytes.items()},
+                "largest_signer": max((used for signer, used in self._signer_bytes.items() if signer), default=0)}
 

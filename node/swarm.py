@@ -23,8 +23,9 @@ Every entry's subkey is ``[owner:<ssh-rsa key>]|<kind>/<numbers>``: ``RSASignatu
 and checks every signature, and :class:`SwarmValidator` rebuilds the entry's DHT key from the subkey, the owner's
 peer id and the swarm name, so an honest node stores and accepts only the swarm's own keys, one entry per signer
 per key, with the record shape that key holds and an expiry at most ``MAX_ENTRY_TTL_S`` ahead.
-:class:`BoundedStorage` caps the bytes a node stores and caches and the entries per key, so that no response (and
-no push of our storage to a newcomer) can exceed the message cap.
+:class:`node.dht_storage.BoundedStorage` caps the bytes a node stores and caches, per signer, per network address
+group and per key, so that no response (and no push of our storage to a newcomer) can exceed the message cap and no
+identities minted on one machine can fill it.
 
 The p2pd daemon is a child process of the node: :meth:`DhtExchange.shutdown` (also run at exit) stops it, killing it if it
 does not stop in time, so no daemon or unix socket under /tmp outlives the node.
@@ -302,11 +303,10 @@ class DhtExchange:
             logger.info("Round %d: %d of %d entries not stored", record.round, ok.count(False), len(keys))
         usage = self.storage_usage()
         if usage:
-            by_group = usage["by_group"]
             logger.info("Swarm storage: %d bytes held for the swarm, at most %d from one address group and %d from "
                         "one signer; refused %s, evicted %d", usage["bytes"],
-                        max((v for k, v in by_group.items() if k != "largest_signer"), default=0),
-                        by_group.get("largest_signer", 0), usage["refused"] or "none", usage["evicted"])
+                        max((v for k, v in usage["by_group"].items() if k != "self"), default=0),
+                        usage["largest_signer"], usage["refused"] or "none", usage["evicted"])
         return ok[-1] and any(ok[:-1])
 
     # ------------------------------------------------------------------------------------------- gathering
@@ -611,7 +611,7 @@ class DhtExchange:
         storage = node.protocol.storage
 
         async def usage() -> dict[str, Any]:  # on the DHT loop, which alone changes the storage
-            return {"bytes": storage.measure(), "by_group": storage.usage(), "refused": dict(storage.refused),
+            return {"bytes": storage.measure(), **storage.usage(), "refused": dict(storage.refused),
                     "evicted": storage.evicted}
 
         return self._on_loop(usage()) or {}

@@ -61,7 +61,7 @@ def test_an_address_group_over_its_quota_makes_room_from_its_own_oldest_entries(
     assert sent_from("203.0.113.0/24", storage, honest, b"o" * 1000, LATER, subkey=subkey("honest", "g"))
     for i in range(100):  # a hundred identities, one address
         sent_from("198.51.100.0/24", storage, DHTID.generate(f"s{i}"), b"x" * 1000, LATER, subkey=subkey(i, "g"))
-    assert storage.usage()["198.51.100.0/24"] <= 20_000 and entries(storage, honest)
+    assert storage.usage()["by_group"]["198.51.100.0/24"] <= 20_000 and entries(storage, honest)
 
 
 def test_a_full_directory_shard_still_takes_the_entry_of_a_later_honest_peer():
@@ -83,10 +83,10 @@ def test_a_full_storage_takes_a_newcomer_from_the_group_that_holds_the_most():
         for i in range(count):
             assert sent_from(group, storage, DHTID.generate(f"{group}{i}"), b"x" * 1000, LATER,
                              subkey=subkey(f"{group}{i}", "g"))
-    before = storage.usage()
+    before = storage.usage()["by_group"]
     honest = DHTID.generate("honest")
     assert sent_from("203.0.113.0/24", storage, honest, b"o" * 2000, LATER, subkey=subkey("honest", "g"))
-    after = storage.usage()
+    after = storage.usage()["by_group"]
     assert entries(storage, honest) and storage.measure() <= 50_000
     assert after["198.51.100.0/24"] < before["198.51.100.0/24"]  # the largest gave way
     assert after["192.0.2.0/24"] == before["192.0.2.0/24"]
