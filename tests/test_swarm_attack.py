@@ -393,3 +393,15 @@ def test_registered_peers_are_fetched_first(tmp_path):
     swarm.prefer(lambda peers: {"peer5", "peer7"} & set(peers))
     for _ in range(10):
         assert set(swarm._over_address_groups(list(groups), J, state)[:2]) == {"peer5", "peer7"}
+
+
+def test_members_of_a_private_game_swarm_read_each_others_sealed_entries(tmp_path):
+    secret = "correct horse battery staple 42"
+    with swarms(tmp_path, 2, game="multistage", admission_secret=secret) as (a, b):
+        answer = StageRecord(b.peer_id, 4, 1, (StageItem(TaskRef("chain_sum", "fbef8694bfd2", 5, 17), "1 + 2 =",
+                                                         "<answer>3</answer>"),))
+        assert b.publish_stage(4, 1, encode_stage_record(answer))
+        b.announce_position(3 * 4)
+        assert a.announced_positions().get(b.peer_id) == 3 * 4
+        entries = a.stage_entries(4, 1, [b.peer_id])
+        assert entries == [(b.peer_id, encode_stage_record(answer))]
