@@ -9,7 +9,7 @@ expiry. Per condition the bench reports rounds finished vs asked, gather and rou
 node (the node process with its children except the p2p daemon; the daemon separately), peer groups trained on,
 rejected groups by reason (from each run's metrics.jsonl), the rounds in which each honest node received the
 other's groups and the share of its J slots the adversary's identities took (from samples.jsonl), what it stored
-for the swarm and whether its own entries were all stored (from its log), the highest round played and whether a
+for the swarm and whether its own entries were all stored (from its node.log), the highest round played and whether a
 node restarted afterwards started and played a round. It uses the tiny random model, so a round costs seconds and
 the time measured is the swarm's, not the model's::
 
@@ -39,6 +39,7 @@ if str(REPO) not in sys.path:
 
 from node.events import RolloutSample, RoundFinished  # noqa: E402
 from node.identity import load_or_create  # noqa: E402
+from node.logs import LOG_FILE  # noqa: E402
 from node.runstore import RunStore  # noqa: E402
 from node.swarm import DhtExchange  # noqa: E402
 from tests.nodes import NodeProcess  # noqa: E402
@@ -187,7 +188,8 @@ def run_condition(model: str, work: Path, *, rounds: int, attack: str | None, id
         slots = configs[node.name].training.external_groups * len(store.metrics())
         result["nodes"][node.name] = (summarize(store.metrics(), rounds)
                                       | {"exchange": exchange(store.samples(), peers[node.name], other, hostile, slots),
-                                         "storage": storage(node.stderr_path.read_text(errors="replace")),
+                                         "storage": storage((configs[node.name].run_dir / LOG_FILE)
+                                                            .read_text(errors="replace")),
                                          "peak_rss": samplers[node.name].finish() if node.name in samplers else None,
                                          "exit_code": node.returncode})
     if adversary is not None:
