@@ -19,6 +19,7 @@ the time measured is the swarm's, not the model's::
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import os
 import platform
@@ -50,8 +51,9 @@ NODE_TIMEOUT_S = 600
 RSS_EVERY_S = 0.5
 DAEMON = "p2pd"
 FORGES = {"payload": hidden_payload, "replay": replay}
+NETWORKS = {name: str(ipaddress.ip_network(f"{host}/24", strict=False)) for name, host in HOSTS.items()}
 _STORAGE_LINE = re.compile(r"Swarm storage: (\d+) bytes held for the swarm, at most (\d+) from one address group "
-                           r"and (\d+) from one signer")
+                           r"and (\d+) from one signer; refused (\{.*?\}), from (\{.*?\});")
 _NOT_STORED_LINE = re.compile(r"Round (\d+): (\d+) of (\d+) entries not stored|Round (\d+) groups were not stored")
 
 
@@ -134,13 +136,19 @@ def exchange(samples: list[RolloutSample], me: str, other: str, adversary: set[s
     }
 
 
-def storage(log: str) -> dict:
-    """What the node stored for the swarm (its per-round log line) and whether its own entries were all stored."""
-    held = [tuple(map(int, m.groups())) for m in _STORAGE_LINE.finditer(log)]
-    return {"max_bytes": max((h[0] for h in held), default=None),
-            "max_from_one_address_group": max((h[1] for h in held), default=None),
-            "max_from_one_signer": max((h[2] for h in held), default=None),
-            "rounds_with_own_entries_refused": len(_NOT_STORED_LINE.findall(log))}
+def storage(log: str, networks: dict[str, str]) -> dict:
+    """What the node stored for the swarm (its per-round log line): bytes at most, entries it refused by reason and
+    by the network that sent them (``networks``: name -> address group, e.g. the other honest node's), and the
+    rounds in which one of its own entries was not confirmed by every replica (the adversary's node is a replica)."""
+    lines = list(_STORAGE_LINE.finditer(log))
+    last = lines[-1] if lines else None
+    refused_from = json.loads(last.group(5)) if last else {}
+    return {"max_bytes": max((int(m.group(1)) for m in lines), default=None),
+            "max_from_one_address_group": max((int(m.group(2)) for m in lines), default=None),
+            "max_from_one_signer": max((int(m.group(3)) for m in lines), default=None),
+            "refused": json.loads(last.group(4)) if last else {},
+            "refused_from": {name: refused_from.get(group, 0) for name, group in networks.items()},
+            "rounds_with_own_entry_unconfirmed": len(_NOT_STORED_LINE.findall(log))}
 
 
 def run_condition(model: str, work: Path, *, rounds: int, attack: str | None, identities: int) -> dict:
@@ -189,7 +197,7 @@ def run_condition(model: str, work: Path, *, rounds: int, attack: str | None, id
         result["nodes"][node.name] = (summarize(store.metrics(), rounds)
                                       | {"exchange": exchange(store.samples(), peers[node.name], other, hostile, slots),
                                          "storage": storage((configs[node.name].run_dir / LOG_FILE)
-                                                            .read_text(errors="replace")),
+                                                            .read_text(errors="replace"), NETWORKS),
                                          "peak_rss": samplers[node.name].finish() if node.name in samplers else None,
                                          "exit_code": node.returncode})
     if adversary is not None:
@@ -219,7 +227,7 @@ def table(results: list[dict]) -> str:
     lines = ["| condition | node | rounds (lost) | gather s p50 / p95 / max | round s p50 / max "
              "| peak RSS node / p2pd MB | peer groups used / received | rejected | max round "
              "| rounds receiving the other's groups | J slots taken by the adversary "
-             "| stored for the swarm MB (largest address group / signer) | rounds with own entries refused "
+             "| stored for the swarm MB (largest address group / signer) | entries refused from a / b / adversary "
              "| restart: started, rounds played |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for result in results:
@@ -231,7 +239,7 @@ def table(results: list[dict]) -> str:
             again = f"{'yes' if restart_['started'] else 'no'}, {restart_['rounds_played']}" if name == "a" else ""
             swap, held = node.get("exchange", {}), node.get("storage", {})
             taken = swap.get("slots_taken", {}).get("adversary")
-            mb = [f"{held[k] / 2**20:.1f}" if held.get(k) is not None else "-"
+            mb = [f"{held[k] / 2**20:.2f}" if held.get(k) is not None else "-"
                   for k in ("max_bytes", "max_from_one_address_group", "max_from_one_signer")]
             lines.append(
                 f"| {condition} | {name} | {node['rounds_finished']}/{node['rounds_asked']} ({node['rounds_lost']}) "
@@ -240,7 +248,8 @@ def table(results: list[dict]) -> str:
                 f"| {rejected} | {node['max_round']} "
                 f"| {swap.get('rounds_receiving_other')}/{swap.get('rounds_played')} "
                 f"| {taken}/{swap.get('slots')} | {mb[0]} ({mb[1]} / {mb[2]}) "
-                f"| {held.get('rounds_with_own_entries_refused')} | {again} |")
+                f"| {' / '.join(str(held.get('refused_from', {}).get(n, '-')) for n in ('a', 'b', 'attacker'))} "
+                f"| {again} |")
     return "\n".join(lines)
 
 

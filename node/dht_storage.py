@@ -66,8 +66,8 @@ class BoundedStorage(DHTLocalStorage):
 
     ``rounds`` gives the (first, last) round whose round-keyed entries a peer may store here, or None to store any.
     ``author_of`` names an entry's author (peer id) from its subkey, so that :meth:`group_of_author` can say from
-    which address group a peer's entries reached us. ``refused`` counts refusals by reason, ``evicted`` the entries
-    that made room.
+    which address group a peer's entries reached us. ``refused`` counts refusals by reason, ``refused_from`` by the
+    address group that sent them, ``evicted`` the entries that made room.
     """
 
     def __init__(self, max_bytes: int, max_entries_per_key: int = MAX_ENTRIES_PER_KEY, *,
@@ -82,6 +82,7 @@ class BoundedStorage(DHTLocalStorage):
         self._author_of = author_of
         self._author_groups: OrderedDict[str, str] = OrderedDict()
         self.refused: Counter[str] = Counter()
+        self.refused_from: Counter[str] = Counter()  # address group that sent the entries refused ("self": ours)
         self.evicted = 0
         self._entries: dict[tuple[DHTID, Any], _Entry] = {}
         self._by_signer: dict[bytes, OrderedDict[tuple[DHTID, Any], None]] = {}  # oldest first
@@ -101,7 +102,7 @@ class BoundedStorage(DHTLocalStorage):
         if time.monotonic() - self._reconciled_at > _RECONCILE_EVERY_S or self._used + size > self.max_bytes:
             self.reconcile()
         if self._used + size > self.max_bytes:
-            self.refused["full"] += 1
+            self._refuse("full", None)
             return False
         if not super().store(key, value, expiration_time):
             return False
@@ -113,10 +114,10 @@ class BoundedStorage(DHTLocalStorage):
         group = SENDER_GROUP.get()
         match = _SUBKEY_RE.fullmatch(subkey) if type(subkey) is bytes else None
         if match is None:
-            self.refused["not_an_entry"] += 1
+            self._refuse("not_an_entry", group)
             return False
         if group is not None and match.group(2)[0] in _ROUND_KEYED and not self._round_near(int(match.group(3))):
-            self.refused["round_not_near"] += 1
+            self._refuse("round_not_near", group)
             return False
         signer = hashlib.blake2b(match.group(1), digest_size=16).digest()
         size = (len(value) if isinstance(value, bytes) else 9) + len(subkey) + _ENTRY_OVERHEAD
@@ -140,6 +141,10 @@ class BoundedStorage(DHTLocalStorage):
     def group_of_author(self, author: str) -> str | None:
         """The address group that last sent us an entry signed by ``author`` (a peer id), if any did."""
         return self._author_groups.get(author)
+
+    def _refuse(self, reason: str, group: str | None) -> None:
+        self.refused[reason] += 1
+        self.refused_from["self" if group is None else group] += 1
 
     def _round_near(self, round_: int) -> bool:
         window = self.rounds()
@@ -167,11 +172,11 @@ class BoundedStorage(DHTLocalStorage):
                                              self.signer_share * self.max_bytes),
                                             (self._by_group, self._group_bytes, group, group_limit)):
             if size > limit:
-                self.refused["entry_too_large"] += 1
+                self._refuse("entry_too_large", group)
                 return False
             while held(index, bytes_, owner) + size > limit:
                 if not plan_oldest(index, owner):
-                    self.refused["quota"] += 1
+                    self._refuse("quota", group)
                     return False
         # a full key: the address group holding most of it gives way, unless the newcomer's holds about as much
         item = super().get(key) if replaced is None else None
@@ -181,14 +186,14 @@ class BoundedStorage(DHTLocalStorage):
                 holders = Counter(self._entries[e].group if e in self._entries else None for e in live)
                 top, count = max(holders.items(), key=lambda kv: kv[1])
                 if top == group or count <= holders.get(group, 0) + 1 or not plan_oldest(self._by_group, top, key):
-                    self.refused["key_full"] += 1
+                    self._refuse("key_full", group)
                     return False
         # a full storage: the address group holding the most bytes gives way, unless the newcomer's holds as much
         while self._used - sum(plan.values()) + size > self.max_bytes:
             holding = {g: held(self._by_group, self._group_bytes, g) for g in self._group_bytes}
             top = max(holding, key=holding.__getitem__)
             if top == group or holding[top] <= holding.get(group, 0) + size or not plan_oldest(self._by_group, top):
-                self.refused["full"] += 1
+                self._refuse("full", group)
                 return False
         for victim in plan:
             if victim != entry_id:

@@ -38,6 +38,7 @@ import atexit
 import dataclasses
 import hashlib
 import ipaddress
+import json
 import logging
 import math
 import random
@@ -304,9 +305,10 @@ class DhtExchange:
         usage = self.storage_usage()
         if usage:
             logger.info("Swarm storage: %d bytes held for the swarm, at most %d from one address group and %d from "
-                        "one signer; refused %s, evicted %d", usage["bytes"],
+                        "one signer; refused %s, from %s; evicted %d", usage["bytes"],
                         max((v for k, v in usage["by_group"].items() if k != "self"), default=0),
-                        usage["largest_signer"], usage["refused"] or "none", usage["evicted"])
+                        usage["largest_signer"], json.dumps(usage["refused"]), json.dumps(usage["refused_from"]),
+                        usage["evicted"])
         return ok[-1] and any(ok[:-1])
 
     # ------------------------------------------------------------------------------------------- gathering
@@ -454,8 +456,8 @@ class DhtExchange:
 
     def _over_address_groups(self, fresh: list[str], count: int, state: _RoundGather) -> list[str]:
         """Up to ``count`` of ``fresh`` to fetch now, so that identities from one network take one peer's share: each
-        address group (:meth:`_address_groups`) takes at most its fair share of the round's fetches (the fetches
-        so far and these, over the groups that published), one peer per group in turn. Groups not sampled yet this
+        address group (:meth:`_address_groups`) takes at most its fair share of the round's J (J over the groups that
+        published), one peer per group in turn. Groups not sampled yet this
         round come first, then groups with a peer registered on the chain (:meth:`prefer`), then groups we could
         place on the network before the peers we could not (together one group), then groups whose peers claim no
         spread; within a group, registered peers first, then peers claiming spread, uniformly otherwise."""
@@ -464,7 +466,9 @@ class DhtExchange:
         members: dict[str, list[str]] = {}
         for peer in fresh:
             members.setdefault(groups[peer], []).append(peer)
-        share = math.ceil((len(state.tried) + count) / max(1, len(set(groups.values()))))
+        # a group's share of the round's J, over the groups that published so far: the slots a group cannot fill stay
+        # free for groups that publish later rather than go to the group with the most identities
+        share = math.ceil(self._wanted / max(1, len(set(groups.values()))))
         registered = self._registered(fresh)
         for group, peers in members.items():
             self._rng.shuffle(peers)
@@ -612,7 +616,7 @@ class DhtExchange:
 
         async def usage() -> dict[str, Any]:  # on the DHT loop, which alone changes the storage
             return {"bytes": storage.measure(), **storage.usage(), "refused": dict(storage.refused),
-                    "evicted": storage.evicted}
+                    "refused_from": dict(storage.refused_from), "evicted": storage.evicted}
 
         return self._on_loop(usage()) or {}
 

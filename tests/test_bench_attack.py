@@ -67,15 +67,13 @@ def test_whose_groups_a_node_received_and_trained_on_come_from_the_samples(bench
     assert swap["slots_taken"] == {"other": 1, "adversary": 2} and swap["adversary_slot_share"] == 0.333
 
 
-def test_storage_and_refused_own_entries_come_from_the_nodes_log(bench):
-    log = ("x Swarm storage: 1000 bytes held for the swarm, at most 600 from one address group and 300 from one "
-           "signer; refused none, evicted 0\nRound 4: 1 of 3 entries not stored\n"
-           "Swarm storage: 5000 bytes held for the swarm, at most 4000 from one address group and 200 from one signer")
-    assert bench.storage(log) == {"max_bytes": 5000, "max_from_one_address_group": 4000, "max_from_one_signer": 300,
-                                  "rounds_with_own_entries_refused": 1}
-    assert bench.storage("")["max_bytes"] is None
-
-
-def test_no_rounds_is_reported_as_all_lost(bench):
-    summary = bench.summarize([], asked=4)
-    assert summary["rounds_lost"] == 4 and summary["gather_s"]["max"] is None and summary["max_round"] is None
+def test_storage_and_refusals_come_from_the_nodes_log(bench):
+    log = ('x Swarm storage: 1000 bytes held for the swarm, at most 600 from one address group and 300 from one '
+           'signer; refused {}, from {}; evicted 0\nRound 4: 1 of 3 entries not stored\n'
+           'Swarm storage: 5000 bytes held for the swarm, at most 4000 from one address group and 200 from one signer; '
+           'refused {"quota": 7}, from {"127.0.9.0/24": 7}; evicted 3\n')
+    held = bench.storage(log, {"b": "127.0.2.0/24", "attacker": "127.0.9.0/24"})
+    assert held == {"max_bytes": 5000, "max_from_one_address_group": 4000, "max_from_one_signer": 300,
+                    "refused": {"quota": 7}, "refused_from": {"b": 0, "attacker": 7},
+                    "rounds_with_own_entry_unconfirmed": 1}
+    assert bench.storage("", {})["max_bytes"] is None
