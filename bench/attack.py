@@ -260,6 +260,32 @@ def tiny_model(work: Path) -> str:
     return str(tiny_random(models.resolve(models.BUNDLED), work / "tiny-model"))
 
 
+def summary(runs: list[list[dict]]) -> list[dict]:
+    """Per condition and honest node, over the runs: median and range of what the issue's targets name."""
+    figures = {
+        "rounds_receiving_other_share": lambda n: n["exchange"]["rounds_receiving_other"] / max(1, n["exchange"]
+                                                                                                 ["rounds_played"]),
+        "adversary_slot_share": lambda n: n["exchange"]["adversary_slot_share"],
+        "stored_mb": lambda n: (n["storage"]["max_bytes"] or 0) / 2**20,
+        "largest_address_group_mb": lambda n: (n["storage"]["max_from_one_address_group"] or 0) / 2**20,
+        "entries_refused_from_honest_networks": lambda n: n["storage"]["refused_from"]["a"]
+        + n["storage"]["refused_from"]["b"],
+        "gather_s_p50": lambda n: n["gather_s"]["p50"],
+        "max_round": lambda n: n["max_round"],
+    }
+    rows = []
+    for index, condition in enumerate(runs[0]):
+        for name in condition["nodes"]:
+            row = {"attack": condition["attack"], "node": name}
+            for figure, of in figures.items():
+                values = [of(run[index]["nodes"][name]) for run in runs if name in run[index]["nodes"]]
+                values = [v for v in values if v is not None]
+                row[figure] = ({"median": round(statistics.median(values), 3), "min": round(min(values), 3),
+                                "max": round(max(values), 3)} if values else None)
+            rows.append(row)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=6)
@@ -267,27 +293,34 @@ def main() -> None:
     parser.add_argument("--attacks", default="none,payload,replay",
                         help="conditions, in order: none, payload (a payload in an answer block nobody grades), "
                         "replay (honest groups replayed under the adversary's identities)")
+    parser.add_argument("--runs", type=int, default=1, help="repeats of every condition (the file is rewritten after "
+                        "each, with the median and range so far)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
+    runs: list[list[dict]] = []
+    loads = [round(os.getloadavg()[0], 1)]
     with tempfile.TemporaryDirectory(prefix="attack-bench-") as tmp:
         work = Path(tmp)
         model = tiny_model(work)
-        load_before = os.getloadavg()[0]
-        results = []
-        for attack in args.attacks.split(","):
-            print(f"adversary: {attack}, {args.rounds} rounds", flush=True)
-            results.append(run_condition(model, work / attack, rounds=args.rounds,
-                                         attack=None if attack == "none" else attack, identities=args.identities))
-    report = {"bench": "attack", "model": "tiny random (2 layers, hidden 64)", "rounds": args.rounds,
-              "machine": {"cpus": psutil.cpu_count(), "platform": platform.platform(),
-                          "load_average_1min": [round(load_before, 1), round(os.getloadavg()[0], 1)],
-                          "note": "shared with other engineers' test runs while measured: times are noisy"},
-              "identities": args.identities,
-              "rss": "node = the node process and its children except p2pd; p2pd = the p2p daemon alone",
-              "conditions": results}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print(table(results))
+        for run in range(args.runs):
+            results = []
+            for attack in args.attacks.split(","):
+                print(f"run {run + 1}/{args.runs}, adversary: {attack}, {args.rounds} rounds", flush=True)
+                results.append(run_condition(model, work / f"{run}-{attack}", rounds=args.rounds,
+                                             attack=None if attack == "none" else attack,
+                                             identities=args.identities))
+            runs.append(results)
+            loads.append(round(os.getloadavg()[0], 1))
+            report = {"bench": "attack", "model": "tiny random (2 layers, hidden 64)", "rounds": args.rounds,
+                      "machine": {"cpus": psutil.cpu_count(), "platform": platform.platform(),
+                                  "load_average_1min": loads,
+                                  "note": "shared with other engineers' test runs while measured: times are noisy"},
+                      "identities": args.identities, "networks": NETWORKS,
+                      "rss": "node = the node process and its children except p2pd; p2pd = the p2p daemon alone",
+                      "summary": summary(runs), "runs": runs}
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(report, indent=2) + "\n")
+            print(table(results), flush=True)
 
 
 if __name__ == "__main__":

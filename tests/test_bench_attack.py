@@ -77,3 +77,24 @@ def test_storage_and_refusals_come_from_the_nodes_log(bench):
                     "refused": {"quota": 7}, "refused_from": {"b": 0, "attacker": 7},
                     "rounds_with_own_entry_unconfirmed": 1}
     assert bench.storage("", {})["max_bytes"] is None
+
+
+def test_the_summary_gives_median_and_range_over_runs(bench):
+    def run(received, taken, refused):
+        node = {"exchange": {"rounds_receiving_other": received, "rounds_played": 6, "adversary_slot_share": taken},
+                "storage": {"max_bytes": 2**20, "max_from_one_address_group": 2**19,
+                            "refused_from": {"a": 0, "b": refused, "attacker": 9}},
+                "gather_s": {"p50": 1.0}, "max_round": 5}
+        return [{"attack": "replay", "nodes": {"a": node}}]
+
+    (row,) = bench.summary([run(6, 0.5, 0), run(3, 0.25, 1), run(5, 0.0, 0)])
+    assert row["attack"] == "replay" and row["node"] == "a"
+    assert row["rounds_receiving_other_share"] == {"median": 0.833, "min": 0.5, "max": 1.0}
+    assert row["adversary_slot_share"] == {"median": 0.25, "min": 0.0, "max": 0.5}
+    assert row["entries_refused_from_honest_networks"] == {"median": 0, "min": 0, "max": 1}
+    assert row["stored_mb"]["median"] == 1.0
+
+
+def test_no_rounds_is_reported_as_all_lost(bench):
+    summary = bench.summarize([], asked=4)
+    assert summary["rounds_lost"] == 4 and summary["gather_s"]["max"] is None and summary["max_round"] is None
