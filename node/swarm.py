@@ -457,17 +457,19 @@ class DhtExchange:
     def _over_address_groups(self, fresh: list[str], count: int, state: _RoundGather) -> list[str]:
         """Up to ``count`` of ``fresh`` to fetch now, so that identities from one network take one peer's share: each
         address group (:meth:`_address_groups`) takes at most its fair share of the round's J (J over the groups that
-        published), one peer per group in turn. Groups not sampled yet this
+        published in this round or the other recent rounds we keep), one peer per group in turn. Groups not sampled yet this
         round come first, then groups with a peer registered on the chain (:meth:`prefer`), then groups we could
         place on the network before the peers we could not (together one group), then groups whose peers claim no
         spread; within a group, registered peers first, then peers claiming spread, uniformly otherwise."""
-        groups = self._address_groups([*fresh, *state.tried])
+        with self._lock:  # peers that published in the other rounds we keep: they will publish in this one too
+            recent = {p for other in self._rounds.values() if other is not state for p in other.pool}
+        groups = self._address_groups(list({*fresh, *state.tried, *recent}))
         sampled = Counter(groups[p] for p in state.tried)
         members: dict[str, list[str]] = {}
         for peer in fresh:
             members.setdefault(groups[peer], []).append(peer)
-        # a group's share of the round's J, over the groups that published so far: the slots a group cannot fill stay
-        # free for groups that publish later rather than go to the group with the most identities
+        # a group's share of the round's J, over the groups that published this round or lately: the slots a group
+        # cannot fill stay free for groups that publish later rather than go to the group with the most identities
         share = math.ceil(self._wanted / max(1, len(set(groups.values()))))
         registered = self._registered(fresh)
         for group, peers in members.items():

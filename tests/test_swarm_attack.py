@@ -405,3 +405,14 @@ def test_members_of_a_private_game_swarm_read_each_others_sealed_entries(tmp_pat
         assert a.announced_positions().get(b.peer_id) == 3 * 4
         entries = a.stage_entries(4, 1, [b.peer_id])
         assert entries == [(b.peer_id, encode_stage_record(answer))]
+
+
+def test_a_network_that_published_lately_keeps_its_share_while_it_is_still_generating(tmp_path):
+    """The honest peer publishes a few seconds after the flood: the flood takes its own share of J, not all of it."""
+    from node.swarm import _RoundGather
+
+    groups = {"honest": "203.0.113.0/24"} | {f"sybil{i}": "198.51.100.0/24" for i in range(30)}
+    swarm, _ = _sampler(tmp_path, groups)
+    swarm._rounds[6] = _RoundGather(pool={"honest": Pointer("honest", 6, 1, (0,))})
+    now = swarm._rounds[7] = _RoundGather(pool={p: Pointer(p, 7, 1, (0,)) for p in groups if p != "honest"})
+    assert len(swarm._over_address_groups([p for p in groups if p != "honest"], J, now)) == J // 2
