@@ -116,6 +116,8 @@ class BoundedStorage(DHTLocalStorage):
         if match is None:
             self._refuse("not_an_entry", group)
             return False
+        if group is not None:  # signed and valid (the validator ran first): stored or not, it came from that network
+            self._remember_author(subkey, group)
         if group is not None and match.group(2)[0] in _ROUND_KEYED and not self._round_near(int(match.group(3))):
             self._refuse("round_not_near", group)
             return False
@@ -130,16 +132,18 @@ class BoundedStorage(DHTLocalStorage):
             return False  # hivemind keeps a newer value of the same entry
         self._forget(entry_id)
         self._remember(entry_id, _Entry(signer, group, size))
-        author = self._author_of(subkey) if group is not None else None
+        return True
+
+    def _remember_author(self, subkey: bytes, group: str) -> None:
+        author = self._author_of(subkey)
         if author is not None:
             self._author_groups[author] = group
             self._author_groups.move_to_end(author)
             if len(self._author_groups) > _AUTHORS_KEPT:
                 self._author_groups.popitem(last=False)
-        return True
 
     def group_of_author(self, author: str) -> str | None:
-        """The address group that last sent us an entry signed by ``author`` (a peer id), if any did."""
+        """The address group that last sent us an entry signed by ``author`` (a peer id), stored or refused."""
         return self._author_groups.get(author)
 
     def _refuse(self, reason: str, group: str | None) -> None:

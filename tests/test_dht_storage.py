@@ -113,3 +113,13 @@ def test_expired_entries_give_their_bytes_back():
     time.sleep(0.4)  # entries that expire in 0.3 s: no condition to wait on but the clock
     assert storage.measure() == 0
     assert sent_from("g", storage, DHTID.generate("new"), b"x" * 4000, LATER, subkey=subkey("n", "g"))
+
+
+def test_the_network_that_sent_an_authors_entries_is_remembered_even_when_they_were_refused():
+    storage = BoundedStorage(max_bytes=1_000_000, rounds=lambda: rounds_near(10),
+                             author_of=lambda sub: sub.split(b"]")[0][len(b"[owner:"):].decode())
+    assert not sent_from("198.51.100.0/24", storage, DHTID.generate("far"), b"x", LATER,
+                         subkey=subkey("sybil", "g", 10**9))
+    assert storage.group_of_author("sybil") == "198.51.100.0/24"
+    assert storage.store(DHTID.generate("mine"), b"x", LATER, subkey=subkey("me", "g", 10))
+    assert storage.group_of_author("me") is None  # our own entries come from no network
