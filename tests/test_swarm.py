@@ -411,6 +411,35 @@ def test_a_private_swarms_secret_covers_every_kind_of_entry():
         assert not accepted(validator, outsider, key_name, tail, seal_entry(secret, me, value))
 
 
+def test_entries_hivemind_could_choke_on_are_refused(trio):
+    """Unowned, plain or undeserializable values never make it into honest peers' storage."""
+    a, b, c = trio
+    key = a._group_key(40, b.peer_id, 0)
+
+    async def attack():
+        node, validator = await raw_node(c)
+        expiration = get_dht_time() + 600
+        try:
+            plain = await node.store(key, b"squatting", expiration, exclude_self=True)
+            unowned = await node.store(key, b"anyone's", expiration, subkey=b"no owner", exclude_self=True)
+            # properly signed, but not msgpack: hivemind's get() would never resolve once it holds this
+            key_id, subkey = DHTID.generate(key), validator.local_public_key + b"|g/40/0"
+            undecodable = DHTRecord(key_id.to_bytes(), DHTProtocol.serializer.dumps(subkey), b"\xc1", expiration)
+            direct = await node.protocol.call_store(
+                PeerID.from_base58(a.peer_id), [key_id], [validator.sign_value(undecodable)], expiration, [subkey]
+            )
+            return plain, unowned, direct
+        finally:
+            await node.shutdown()
+
+    assert asyncio.run(attack()) == (False, False, [False])
+    honest = record(b.peer_id, 40, groups=1)
+    assert b.publish(honest)
+    started = time.monotonic()
+    assert a.gather(40).records == (honest,)
+    assert time.monotonic() - started < CALL_TIMEOUT + SLACK_S
+
+
 class CountingValidator(RecordValidatorBase):
     """Accepts every record but those whose value is b"bad", counting the records it checked."""
 
