@@ -55,6 +55,11 @@ class AddressBook:
             await self._refresh()
         return {p: self._groups[p][0] if p in self._groups else UNKNOWN for p in peers}
 
+    def recent_groups(self) -> set[str]:
+        """The address groups of the peers we held a connection to lately (in the last minute)."""
+        now = time.monotonic()
+        return {group for group, seen in self._groups.values() if now - seen <= _FRESH_S}
+
     def _stale(self, peer: str, now: float) -> bool:
         found = self._groups.get(peer)
         return found is None or now - found[1] > _FRESH_S

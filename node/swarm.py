@@ -457,7 +457,8 @@ class DhtExchange:
     def _over_address_groups(self, fresh: list[str], count: int, state: _RoundGather) -> list[str]:
         """Up to ``count`` of ``fresh`` to fetch now, so that identities from one network take one peer's share: each
         address group (:meth:`_address_groups`) takes at most its fair share of the round's J (J over the groups that
-        published in this round or the other recent rounds we keep), one peer per group in turn. Groups not sampled yet this
+        published in this round or the other recent rounds we keep, or that we are connected to), one peer per group
+        in turn. Groups not sampled yet this
         round come first, then groups with a peer registered on the chain (:meth:`prefer`), then groups we could
         place on the network before the peers we could not (together one group), then groups whose peers claim no
         spread; within a group, registered peers first, then peers claiming spread, uniformly otherwise."""
@@ -468,9 +469,11 @@ class DhtExchange:
         members: dict[str, list[str]] = {}
         for peer in fresh:
             members.setdefault(groups[peer], []).append(peer)
-        # a group's share of the round's J, over the groups that published this round or lately: the slots a group
-        # cannot fill stay free for groups that publish later rather than go to the group with the most identities
-        share = math.ceil(self._wanted / max(1, len(set(groups.values()))))
+        # a group's share of the round's J, over the groups that published this round or lately or that we are
+        # connected to (a peer still generating this round): the slots a group cannot fill stay free for groups that
+        # publish later rather than go to the group with the most identities
+        networks = set(groups.values()) | (self._addresses.recent_groups() if self._addresses is not None else set())
+        share = math.ceil(self._wanted / max(1, len(networks)))
         registered = self._registered(fresh)
         for group, peers in members.items():
             self._rng.shuffle(peers)

@@ -7,6 +7,7 @@ cost per round bounded: fetches, bytes stored, memory and gather time.
 
 import asyncio
 import time
+from types import SimpleNamespace
 
 import psutil
 import pytest
@@ -416,3 +417,12 @@ def test_a_network_that_published_lately_keeps_its_share_while_it_is_still_gener
     swarm._rounds[6] = _RoundGather(pool={"honest": Pointer("honest", 6, 1, (0,))})
     now = swarm._rounds[7] = _RoundGather(pool={p: Pointer(p, 7, 1, (0,)) for p in groups if p != "honest"})
     assert len(swarm._over_address_groups([p for p in groups if p != "honest"], J, now)) == J // 2
+
+
+def test_a_connected_network_keeps_its_share_before_it_ever_published(tmp_path):
+    """A node faster than its honest peer reads each round's directory before that peer publishes: the peer is
+    still one of the networks J is shared over, because we hold a connection to it."""
+    groups = {f"sybil{i}": "198.51.100.0/24" for i in range(30)}
+    swarm, state = _sampler(tmp_path, groups)
+    swarm._addresses = SimpleNamespace(recent_groups=lambda: {"203.0.113.0/24", "198.51.100.0/24"})
+    assert len(swarm._over_address_groups(list(groups), J, state)) == J // 2
