@@ -172,6 +172,11 @@ class SwarmSettings(_Section):
         default_factory=list,
         description="address ranges every member can reach besides the internet, e.g. a company network 10.0.0.0/8",
     )
+    address_prefix_v4: int = Field(
+        24, ge=8, le=32, description="peers whose IPv4 addresses share this many leading bits count as one peer "
+        "(storage quotas, sampling peer groups): identities are free, addresses are not",
+    )
+    address_prefix_v6: int = Field(48, ge=16, le=128, description="the same for IPv6 addresses")
     peer_text_ratio: float = Field(
         2.0, ge=1.0, le=100.0,
         description="peer completions may carry at most this many times our own longest text outside <answer>",

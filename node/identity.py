@@ -32,6 +32,9 @@ logger = logging.getLogger(__name__)
 _FILE_MODE = 0o600  # owner read/write: backups and restores must be able to replace the file
 _DIR_MODE = 0o700
 _SHA2_256_MULTIHASH_PREFIX = bytes([0x12, 32])  # multihash code of sha2-256, then the digest length
+# Peer keys we accept, ours and other peers' alike: 1024-bit keys are cheap enough to mint by the thousand (~25 ms
+# each) and to factor for a well-funded attacker; keys far above 4096 bits make every signature check expensive.
+MIN_RSA_BITS, MAX_RSA_BITS = 2048, 4096
 
 ADJECTIVES = (
     "able", "agile", "amber", "amiable", "azure", "bold", "brave", "breezy", "bright", "brisk",
@@ -139,6 +142,11 @@ def peer_id_from_public_key(public_key: RSAPublicKey) -> str:
     return PeerID(_SHA2_256_MULTIHASH_PREFIX + hashlib.sha256(wrapped).digest()).to_base58()
 
 
+def acceptable_key_size(public_key: RSAPublicKey) -> bool:
+    """Whether a peer's RSA key has between :data:`MIN_RSA_BITS` and :data:`MAX_RSA_BITS` bits."""
+    return MIN_RSA_BITS <= public_key._public_key.key_size <= MAX_RSA_BITS
+
+
 def _generate_identity_bytes() -> bytes:
     # Same format as hivemind's P2P.generate_identity, which we do not call: it writes the key with the default
     # umask (briefly readable by others) and then makes it read-only, which breaks restoring over it.
@@ -172,8 +180,11 @@ def _parse(data: bytes, path: Path) -> RSAPrivateKey:
         if wrapped.key_type != crypto_pb2.KeyType.RSA:
             raise ValueError("not an RSA key")
         der = wrapped.data
-        if not isinstance(serialization.load_der_private_key(der, password=None), rsa.RSAPrivateKey):
+        key = serialization.load_der_private_key(der, password=None)
+        if not isinstance(key, rsa.RSAPrivateKey):
             raise ValueError("not an RSA key")
+        if not MIN_RSA_BITS <= key.key_size <= MAX_RSA_BITS:
+            raise ValueError(f"an RSA key of {key.key_size} bits; peers accept {MIN_RSA_BITS} to {MAX_RSA_BITS}")
     except (DecodeError, ValueError, TypeError, UnsupportedAlgorithm) as e:
         raise NodeError(
             f"The identity file {path} is corrupt or not a peer identity ({e})",

@@ -38,6 +38,7 @@ MAX_ROUND = 2**40  # a round a second for 34,000 years; far below any integer li
 MAX_RECORD_BYTES = 512 * 1024  # one peer's record for one round (all its groups)
 MAX_GROUP_RECORD_BYTES = 192 * 1024  # one group on the DHT: 64 x 2.5 KB completions and a long question
 MAX_POINTER_BYTES = 512
+MAX_SEALED_ENTRY_BYTES = 256 * 1024  # a sealed entry of any kind: a stage record (128 KiB) and its envelope
 ADMISSION_TAG_BYTES = 16
 MAX_GROUPS = 32
 MAX_COMPLETIONS = 64
@@ -154,6 +155,35 @@ def admission_tag(admission_key: bytes, payload: dict[str, Any]) -> bytes:
 def admission_key(secret: str) -> bytes:
     """The key a private swarm's records are tagged with, derived from the secret in its invite."""
     return hashlib.sha256(b"rl-swarm admission v2\0" + secret.encode()).digest()
+
+
+_SEALED_KEYS = frozenset({"e", "t"})
+
+
+def seal_entry(admission_key: bytes, author: str, value: int | bytes) -> bytes:
+    """A private swarm's envelope for a DHT entry that carries no tag of its own (a directory pointer, a clock or
+    game position, a stage record): ``{"e": value, "t": tag}``, the tag an HMAC of the author and the value, so
+    that no one without the secret can make one and no one can move a member's tag into an entry of their own."""
+    return msgpack.packb({"e": value, "t": _entry_tag(admission_key, author, value)}, use_bin_type=True)
+
+
+def unseal_entry(admission_key: bytes, author: str, raw: Any) -> int | bytes:
+    """The value of an entry sealed by :func:`seal_entry`; RecordRejected("not_admitted") if it is not sealed
+    with this swarm's key for this author."""
+    payload = _unpack(raw, MAX_SEALED_ENTRY_BYTES)
+    if not isinstance(payload, dict) or payload.keys() != _SEALED_KEYS:
+        raise RecordRejected("not_admitted")
+    value, tag = payload["e"], payload["t"]
+    if type(value) not in (int, bytes) or type(tag) is not bytes:
+        raise RecordRejected("not_admitted")
+    if not hmac.compare_digest(tag, _entry_tag(admission_key, author, value)):
+        raise RecordRejected("not_admitted")
+    return value
+
+
+def _entry_tag(admission_key: bytes, author: str, value: int | bytes) -> bytes:
+    body = msgpack.packb(["entry", author, value], use_bin_type=True)
+    return hmac.new(admission_key, body, hashlib.sha256).digest()[:ADMISSION_TAG_BYTES]
 
 
 def validate_round(value: Any) -> int:

@@ -229,6 +229,8 @@ class SwarmNode:
         self.swarm = self._exchange_factory(cfg, self.identity, initial_peers)
         if hasattr(self.swarm, "report_reachability_to"):
             self.swarm.report_reachability_to(partial(self._reachability_changed, starting_swarm=not initial_peers))
+        if self.chain is not None and hasattr(self.swarm, "prefer"):  # the DHT's fetches: registered peers first
+            self.swarm.prefer(self.chain.registered_peers)
         self.swarm.start()
         self.parts = RoundParts(
             peer_id=self.identity.peer_id, tasks=self.tasks, policy=self.policy, learner=self.learner,
@@ -434,6 +436,7 @@ def _dht_exchange(cfg: NodeConfig, identity: Identity, initial_peers: list[str])
         admission_secret=swarm_secret.load(cfg.run.data_dir, cfg.swarm.swarm_name), client_mode=cfg.swarm.client_mode,
         reachability_mode=cfg.swarm.reachability, reachable_networks=cfg.swarm.reachable_networks,
         known_peers=known_peers.load(cfg.run.data_dir, cfg.swarm.swarm_name),
+        game=cfg.swarm.game, address_prefixes=(cfg.swarm.address_prefix_v4, cfg.swarm.address_prefix_v6),
     )
 
 

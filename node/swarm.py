@@ -25,8 +25,9 @@ Every entry's subkey is ``[owner:<ssh-rsa key>]|<kind>/<numbers>``: ``RSASignatu
 and checks every signature, and :class:`SwarmValidator` rebuilds the entry's DHT key from the subkey, the owner's
 peer id and the swarm name, so an honest node stores and accepts only the swarm's own keys, one entry per signer
 per key, with the record shape that key holds and an expiry at most ``MAX_ENTRY_TTL_S`` ahead.
-:class:`BoundedStorage` caps the bytes a node stores and caches and the entries per key, so that no response (and
-no push of our storage to a newcomer) can exceed the message cap.
+:class:`node.dht_storage.BoundedStorage` caps the bytes a node stores and caches, per signer, per network address
+group and per key, so that no response (and no push of our storage to a newcomer) can exceed the message cap and no
+identities minted on one machine can fill it.
 
 The p2pd daemon is a child process of the node: :meth:`DhtExchange.shutdown` (also run at exit) stops it, killing it if it
 does not stop in time, so no daemon or unix socket under /tmp outlives the node.
@@ -58,23 +59,24 @@ from hivemind.dht.crypto import RSASignatureValidator
 from hivemind.dht.node import DHTNode
 from hivemind.dht.protocol import ValidationError
 from hivemind.dht.routing import DHTID
-from hivemind.dht.storage import DHTLocalStorage, DictionaryDHTValue
 from hivemind.dht.validation import CompositeValidator, DHTRecord, RecordValidatorBase
 from hivemind.p2p import P2P, PeerID
 from hivemind.utils.crypto import RSAPublicKey
 from hivemind.utils.multiaddr import Multiaddr
-from hivemind.utils.timed_storage import get_dht_time
+from hivemind.utils.timed_storage import ValueWithExpiration, get_dht_time
 
 from node import reachability
 from node.clock import SwarmClock
+from node.dht_storage import MAX_ENTRIES_PER_KEY, SENDER_GROUP, BoundedStorage, rounds_near
 from node.errors import NodeError
 from node.exchange import GroupSink
 from node.game.records import decode_stage_record
-from node.identity import Identity, peer_id_from_public_key
+from node.identity import Identity, acceptable_key_size, peer_id_from_public_key
+from node.peer_addresses import UNKNOWN, AddressBook
 from node.reachability import Verdict
 from node.records import (
     MAX_GROUP_RECORD_BYTES, MAX_GROUPS, MAX_ROUND, GroupRecord, Pointer, RecordRejected, RoundRecord,
-    admission_key, decode_group_record, decode_pointer, encode_group_record, encode_pointer,
+    admission_key, decode_group_record, decode_pointer, encode_group_record, encode_pointer, seal_entry, unseal_entry,
 )
 
 logger = logging.getLogger(__name__)
@@ -85,7 +87,6 @@ PROTOCOL = "v2"
 MAX_ENTRY_TTL_S = 3600.0  # no entry lives longer, whatever its signer asks for
 _CLOCK_SKEW_S = 60.0
 MAX_GAME_POSITION = 3 * MAX_ROUND + 2  # the multi-stage game's clock value of round MAX_ROUND's third stage
-MAX_ENTRIES_PER_KEY = 256  # directory and clock shards: 256 x ~1 KB signed entries
 READ_REPLICAS = 3  # replicas of a directory or clock shard merged by one read (each entry is stored on 5)
 _MAX_READ_WORKERS = 32  # requests in flight for one read (the game reads up to 256 keys at once)
 # Shards a directory or clock read starts with: this many before the swarm's density is known, at most this many
@@ -96,6 +97,8 @@ _FIRST_READ_SHARDS = (4, 12)
 _MAX_MESSAGE_BYTES = 64 * 1024**2
 STORAGE_BYTES = 32 * 1024**2
 CACHE_BYTES = 16 * 1024**2
+# The entry kinds each game writes: a swarm stores and reads no other (no stage records in a SAPO swarm)
+GAME_KINDS = {"sapo": frozenset("gdc"), "multistage": frozenset("sp")}
 _OWNER_RE = re.compile(rb"(\[owner:(.+?)\])\|([a-z])/([0-9/]{1,40})")
 # RSASignatureValidator appends "[signature:...]" to values and refuses a value holding two of them
 _SIGNATURE_MARKER = b"[signature:"
@@ -185,6 +188,9 @@ class DhtExchange:
         reachable_networks: Sequence[str] = (),
         known_peers: Sequence[str] = (),
         on_reachability: Callable[[Verdict, list[str], list[str]], None] | None = None,
+        game: str = "sapo",
+        address_prefixes: tuple[int, int] = (24, 48),
+        round_window: Callable[[int], tuple[int, int]] = rounds_near,
     ) -> None:
         self._identity = identity
         self._swarm_name = swarm_name
@@ -213,6 +219,13 @@ class DhtExchange:
         self._recheck: asyncio.Task | None = None
         self._renew: asyncio.Task | None = None
         self._lan_addresses: list[str] = []
+        self._kinds = GAME_KINDS[game]
+        self._address_prefixes = address_prefixes
+        self._addresses: AddressBook | None = None
+        self._round_window = round_window
+        self._current_round: int | None = None  # the round we play: others' entries are stored only near it
+        self._feed_clock: SwarmClock | None = None  # the swarm's clock, once the feed runs: "now" for storage too
+        self._registered: Callable[[Iterable[str]], set[str]] = lambda peers: set()
         self._namespace = f"{swarm_name}/{PROTOCOL}/{directory_shards}"
 
         self._signer = RSASignatureValidator(identity.private_key)
@@ -338,6 +351,7 @@ class DhtExchange:
             claimed = range(len(record.groups)) if spread is None else sorted(set(spread))
             spread_all = self._published_spread + tuple(first + i for i in claimed if 0 <= i < len(record.groups))
             self._published_groups, self._published_spread = first + len(record.groups), spread_all
+            self._current_round = record.round
         keys, values, subkeys = [], [], []
         for offset, group in enumerate(record.groups):
             index = first + offset
@@ -355,7 +369,7 @@ class DhtExchange:
         pointer = Pointer(self.peer_id, record.round, first + len(record.groups), spread_all)
         shard = shard_of(self.peer_id, self._shards)
         keys.append(self._directory_key(record.round, shard))
-        values.append(encode_pointer(pointer))
+        values.append(self._seal(encode_pointer(pointer)))
         subkeys.append(self._subkey("d", record.round, shard))
         expiration = get_dht_time() + self._record_ttl
         self.traffic["publish_bytes"] += sum(len(v) for v in values)
@@ -435,6 +449,7 @@ class DhtExchange:
     def start_feed(self, sink: GroupSink, clock: SwarmClock, *, poll_s: float = FEED_POLL_S) -> None:
         """Fetch peers' groups of the recent swarm rounds in the background, on the DHT loop, into ``sink`` (a
         :class:`node.peer_buffer.PeerGroupBuffer`), until shutdown. Costs the caller's threads nothing."""
+        self._feed_clock = clock
         loop = self._loop
         if loop is None or self._node is None:
             raise RuntimeError("start the swarm before its feed")
@@ -553,7 +568,8 @@ class DhtExchange:
                         state.pool[author] = pointer
                         for index in range(known.groups if known else 0, pointer.groups):
                             state.seen_at.setdefault((author, index), now)
-            if first and (len(state.pool) >= target or state.fetched):
+            # enough peers to sample from, counted by network: identities from one take one peer's place
+            if first and (len(set(self._address_groups(list(state.pool)).values())) >= target or state.fetched):
                 break
             batch = min(2 * batch, self._shards)
         if first:
@@ -576,8 +592,7 @@ class DhtExchange:
         if self._wanted == 0 or count <= 0 or state.bytes >= self._max_fetch_bytes:
             return {}
         fresh = self._banned(state, [p for p in state.pool if p not in state.tried_peers])
-        self._rng.shuffle(fresh)
-        fresh.sort(key=lambda p: not state.pool[p].spread)  # stable: uniform within each class
+        fresh = self._over_address_groups(fresh, count, state)
         picks = {}
         for peer in fresh[:count]:
             pointer = state.pool[peer]
@@ -625,7 +640,7 @@ class DhtExchange:
         self.traffic["lookups"] += len(picks)
         valid = []
         for key, (peer, index) in picks.items():
-            entries = self._dictionary_entries((found or {}).get(key))
+            entries = self._dictionary_entries((found or {}).get(key), sealed=False)  # a group record carries its own tag
             if not entries:
                 state.rejected["missing"] += 1
                 continue
@@ -656,6 +671,58 @@ class DhtExchange:
                 state.rejected[reason] += 1
                 self._strike(peer)
         return valid
+
+    def prefer(self, registered: Callable[[Iterable[str]], set[str]]) -> None:
+        """Fetch first from peers registered on the chain (``registered`` says which of some peers are, without
+        waiting: :meth:`node.chain.participant.ChainParticipant.registered_peers`)."""
+        self._registered = registered
+
+    def _over_address_groups(self, fresh: list[str], count: int, state: _RoundGather) -> list[str]:
+        """Up to ``count`` of ``fresh`` to fetch now, so that identities from one network take one peer's share: each
+        address group (:meth:`_address_groups`) takes at most its fair share of the round's J (J over the groups that
+        published in this round or the other recent rounds we keep, or that we are connected to), one peer per group
+        in turn. Groups not sampled yet this
+        round come first, then groups with a peer registered on the chain (:meth:`prefer`), then groups we could
+        place on the network before the peers we could not (together one group), then groups whose peers claim no
+        spread; within a group, registered peers first, then peers claiming spread, uniformly otherwise."""
+        with self._lock:  # peers that published in the other rounds we keep: they will publish in this one too
+            recent = {p for other in self._rounds.values() if other is not state for p in other.pool}
+        groups = self._address_groups(list({*fresh, *state.tried_peers, *recent}))
+        sampled = Counter(groups[p] for p in state.tried_peers)
+        members: dict[str, list[str]] = {}
+        for peer in fresh:
+            members.setdefault(groups[peer], []).append(peer)
+        # a group's share of the round's J, over the groups that published this round or lately or that we are
+        # connected to (a peer still generating this round): the slots a group cannot fill stay free for groups that
+        # publish later rather than go to the group with the most identities
+        networks = set(groups.values()) | (self._addresses.recent_groups() if self._addresses is not None else set())
+        share = math.ceil(self._wanted / max(1, len(networks)))
+        registered = self._registered(fresh)
+        for group, peers in members.items():
+            self._rng.shuffle(peers)
+            peers.sort(key=lambda p: (p not in registered, not state.pool[p].spread))  # stable: uniform within each
+            del peers[max(0, share - sampled[group]):]
+        order = [g for g, peers in members.items() if peers]
+        self._rng.shuffle(order)
+        order.sort(key=lambda g: (g in sampled, members[g][0] not in registered, g == UNKNOWN,
+                                  not state.pool[members[g][0]].spread))
+        picks = []
+        for turn in range(max(map(len, members.values()), default=0)):
+            picks += [members[g][turn] for g in order if turn < len(members[g])]
+        return picks[:count]
+
+    def _address_groups(self, peers: list[str]) -> dict[str, str]:
+        """Each peer's address group: of our live connection to it, else of the peer that sent us its entries (we
+        hold its directory pointer as a replica), else :data:`UNKNOWN`."""
+        addresses, node = self._addresses, self._node
+        if addresses is None or node is None or not peers:
+            return dict.fromkeys(peers, UNKNOWN)
+        groups = self._on_loop(addresses.groups_of(peers)) or dict.fromkeys(peers, UNKNOWN)
+        storage = node.protocol.storage
+        for peer, group in groups.items():
+            if group == UNKNOWN:
+                groups[peer] = storage.group_of_author(peer) or UNKNOWN
+        return groups
 
     def _strike(self, peer: str) -> None:
         """Count a rejected record against ``peer``; past a few, ignore it for a while (doubling each time)."""
@@ -700,6 +767,24 @@ class DhtExchange:
         """Peers in our DHT routing table: others are in the swarm even if they have not published yet."""
         node = self._node
         return 0 if node is None else len(node.protocol.routing_table.uid_to_peer_id)
+
+    def storage_usage(self) -> dict[str, Any]:
+        """What this node stores for the swarm: bytes in all, per address group that sent them ("self": ours) and
+        of the largest signer, and the entries refused (by reason) and evicted to make room. Empty if not running."""
+        node = self._node
+        if node is None:
+            return {}
+        storage = node.protocol.storage
+
+        async def usage() -> dict[str, Any]:  # on the DHT loop, which alone changes the storage
+            return {"bytes": storage.measure(), **storage.usage(), "refused": dict(storage.refused),
+                    "refused_from": dict(storage.refused_from), "evicted": storage.evicted}
+
+        return self._on_loop(usage()) or {}
+
+    def _stored_rounds(self) -> tuple[int, int] | None:
+        current = self._feed_clock.now() if self._feed_clock is not None else self._current_round
+        return None if current is None else self._round_window(current)
 
     def storage_bytes(self) -> tuple[int, int]:
         """Bytes held in (storage, cache): both bounded whatever peers send."""
@@ -763,6 +848,7 @@ class DhtExchange:
     def publish_stage(self, round: int, stage: int, value: bytes) -> bool:
         """Store our encoded stage record (:mod:`node.game.records`) for ``(round, stage)``."""
         key, subkey = stage_key(self._namespace, round, stage, self.peer_id), self._subkey("s", round, stage)
+        self._current_round = round
         self.traffic["publish_bytes"] += len(value)
         return self._store_entry("publish", key, value, subkey)
 
@@ -800,6 +886,7 @@ class DhtExchange:
     def _store_entry(self, call: str, key: str, value: Any, subkey: bytes) -> bool:
         """Store one entry of ours under ``key`` until now + the record TTL; whether a replica took it."""
         expiration = get_dht_time() + self._record_ttl
+        value = self._seal(value)
         stored = self._call(call, lambda node: _store_many(node, [key], [value], expiration, [subkey]))
         return bool(stored and stored.get((key, subkey)))
 
@@ -827,11 +914,20 @@ class DhtExchange:
     def _subkey(self, kind: str, *numbers: int) -> bytes:
         return self._owner + b"|" + kind.encode() + b"/" + "/".join(map(str, numbers)).encode()
 
-    def _dictionary_entries(self, item: Any) -> list[tuple[str | None, Any]]:
-        """(author peer id or None if unauthenticated, entry) for every entry of a found item; remembers authors."""
+    def _seal(self, value: int | bytes) -> int | bytes:
+        """In a private swarm, an entry without a tag of its own goes in the secret's envelope."""
+        return value if self._admission is None else seal_entry(self._admission, self.peer_id, value)
+
+    def _dictionary_entries(self, item: Any, *, sealed: bool = True) -> list[tuple[str | None, Any]]:
+        """(author peer id or None if unauthenticated, entry) for every entry of a found item; remembers authors.
+        In a private swarm, ``sealed`` entries come out of their envelope, and those without a valid one are left
+        out (the validator refused them on receipt already)."""
         if item is None or not isinstance(item.value, dict):
             return []
         entries = [(_owner_peer_id(subkey), entry) for subkey, entry in list(item.value.items())[:MAX_ENTRIES_PER_KEY]]
+        if self._admission is not None and sealed:
+            entries = [(author, ValueWithExpiration(value, entry.expiration_time)) for author, entry in entries
+                       if author is not None and (value := _unsealed(self._admission, author, entry.value)) is not None]
         # what crossed the wire: the value, its subkey (owner key) and the signature hivemind strips on arrival
         self.traffic["received_bytes"] += sum(
             (len(e.value) if type(e.value) is bytes else 9) + len(k if type(k) is bytes else b"") + _SIGNATURE_BYTES
@@ -866,6 +962,21 @@ class DhtExchange:
         except Exception:
             logger.warning("Swarm %s failed", op, exc_info=True)
         return None
+
+    def _on_loop(self, coroutine: Coroutine[Any, Any, T]) -> T | None:
+        """Run local work (a question to our own p2p daemon, a look at our storage; no network round trip) on the DHT
+        loop; None if it failed."""
+        loop = self._loop
+        if loop is None:
+            coroutine.close()
+            return None
+        future = asyncio.run_coroutine_threadsafe(coroutine, loop)
+        try:
+            return future.result(self._call_timeout / _RPCS_PER_CALL)
+        except Exception:
+            future.cancel()
+            logger.debug("Local work on the DHT loop failed", exc_info=True)
+            return None
 
     def _count_timeout(self, op: str) -> None:
         with self._lock:
@@ -907,6 +1018,9 @@ class DhtExchange:
         if verdict.relays:
             verdict = await self._reserve_relays(verdict)
         relayed = verdict.status in ("relayed", "unreachable")
+        self._addresses = AddressBook(self._p2p, ipv4_prefix=self._address_prefixes[0],
+                                      ipv6_prefix=self._address_prefixes[1])
+        self._attribute_stores(self._p2p)
         self._node = await DHTNode.create(
             p2p=self._p2p,
             # hivemind draws a random DHT id from Python's global `random`, which training libraries seed (TRL
@@ -915,7 +1029,8 @@ class DhtExchange:
             node_id=DHTID.generate(source=self._identity.peer_id.encode()),
             initial_peers=initial_peers,
             record_validator=RememberingValidator(
-                [self._signer, SwarmValidator(self._swarm_name, self._shards, admission=self._admission)]
+                [self._signer, SwarmValidator(self._swarm_name, self._shards, admission=self._admission,
+                                              kinds=self._kinds)]
             ),
             wait_timeout=self._call_timeout / _RPCS_PER_CALL,
             # a node peers cannot reach would be asked to store keys it can never be asked for: it joins as a DHT
@@ -931,8 +1046,9 @@ class DhtExchange:
             chunk_size=1,
         )
         # BoundedStorage before anyone can store anything (the node only answers RPCs once we return)
-        self._node.protocol.storage = BoundedStorage(self._storage_bytes)
-        self._node.protocol.cache = BoundedStorage(self._cache_bytes)
+        self._node.protocol.storage = BoundedStorage(self._storage_bytes, rounds=self._stored_rounds,
+                                                     author_of=_owner_peer_id)
+        self._node.protocol.cache = BoundedStorage(self._cache_bytes, rounds=self._stored_rounds)
         await reachability.DialBackService(
             self._p2p, own_verdict=lambda: self._verdict, own_addresses=lambda: list(self._invite_outside()),
             on_reachable=self._remember_contact,
@@ -1094,6 +1210,30 @@ class DhtExchange:
             while len(self._contacts) > _CONTACTS_KEPT:
                 self._contacts.popitem(last=False)
 
+    def _attribute_stores(self, p2p: P2P) -> None:
+        """Wrap hivemind's store handler as it registers, so that storage knows which address group sent each
+        entry (:data:`node.dht_storage.SENDER_GROUP`)."""
+        register, addresses, timeout = p2p.add_protobuf_handler, self._addresses, self._call_timeout / _RPCS_PER_CALL
+
+        async def add_protobuf_handler(name, handler, *args, **kwargs):
+            if getattr(handler, "__name__", "") == "rpc_store":
+                store = handler
+
+                async def handler(request, context):
+                    try:
+                        group = await asyncio.wait_for(addresses.group_of(context.remote_id), timeout)
+                    except Exception:  # the daemon did not say: the sender shares the group of the unknown
+                        group = UNKNOWN
+                    token = SENDER_GROUP.set(group)
+                    try:
+                        return await store(request, context)
+                    finally:
+                        SENDER_GROUP.reset(token)
+
+            return await register(name, handler, *args, **kwargs)
+
+        p2p.add_protobuf_handler = add_protobuf_handler
+
     async def _stop_node(self) -> None:
         node, p2p, self._node, self._p2p = self._node, self._p2p, None, None
         for task in (self._recheck, self._renew):
@@ -1204,10 +1344,12 @@ class SwarmValidator(RecordValidatorBase):
     RSASignatureValidator's, so it sees values with their signature stripped and already verified.
     """
 
-    def __init__(self, swarm_name: str, shards: int, *, admission: bytes | None = None) -> None:
+    def __init__(self, swarm_name: str, shards: int, *, admission: bytes | None = None,
+                 kinds: frozenset[str] = GAME_KINDS["sapo"]) -> None:
         self._namespace = f"{swarm_name}/{PROTOCOL}/{shards}"
         self._shards = shards
         self._admission = admission
+        self._kinds = kinds
 
     def validate(self, record: DHTRecord) -> bool:
         if record.expiration_time > get_dht_time() + MAX_ENTRY_TTL_S + _CLOCK_SKEW_S:
@@ -1220,10 +1362,12 @@ class SwarmValidator(RecordValidatorBase):
         if author is None:
             return False
         kind, numbers = match.group(3).decode(), match.group(4).decode().split("/")
-        if not all(n.isdigit() and len(n) <= 14 for n in numbers):
+        if kind not in self._kinds or not all(n.isdigit() and len(n) <= 14 for n in numbers):
             return False
         numbers = [int(n) for n in numbers]
         value = _unpack_scalar(record.value)
+        if self._admission is not None and kind != "g":  # a group record carries its own tag
+            value = _unsealed(self._admission, author, value)
         try:
             if kind == "g" and len(numbers) == 2:
                 round_, index = numbers
@@ -1288,68 +1432,11 @@ class RememberingValidator(CompositeValidator):
         return True
 
 
-class BoundedStorage(DHTLocalStorage):
-    """hivemind's local storage with a cap on bytes and on entries per key (theirs only caps the entry count).
-
-    A full storage refuses new entries rather than evicting old ones: evicting would let a flood push out honest
-    entries. Accounting is incremental, re-measured every second so that expired entries are given back.
-    """
-
-    def __init__(self, max_bytes: int, max_entries_per_key: int = MAX_ENTRIES_PER_KEY) -> None:
-        super().__init__()
-        self.max_bytes = max_bytes
-        self.max_entries_per_key = max_entries_per_key
-        self.refused = 0
-        self._used = 0
-        self._measured_at = -math.inf
-
-    def store(self, key, value, expiration_time, subkey=None) -> bool:
-        if subkey is not None:
-            return self.store_subkey(key, subkey, value, expiration_time)
-        size = _value_bytes(value)
-        if not self._fits(size):
-            return False
-        stored = super().store(key, value, expiration_time)
-        if stored:
-            self._used += size
-        return stored
-
-    def store_subkey(self, key, subkey, value, expiration_time) -> bool:
-        size = _value_bytes(value) + len(msgpack.packb(subkey))
-        current = self.get(key)
-        if current is not None and isinstance(current.value, DictionaryDHTValue):
-            entries = current.value
-            if subkey not in entries and len(entries) >= self.max_entries_per_key:
-                self.refused += 1
-                return False
-        if not self._fits(size):
-            return False
-        stored = super().store_subkey(key, subkey, value, expiration_time)
-        if stored:
-            self._used += size
-        return stored
-
-    def measure(self) -> int:
-        """Bytes of the live entries now (expired ones are dropped on the way)."""
-        total = 0
-        for _, item in list(self.items()):
-            total += _value_bytes(item.value)
-        self._used, self._measured_at = total, time.monotonic()
-        return total
-
-    def _fits(self, size: int) -> bool:
-        if time.monotonic() - self._measured_at > 1.0 or self._used + size > self.max_bytes:
-            self.measure()
-        if self._used + size > self.max_bytes:
-            self.refused += 1
-            return False
-        return True
-
-
-def _value_bytes(value: Any) -> int:
-    if isinstance(value, DictionaryDHTValue):
-        return sum(len(v.value) + 64 for _, v in list(value.items()))
-    return len(value) if isinstance(value, bytes) else 64
+def _unsealed(admission: bytes, author: str, value: Any) -> int | bytes | None:
+    try:
+        return unseal_entry(admission, author, value)
+    except RecordRejected:
+        return None
 
 
 def _unpack_scalar(raw: bytes) -> Any:
@@ -1375,8 +1462,10 @@ def _owner_peer_id(subkey: Any) -> str | None:
             return _PEER_IDS[marker]
     try:
         key = RSAPublicKey.from_bytes(match.group(2))
-        # one encoding per key: a signer cannot hold two entries under one key with two spellings of its key
-        peer = peer_id_from_public_key(key) if b"[owner:" + key.to_bytes() + b"]" == marker else None
+        # one encoding per key: a signer cannot hold two entries under one key with two spellings of its key; and
+        # no key small enough to mint by the thousand
+        canonical = b"[owner:" + key.to_bytes() + b"]" == marker
+        peer = peer_id_from_public_key(key) if canonical and acceptable_key_size(key) else None
     except (ValueError, UnsupportedAlgorithm):
         peer = None
     with _PEER_IDS_LOCK:

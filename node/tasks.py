@@ -236,11 +236,14 @@ def _teaches(task: Task) -> bool:
     return not ("*" in terms and "1" in numbers)
 
 
-def extract_answer(completion: str) -> str | None:
-    """The stripped content of the last complete ``<answer>...</answer>`` block, or None when there is none.
+def answer_span(completion: str) -> tuple[int, int] | None:
+    """Where the graded block lies in ``completion``: the start of its ``<answer>`` and the end of its
+    ``</answer>``; None when there is none. The one definition of "the answer" for grading and for the cap on the
+    text around it (:mod:`node.peer_text`), so that what is graded and what is capped cannot differ.
 
-    An opening tag with no closing tag after it (a generation cut off by the token limit) does not count: its
-    content may be a partial answer, and scoring it would reward running out of tokens.
+    The graded block is the last complete one. An opening tag with no closing tag after it (a generation cut off by
+    the token limit) does not count: its content may be a partial answer, and scoring it would reward running out of
+    tokens.
     """
     end = completion.rfind(_CLOSE)
     if end < 0:
@@ -248,8 +251,16 @@ def extract_answer(completion: str) -> str | None:
     start = completion.rfind(_OPEN, 0, end)
     if start < 0:
         return None
-    content_start = start + len(_OPEN)
-    answer = completion[content_start : completion.find(_CLOSE, content_start)].strip()
+    close = completion.find(_CLOSE, start + len(_OPEN))
+    return start, close + len(_CLOSE)
+
+
+def extract_answer(completion: str) -> str | None:
+    """The stripped content of the graded ``<answer>...</answer>`` block (:func:`answer_span`), or None."""
+    span = answer_span(completion)
+    if span is None:
+        return None
+    answer = completion[span[0] + len(_OPEN) : span[1] - len(_CLOSE)].strip()
     return answer or None
 
 

@@ -8,7 +8,7 @@ from PySide6.QtWidgets import QLabel
 
 from app.saved_swarms import load_networks
 from app.wizard import SetupWizard
-from app.wizard_flow import NUMBERS, STEP_COUNT, Choices, Step, every_choice, path
+from app.wizard_flow import NUMBERS, STEP_COUNT, Step, every_choice, path
 from node.api import BUNDLED, SMOLLM2_135M, HardwareReport
 from node.config import NodeConfig
 from node.invite import format_invite, parse_invite

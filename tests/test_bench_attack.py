@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from node.events import RoundFinished
+from node.events import RolloutSample, RoundFinished
 from node.runstore import RunStore
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,10 +46,53 @@ def test_rounds_lost_gather_spread_groups_and_rejections_come_from_the_metrics_f
     assert summary["groups_used"] == 6
     assert summary["rejected"] == {"payload_outside_answer": 6, "question_mismatch": 1}
     assert summary["max_round"] == 7
-    row = bench.table([{"attack": True, "restart": {"started": True, "rounds_played": 1},
+    row = bench.table([{"attack": "payload", "restart": {"started": True, "rounds_played": 1},
                         "nodes": {"a": summary | {"peak_rss": {"node_mb": 500.0, "p2pd_mb": 40.0}}}}])
-    assert "| attack | a | 5/6 (1) | 2.0 / 20.0 / 20.0 |" in row and "payload_outside_answer 6" in row
-    assert row.rstrip().endswith("| 7 | yes, 1 |")
+    assert "| payload | a | 5/6 (1) | 2.0 / 20.0 / 20.0 |" in row and "payload_outside_answer 6" in row
+    assert "| 7 |" in row and row.rstrip().endswith("| yes, 1 |")
+
+
+def _sample(round_, peer, *, local=False, fate="trained"):
+    return RolloutSample(round=round_, source_peer=peer, source_name=peer, local=local, family="f", question="q",
+                         completion="c", reward=1.0, fate=fate)
+
+
+def test_whose_groups_a_node_received_and_trained_on_come_from_the_samples(bench):
+    samples = [_sample(r, "me", local=True) for r in range(3)]
+    samples += [_sample(0, "other"), _sample(0, "sybil1"), _sample(1, "sybil2", fate="rejected:payload_outside_answer"),
+                _sample(1, "sybil3"), _sample(2, "other", fate="dropped_equal_rewards")]
+    swap = bench.exchange(samples, "me", "other", {"sybil1", "sybil2", "sybil3"}, slots=6)
+    assert (swap["rounds_receiving_other"], swap["rounds_played"]) == (2, 3)
+    assert swap["groups_received"] == {"other": 2, "adversary": 3}
+    assert swap["slots_taken"] == {"other": 1, "adversary": 2} and swap["adversary_slot_share"] == 0.333
+
+
+def test_storage_and_refusals_come_from_the_nodes_log(bench):
+    log = ('x Swarm storage: 1000 bytes held for the swarm, at most 600 from one address group and 300 from one '
+           'signer; refused {}, from {}; evicted 0\nRound 4: 1 of 3 entries not stored\n'
+           'Swarm storage: 5000 bytes held for the swarm, at most 4000 from one address group and 200 from one signer; '
+           'refused {"quota": 7}, from {"127.0.9.0/24": 7}; evicted 3\n')
+    held = bench.storage(log, {"b": "127.0.2.0/24", "attacker": "127.0.9.0/24"})
+    assert held == {"max_bytes": 5000, "max_from_one_address_group": 4000, "max_from_one_signer": 300,
+                    "refused": {"quota": 7}, "refused_from": {"b": 0, "attacker": 7},
+                    "rounds_with_own_entry_unconfirmed": 1}
+    assert bench.storage("", {})["max_bytes"] is None
+
+
+def test_the_summary_gives_median_and_range_over_runs(bench):
+    def run(received, taken, refused):
+        node = {"exchange": {"rounds_receiving_other": received, "rounds_played": 6, "adversary_slot_share": taken},
+                "storage": {"max_bytes": 2**20, "max_from_one_address_group": 2**19,
+                            "refused_from": {"a": 0, "b": refused, "attacker": 9}},
+                "gather_s": {"p50": 1.0}, "max_round": 5}
+        return [{"attack": "replay", "nodes": {"a": node}}]
+
+    (row,) = bench.summary([run(6, 0.5, 0), run(3, 0.25, 1), run(5, 0.0, 0)])
+    assert row["attack"] == "replay" and row["node"] == "a"
+    assert row["rounds_receiving_other_share"] == {"median": 0.833, "min": 0.5, "max": 1.0}
+    assert row["adversary_slot_share"] == {"median": 0.25, "min": 0.0, "max": 0.5}
+    assert row["entries_refused_from_honest_networks"] == {"median": 0, "min": 0, "max": 1}
+    assert row["stored_mb"]["median"] == 1.0
 
 
 def test_no_rounds_is_reported_as_all_lost(bench):

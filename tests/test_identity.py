@@ -121,3 +121,17 @@ def test_an_impossible_location_is_a_node_error(tmp_path):
     with pytest.raises(NodeError) as info:
         load_or_create(tmp_path / "data" / "identity.key")
     assert info.value.code == "identity_create_failed"
+
+
+def test_an_identity_below_2048_bits_is_refused(tmp_path):
+    """A 1024-bit key costs ~25 ms to mint: peers refuse such identities, so we never run with one."""
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
+    from hivemind.proto import crypto_pb2
+
+    small = rsa.generate_private_key(public_exponent=65537, key_size=1024)
+    der = small.private_bytes(Encoding.DER, PrivateFormat.TraditionalOpenSSL, NoEncryption())
+    path = tmp_path / "identity.key"
+    path.write_bytes(crypto_pb2.PrivateKey(key_type=crypto_pb2.KeyType.RSA, data=der).SerializeToString())
+    with pytest.raises(NodeError, match="1024 bits"):
+        load_or_create(path)

@@ -22,12 +22,13 @@ from hivemind.utils.timed_storage import get_dht_time
 from node.errors import NodeError
 from node.identity import load_or_create, peer_id_from_public_key
 from node.records import (
-    MAX_GROUP_RECORD_BYTES, MAX_ROUND, GroupRecord, Pointer, RoundRecord, SharedGroup, encode_group_record,
-    encode_pointer, encode_record,
+    MAX_GROUP_RECORD_BYTES, MAX_ROUND, GroupRecord, Pointer, RoundRecord, SharedGroup, admission_key,
+    encode_group_record, encode_pointer, encode_record, seal_entry,
 )
 from node.game.records import StageItem, StageRecord, encode_stage_record
 from node.swarm import (
-    BoundedStorage, DhtExchange, RememberingValidator, _first_replicas, group_key, shard_of, stage_key,
+    GAME_KINDS, DhtExchange, RememberingValidator, SwarmValidator, _first_replicas, group_key,
+    shard_of, stage_key,
 )
 from node.taskref import TaskRef
 
@@ -129,11 +130,16 @@ def stale_sockets():
     return stale
 
 
+def any_round(current):
+    """A round window that stores every round: these tests play rounds far apart on one set of nodes."""
+    return 0, MAX_ROUND
+
+
 @contextmanager
 def swarms(tmp_path, count, **kwargs):
     """``count`` started swarms on 127.0.0.1, each joining through the previous one's invite; ``kwargs`` go to
-    :class:`DhtExchange` over this module's defaults."""
-    settings = {"record_ttl": 120.0, "call_timeout": CALL_TIMEOUT, **kwargs}
+    :class:`DhtExchange` over this module's defaults (every round stored, unless ``round_window`` says otherwise)."""
+    settings = {"record_ttl": 120.0, "call_timeout": CALL_TIMEOUT, "round_window": any_round, **kwargs}
     started = []
     try:
         for i in range(count):
@@ -158,11 +164,11 @@ def trio(tmp_path_factory):
         yield started
 
 
-async def raw_node(bootstrap, key=None):
+async def raw_node(bootstrap, key=None, host="127.0.0.1"):
     """A DHT peer that does not run our code: plain hivemind with only a signature validator."""
     validator = RSASignatureValidator(key or RSAPrivateKey())
     node = await DHTNode.create(
-        initial_peers=bootstrap.invite(), host_maddrs=["/ip4/127.0.0.1/tcp/0"], record_validator=validator
+        initial_peers=bootstrap.invite(), host_maddrs=[f"/ip4/{host}/tcp/0"], record_validator=validator
     )
     return node, validator
 
@@ -311,13 +317,16 @@ def test_honest_storage_accepts_only_the_swarms_own_keys_and_shapes(trio):
             "round record as a stage record": (stage_key(ns, 50, 1, me), b"|s/50/1", group, soon),
             "game position in another shard": (f"{ns}/p/{other_shard}", f"|p/{other_shard}".encode(), 7, soon),
             "game position past the last round": (f"{ns}/p/{shard}", f"|p/{shard}".encode(), 3 * MAX_ROUND + 3, soon),
+            # the multi-stage game's kinds of entry, well-formed, in a SAPO swarm
+            "stage record in a SAPO swarm": (stage_key(ns, 50, 1, me), b"|s/50/1", answer, soon),
+            "game position in a SAPO swarm": (f"{ns}/p/{shard}", f"|p/{shard}".encode(), 3 * 50, soon),
         }
         try:
             results = {name: await signed_store(node, validator, a, *args) for name, args in attempts.items()}
             valid = [await signed_store(node, validator, a, *args) for args in (
                 (group_key(ns, 50, me, 0), b"|g/50/0", group, soon),
-                (stage_key(ns, 50, 1, me), b"|s/50/1", answer, soon),
-                (f"{ns}/p/{shard}", f"|p/{shard}".encode(), 3 * 50, soon),
+                (f"{ns}/d/50/{shard}", f"|d/50/{shard}".encode(), pointer, soon),
+                (f"{ns}/c/{shard}", f"|c/{shard}".encode(), 50, soon),
             )]
             return results, valid
         finally:
@@ -326,6 +335,70 @@ def test_honest_storage_accepts_only_the_swarms_own_keys_and_shapes(trio):
     results, valid = asyncio.run(attack())
     assert results == {name: [False] for name in results}
     assert valid == [[True]] * 3  # the same identity's well-formed entries, for contrast
+
+
+def test_a_game_swarm_accepts_only_the_games_shapes():
+    """A multi-stage swarm's validator: stage records and positions of their author, nothing of the SAPO game."""
+    key = RSAPrivateKey()
+    signer = RSASignatureValidator(key)
+    me = peer_id_from_public_key(key.get_public_key())
+    other = peer_id_from_public_key(RSAPrivateKey().get_public_key())
+    validator = SwarmValidator(SWARM, 8, kinds=GAME_KINDS["multistage"])
+    ns = f"{SWARM}/v2/8"
+    shard, soon = shard_of(me, 8), get_dht_time() + 120
+    answer = encode_stage_record(StageRecord(me, 50, 1, (StageItem(TaskRef("chain_sum", "fbef8694bfd2", 5, 17),
+                                                                    "1 + 2 =", "<answer>3</answer>"),)))
+    group = encode_group_record(GroupRecord(me, 50, 0, record(me, 50, groups=1).groups[0]))
+
+    def accepted(key_name, tail, value):
+        return validator.validate(DHTRecord(DHTID.generate(key_name).to_bytes(),
+                                            DHTProtocol.serializer.dumps(signer.local_public_key + tail),
+                                            DHTProtocol.serializer.dumps(value), soon))
+
+    assert accepted(stage_key(ns, 50, 1, me), b"|s/50/1", answer)
+    assert accepted(f"{ns}/p/{shard}", f"|p/{shard}".encode(), 3 * 50)
+    assert not accepted(stage_key(ns, 50, 1, other), b"|s/50/1", answer)  # under another peer's key
+    assert not accepted(stage_key(ns, 50, 2, me), b"|s/50/2", answer)  # of another stage
+    assert not accepted(stage_key(ns, 50, 1, me), b"|s/50/1", group)  # a round record as a stage record
+    assert not accepted(f"{ns}/p/{(shard + 1) % 8}", f"|p/{(shard + 1) % 8}".encode(), 7)  # in another shard
+    assert not accepted(f"{ns}/p/{shard}", f"|p/{shard}".encode(), 3 * MAX_ROUND + 3)  # past the last round
+    assert not accepted(group_key(ns, 50, me, 0), b"|g/50/0", group)  # the SAPO game's records
+
+
+def test_a_private_swarms_secret_covers_every_kind_of_entry():
+    """Pointers, clock values, game positions and stage records carry the secret's tag, bound to their author."""
+    key, outsider_key = RSAPrivateKey(), RSAPrivateKey()
+    signer, outsider = RSASignatureValidator(key), RSASignatureValidator(outsider_key)
+    me = peer_id_from_public_key(key.get_public_key())
+    them = peer_id_from_public_key(outsider_key.get_public_key())
+    secret = admission_key("correct horse battery staple 42")
+    ns, soon = f"{SWARM}/v2/8", get_dht_time() + 120
+    sapo = SwarmValidator(SWARM, 8, admission=secret)
+    game = SwarmValidator(SWARM, 8, admission=secret, kinds=GAME_KINDS["multistage"])
+
+    def accepted(validator, by, key_name, tail, value):
+        return validator.validate(DHTRecord(DHTID.generate(key_name).to_bytes(),
+                                            DHTProtocol.serializer.dumps(by.local_public_key + tail),
+                                            DHTProtocol.serializer.dumps(value), soon))
+
+    def entries(peer):
+        shard = shard_of(peer, 8)
+        stage = encode_stage_record(StageRecord(peer, 50, 1, (StageItem(TaskRef("chain_sum", "fbef8694bfd2", 5, 17),
+                                                                         "1 + 2 =", "<answer>3</answer>"),)))
+        return [(sapo, f"{ns}/d/50/{shard}", f"|d/50/{shard}".encode(), encode_pointer(Pointer(peer, 50, 1, (0,)))),
+                (sapo, f"{ns}/c/{shard}", f"|c/{shard}".encode(), 50),
+                (game, f"{ns}/p/{shard}", f"|p/{shard}".encode(), 150),
+                (game, stage_key(ns, 50, 1, peer), b"|s/50/1", stage)]
+
+    for validator, key_name, tail, value in entries(me):
+        assert accepted(validator, signer, key_name, tail, seal_entry(secret, me, value))  # a member's
+        assert not accepted(validator, signer, key_name, tail, value)  # without the envelope
+        assert not accepted(validator, signer, key_name, tail, seal_entry(admission_key("another secret 1234"), me,
+                                                                          value))
+    for validator, key_name, tail, value in entries(them):
+        # a member's envelope in an outsider's entry (a clock value copied from a member's entry is exactly this):
+        # the tag names its author
+        assert not accepted(validator, outsider, key_name, tail, seal_entry(secret, me, value))
 
 
 def test_entries_hivemind_could_choke_on_are_refused(trio):
@@ -355,18 +428,6 @@ def test_entries_hivemind_could_choke_on_are_refused(trio):
     started = time.monotonic()
     assert a.gather(40).records == (honest,)
     assert time.monotonic() - started < CALL_TIMEOUT + SLACK_S
-
-
-def test_storage_is_bounded_in_bytes_and_entries_per_key():
-    storage = BoundedStorage(max_bytes=10_000, max_entries_per_key=3)
-    key, later = DHTID.generate("k"), get_dht_time() + 60
-    assert all(storage.store(key, b"x" * 10, later, subkey=f"s{i}") for i in range(3))
-    assert not storage.store(key, b"x" * 10, later, subkey="s3")  # a 4th signer under a full key
-    assert storage.store(key, b"y" * 10, later + 1, subkey="s0")  # an existing entry may be replaced
-    assert not storage.store(DHTID.generate("big"), b"z" * 10_001, later)
-    for i in range(20):
-        storage.store(DHTID.generate(f"k{i}"), b"z" * 900, later, subkey="s")
-    assert storage.measure() <= 10_000 and storage.refused > 0
 
 
 class CountingValidator(RecordValidatorBase):

@@ -1,9 +1,11 @@
 """Two honest node processes (tiny model, real hivemind) train while an adversarial peer attacks the swarm.
 
-The adversary has its own identity and joins by invite like anyone; it announces far-future rounds, publishes for
-a round out of reach, floods with many identities whose groups copy an honest task and question but carry a
-payload around the answer, and stuffs junk keys with long expiry. The honest nodes must keep training together on
-rounds near each other, each round bounded in time, and a node restarted after the attack must run.
+The adversary has its own identity and joins by invite like anyone, from a network of its own (the honest nodes
+have theirs: three /24s of the loopback); it announces far-future rounds, publishes for a round out of reach, floods
+with many identities whose groups copy an honest task and question but carry a payload in an answer block before
+the graded one, and stuffs junk keys with long expiry. The honest nodes must keep training together on rounds near
+each other, each round bounded in time, fetch each other's groups whatever the number of identities, and a node
+restarted after the attack must run.
 """
 
 from __future__ import annotations
@@ -23,25 +25,40 @@ from tests.test_swarm_attack import PAYLOAD, store_as, sybils
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 ROUNDS = 8  # a node never waits for peers: its first rounds may come before any peer group arrives
+HOSTS = {"a": "127.0.1.1", "b": "127.0.2.1", "attacker": "127.0.9.1"}  # three networks (/24s) on the loopback
 
 
-def _config(tiny_model_dir, data_dir, *, rounds, join=()):
+def _config(tiny_model_dir, data_dir, *, rounds, join=(), host=HOSTS["a"]):
     return tiny_config(
         tiny_model_dir, data_dir,
         training={"external_groups": 2, "drop_zero_advantage": False},
-        swarm={"swarm_name": "test", "initial_peers": list(join), "gather_timeout_s": 20.0},
+        swarm={"swarm_name": "test", "initial_peers": list(join), "gather_timeout_s": 20.0, "host": host},
         run={"rounds": rounds, "checkpoint_every": 1},
     )
 
 
-class Adversary:
-    """Attacks in a thread until stopped: a far-future round, flood of payload groups copied from honest tasks, junk
-    keys."""
+def hidden_payload(group: SharedGroup) -> SharedGroup:
+    """The group's task and question, each completion a payload in an answer block nobody grades, then an answer."""
+    return SharedGroup(group.task, group.question,
+                       tuple(f"<answer>{PAYLOAD * 3}</answer> so <answer>4</answer>" for _ in group.completions),
+                       group.finished)
 
-    def __init__(self, swarm: DhtExchange, targets: list[str], identities: int = 12) -> None:
+
+def replay(group: SharedGroup) -> SharedGroup:
+    """An honest group as it was: valid, verified like any other; what identities buy is the slot it takes."""
+    return group
+
+
+class Adversary:
+    """Attacks in a thread until stopped: clock, a flood of groups copied from honest tasks (``forge`` makes each
+    identity's texts), junk keys."""
+
+    def __init__(self, swarm: DhtExchange, targets: list[str], identities: int = 12,
+                 forge=hidden_payload) -> None:
         self.swarm = swarm
         self.targets = [SimpleNamespace(peer_id=p) for p in targets]
         self.identities = sybils(identities)
+        self.forge = forge
         self.stop = threading.Event()
         self.rounds_flooded: set[int] = set()
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -68,9 +85,7 @@ class Adversary:
                     if round_ in self.rounds_flooded:
                         continue
                     self.rounds_flooded.add(round_)
-                    forged = SharedGroup(group.task, group.question,
-                                         tuple(PAYLOAD * 3 + "<answer>4</answer>" for _ in group.completions),
-                                         group.finished)
+                    forged = self.forge(group)
                     for key, peer in self.identities:
                         shard = shard_of(peer, self.swarm._shards)
                         self._store(key, [
@@ -95,13 +110,14 @@ def test_honest_nodes_keep_training_under_attack_and_a_restarted_node_runs(tiny_
     adversary = None
     try:
         started_a = a.wait_for(lambda e: e.kind == "node_started")
-        b = NodeProcess(_config(tiny_model_dir, tmp_path / "b", rounds=ROUNDS, join=started_a.invite), name="b")
+        b = NodeProcess(_config(tiny_model_dir, tmp_path / "b", rounds=ROUNDS, join=started_a.invite,
+                                host=HOSTS["b"]), name="b")
         b.send("pause")
         nodes.append(b)
         started_b = b.wait_for(lambda e: e.kind == "node_started")
         for node in nodes:
             node.wait_for(lambda e: e.kind == "state_changed" and e.state == "paused")
-        attacker = DhtExchange(load_or_create(tmp_path / "attacker.key"), swarm_name="test", host="127.0.0.1",
+        attacker = DhtExchange(load_or_create(tmp_path / "attacker.key"), swarm_name="test", host=HOSTS["attacker"],
                          initial_peers=started_a.invite, groups_wanted=1, call_timeout=5.0)
         attacker.start()
         adversary = Adversary(attacker, [started_a.peer_id, started_b.peer_id])
@@ -120,6 +136,11 @@ def test_honest_nodes_keep_training_under_attack_and_a_restarted_node_runs(tiny_
             assert [r.round for r in rounds] == list(range(ROUNDS))  # the node's own rounds, one after the other
             assert all(r.seconds_gather < 1.0 for r in rounds)  # never waiting: taken from the buffer at once
             assert sum(r.groups_used for r in rounds) >= 1
+        # a dozen identities from one network take one peer's share: each honest node fetched the other's groups
+        ids = {"a": started_a.peer_id, "b": started_b.peer_id}
+        for node, other in ((a, "b"), (b, "a")):
+            fetched_from_other = {s.round for s in node.events_of("rollout_sample") if s.source_peer == ids[other]}
+            assert len(fetched_from_other) >= ROUNDS - 1, (node.name, sorted(fetched_from_other))
         dropped = sum(r.rejected_reasons.get("payload_outside_answer", 0) for n in nodes
                       for r in n.events_of("round_finished"))
         assert adversary.rounds_flooded and dropped >= 1  # the payload groups were caught, not trained on
