@@ -248,7 +248,7 @@ class ConfigFlag:
 
 
 def config_flags() -> list[ConfigFlag]:
-    """One flag per scalar field of :data:`FLAG_SECTIONS` (lists and tables live in the config file)."""
+    """One flag per scalar or list-of-strings field of :data:`FLAG_SECTIONS` (tables live in the config file)."""
     flags = []
     for section in FLAG_SECTIONS:
         model = NodeConfig.model_fields[section].annotation
@@ -278,6 +278,8 @@ def _flag_kwargs(info) -> dict[str, Any] | None:
         kwargs["action"] = argparse.BooleanOptionalAction
     elif annotation in (int, float, str, Path):
         kwargs["type"] = annotation
+    elif typing.get_origin(annotation) is list and typing.get_args(annotation) == (str,):
+        kwargs.update(type=str, nargs="*")
     else:
         return None
     bounds = [f"{symbol} {getattr(rule, attr)}" for rule in info.metadata

@@ -55,6 +55,10 @@ class AddressBook:
             await self._refresh()
         return {p: self._groups[p][0] if p in self._groups else UNKNOWN for p in peers}
 
+    def known_groups(self, peers: Iterable[PeerID | str]) -> dict[str, str]:
+        """Each peer's address group as last read, without asking the daemon (for code running on its loop)."""
+        return {str(p): self._groups[str(p)][0] if str(p) in self._groups else UNKNOWN for p in peers}
+
     def recent_groups(self) -> set[str]:
         """The address groups of the peers we held a connection to lately (in the last minute)."""
         now = time.monotonic()

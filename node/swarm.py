@@ -430,6 +430,9 @@ class DhtExchange:
 
         async def once(node: DHTNode) -> None:
             await self._read_directory(node, round, state, self._gather_reread)
+            with self._lock:
+                recent = {p for other in self._rounds.values() for p in other.pool}
+            await self._learn_address_groups(list(recent | state.tried_peers))
             count = self._wanted if not state.tried_peers else max(1, self._wanted // 2)
             await self._fetch_groups(node, round, state, self._one_per_new_peer(round, state, count))
 
@@ -569,6 +572,7 @@ class DhtExchange:
                         for index in range(known.groups if known else 0, pointer.groups):
                             state.seen_at.setdefault((author, index), now)
             # enough peers to sample from, counted by network: identities from one take one peer's place
+            await self._learn_address_groups(list(state.pool))
             if first and (len(set(self._address_groups(list(state.pool)).values())) >= target or state.fetched):
                 break
             batch = min(2 * batch, self._shards)
@@ -711,13 +715,25 @@ class DhtExchange:
             picks += [members[g][turn] for g in order if turn < len(members[g])]
         return picks[:count]
 
+    async def _learn_address_groups(self, peers: list[str]) -> None:
+        """Ask our daemon for these peers' address groups, for :meth:`_address_groups` to answer on the DHT loop
+        (where it cannot wait for the loop)."""
+        if self._addresses is not None and peers:
+            try:
+                await self._addresses.groups_of(peers)  # refreshes what the address book holds
+            except Exception:
+                logger.debug("Could not read the peers' addresses", exc_info=True)
+
     def _address_groups(self, peers: list[str]) -> dict[str, str]:
         """Each peer's address group: of our live connection to it, else of the peer that sent us its entries (we
         hold its directory pointer as a replica), else :data:`UNKNOWN`."""
         addresses, node = self._addresses, self._node
         if addresses is None or node is None or not peers:
             return dict.fromkeys(peers, UNKNOWN)
-        groups = self._on_loop(addresses.groups_of(peers)) or dict.fromkeys(peers, UNKNOWN)
+        if _running_loop() is self._loop:  # the gather and the feed: what _learn_address_groups found
+            groups = addresses.known_groups(peers)
+        else:
+            groups = self._on_loop(addresses.groups_of(peers)) or dict.fromkeys(peers, UNKNOWN)
         storage = node.protocol.storage
         for peer, group in groups.items():
             if group == UNKNOWN:
@@ -1614,3 +1630,10 @@ def _start_error(error: Exception, *, joining: bool, port: int, local_only: Sequ
         hint="Reinstall the node if p2pd is missing or damaged, or see the log for details.",
         code="swarm_start_failed",
     )
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None

@@ -27,7 +27,7 @@ def test_the_dashboard_shows_the_age_of_peer_groups_and_how_often_j_was_filled(q
     window = make_window(qtbot, NodeConfig.build({"run": {"data_dir": str(tmp_path / "data")}}))
     for event in (_round(0, used=0), _round(1, used=2, age=4.0, oldest=6.0), _round(2, used=2, age=8.0, oldest=12.0)):
         window.supervisor.feed(event)
-    text = window.dashboard.summary.text()
+    text = window.dashboard.summary.text().replace("\xa0", " ")  # figures are glued to their units
     assert "Peer groups trained on: 6 s old on average, oldest 12 s; J filled in 2 of 3 rounds (67%)." in text
     # a SAPO round goes from sharing to training: no "waiting for peers" in between
     window.supervisor.feed(RoundProgress(round=3, phase="sharing", done=0, total=2))

@@ -326,7 +326,6 @@ def test_honest_storage_accepts_only_the_swarms_own_keys_and_shapes(trio):
             valid = [await signed_store(node, validator, a, *args) for args in (
                 (group_key(ns, 50, me, 0), b"|g/50/0", group, soon),
                 (f"{ns}/d/50/{shard}", f"|d/50/{shard}".encode(), pointer, soon),
-                (f"{ns}/c/{shard}", f"|c/{shard}".encode(), 50, soon),
             )]
             return results, valid
         finally:
@@ -334,7 +333,7 @@ def test_honest_storage_accepts_only_the_swarms_own_keys_and_shapes(trio):
 
     results, valid = asyncio.run(attack())
     assert results == {name: [False] for name in results}
-    assert valid == [[True]] * 3  # the same identity's well-formed entries, for contrast
+    assert valid == [[True]] * 2  # the same identity's well-formed entries, for contrast
 
 
 def test_a_game_swarm_accepts_only_the_games_shapes():
@@ -366,7 +365,8 @@ def test_a_game_swarm_accepts_only_the_games_shapes():
 
 
 def test_a_private_swarms_secret_covers_every_kind_of_entry():
-    """Pointers, clock values, game positions and stage records carry the secret's tag, bound to their author."""
+    """Pointers, game positions and stage records carry the secret's tag, bound to their author (there are no clock
+    entries: rounds come from time)."""
     key, outsider_key = RSAPrivateKey(), RSAPrivateKey()
     signer, outsider = RSASignatureValidator(key), RSASignatureValidator(outsider_key)
     me = peer_id_from_public_key(key.get_public_key())
@@ -386,7 +386,6 @@ def test_a_private_swarms_secret_covers_every_kind_of_entry():
         stage = encode_stage_record(StageRecord(peer, 50, 1, (StageItem(TaskRef("chain_sum", "fbef8694bfd2", 5, 17),
                                                                          "1 + 2 =", "<answer>3</answer>"),)))
         return [(sapo, f"{ns}/d/50/{shard}", f"|d/50/{shard}".encode(), encode_pointer(Pointer(peer, 50, 1, (0,)))),
-                (sapo, f"{ns}/c/{shard}", f"|c/{shard}".encode(), 50),
                 (game, f"{ns}/p/{shard}", f"|p/{shard}".encode(), 150),
                 (game, stage_key(ns, 50, 1, peer), b"|s/50/1", stage)]
 
@@ -396,7 +395,7 @@ def test_a_private_swarms_secret_covers_every_kind_of_entry():
         assert not accepted(validator, signer, key_name, tail, seal_entry(admission_key("another secret 1234"), me,
                                                                           value))
     for validator, key_name, tail, value in entries(them):
-        # a member's envelope in an outsider's entry (a clock value copied from a member's entry is exactly this):
+        # a member's envelope in an outsider's entry (a position copied from a member's entry is exactly this):
         # the tag names its author
         assert not accepted(validator, outsider, key_name, tail, seal_entry(secret, me, value))
 
