@@ -31,10 +31,10 @@ from typing import Any
 
 import msgpack
 
+from node.clock import MAX_ROUND
 from node.taskref import TaskRef
 
 SCHEMA_VERSION = 2
-MAX_ROUND = 2**40  # a round a second for 34,000 years; far below any integer limit of msgpack or the chain
 MAX_RECORD_BYTES = 512 * 1024  # one peer's record for one round (all its groups)
 MAX_GROUP_RECORD_BYTES = 192 * 1024  # one group on the DHT: 64 x 2.5 KB completions and a long question
 MAX_POINTER_BYTES = 512
