@@ -14,9 +14,9 @@ from PySide6.QtWidgets import (
 from app.errors import Problem
 from app.worker import Worker
 from node.chain.account import AccountSummary, account_summary
+from node.chain.wallet import WalletStore
 from node.config import NodeConfig
 from node.events import ChainStatus, ChainTransaction
-from node.wallet import WalletStore
 
 REFRESH_MS = 60_000
 

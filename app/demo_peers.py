@@ -13,7 +13,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal, Slot
 
-from node.demo import demo_config
+from node.cli.demo import demo_config
 from node.events import Event, NodeStarted
 from node.process_client import NodeProcess, stop_all
 

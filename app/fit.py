@@ -10,7 +10,7 @@ from __future__ import annotations
 from node.api import Hardware, ModelFit
 from node.units import format_bytes
 
-TIGHT = 0.7  # past 70 % of the memory it is "tight": fragmentation and other programs eat the rest (node.models)
+TIGHT = 0.7  # past 70 % of the memory it is "tight": fragmentation and other programs eat the rest (node.learning.models)
 
 
 def budget(hardware: Hardware | None) -> int:

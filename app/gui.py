@@ -23,14 +23,14 @@ from app.main_window import MainWindow
 from app.paths import default_config_path, resource_path
 from app.supervisor import NodeSupervisor
 from app.wizard import SetupWizard
-from node import swarm_secret
 from node.api import BUNDLED
+from node.chain.wallet import WalletStore
+from node.cli.demo import DEMO_MAX_NEW_TOKENS, demo_config
 from node.config import NodeConfig, default_data_dir
-from node.demo import DEMO_MAX_NEW_TOKENS, demo_config
 from node.errors import NodeError
-from node.hub_auth import PASSPHRASE_ENV
+from node.hub.auth import PASSPHRASE_ENV
 from node.secret_store import keyring_available
-from node.wallet import WalletStore
+from node.swarm import admission as swarm_secret
 
 log = logging.getLogger("app")
 APP_LOG = "app.log"
@@ -164,7 +164,7 @@ def demo_setup(peers: int) -> tuple[Path, DemoPeers]:
 def run_app(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     if args.demo and not has_screen():
-        from node.demo import run_demo
+        from node.cli.demo import run_demo
 
         print("No screen here: running the terminal demo instead of the app.")
         return run_demo(nodes=args.demo_peers + 1, rounds=None, data_dir=default_data_dir() / "demo",

@@ -12,7 +12,7 @@ from app.elided_label import ElidedLabel
 from app.history import RunHistory
 from app.progress import RoundProgressView
 from node.events import NodeStarted, ReachabilityChanged
-from node.invite import format_invite
+from node.swarm.invite import format_invite
 
 COPIED_MS = 2000
 PUBLIC_TIP = "Copy the invite others paste into their setup wizard to join this swarm"
@@ -59,7 +59,7 @@ class StatusHeader(QFrame):
         self.invite_note.setTextFormat(Qt.TextFormat.PlainText)
         self.invite_note.setWordWrap(True)
         self.invite_note.hide()
-        # Whether friends outside this network can reach the node (node.reachability), and what they can do
+        # Whether friends outside this network can reach the node (node.swarm.reachability), and what they can do
         self.reach = QLabel("")
         self.reach.setObjectName("reachability")
         self.reach.setTextFormat(Qt.TextFormat.PlainText)

@@ -20,8 +20,8 @@ from app.worker import Worker
 from node.config import NodeConfig
 from node.errors import NodeError
 from node.events import Event, UploadFailed, UploadFinished, UploadProgress
-from node.hub_auth import PASSPHRASE_ENV, TOKEN_SECRET, HubAccount, login, logout, token_store, validate_token
-from node.hub_upload import default_repo_id
+from node.hub.auth import PASSPHRASE_ENV, TOKEN_SECRET, HubAccount, login, logout, token_store, validate_token
+from node.hub.upload import default_repo_id
 from node.process_client import NodeProcess
 from node.units import format_bytes
 

@@ -14,11 +14,11 @@ from node.launch import FROZEN_NODE_ARG
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == [FROZEN_NODE_ARG]:
-        from node.cli import main as node_main
+        from node.cli.main import main as node_main
 
         return node_main(argv[1:])
     if "--self-test" in argv:
-        from node.selftest import run_self_test
+        from node.cli.selftest import run_self_test
 
         return run_self_test()
     from app.qt_libraries import warn_if_missing

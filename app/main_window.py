@@ -28,7 +28,6 @@ from app.settings_dialog import SettingsDialog
 from app.supervisor import NodeSupervisor
 from app.tray import Tray
 from app.worker import Worker
-from node import swarm_secret
 from node.api import HardwareReport
 from node.config import NodeConfig
 from node.errors import NodeError
@@ -37,10 +36,11 @@ from node.events import (
     RolloutSample, RoundFinished,
     RoundProgress, UploadFailed, UploadFinished,
 )
-from node.hub_auth import PASSPHRASE_ENV
+from node.hub.auth import PASSPHRASE_ENV
 from node.logs import LOG_FILE
 from node.platform_support import check_platform, install_wsl_node
 from node.runstore import RunStore
+from node.swarm import admission as swarm_secret
 
 log = logging.getLogger(__name__)
 GOSSIP_HISTORY = 300

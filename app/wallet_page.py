@@ -13,10 +13,10 @@ from app.errors import ErrorLabel, Problem
 from app.scroll import scroll_area
 from app.worker import Worker
 from node.chain.networks import PRESETS, rpc_health
+from node.chain.wallet import PendingWallet, WalletStore, new_wallet
 from node.config import NodeConfig
 from node.errors import NodeError
 from node.secret_store import keyring_available
-from node.wallet import PendingWallet, WalletStore, new_wallet
 
 CREATE, PHRASE, KEY, KEYSTORE = range(4)
 

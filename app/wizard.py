@@ -22,12 +22,12 @@ from app.scroll import scroll_area
 from app.node_query import NodeQuery
 from app.wallet_page import WalletPage
 from app.wizard_flow import NUMBERS, START, STEP_COUNT, Choices, Step, next_step
-from node import swarm_secret
 from node.api import LORA_RANK, HardwareReport, ModelFit
 from node.config import NodeConfig
 from node.errors import NodeError
-from node.invite import format_invite, local_addresses, parse_invite
 from node.secret_store import PASSPHRASE_ENV, keyring_available
+from node.swarm import admission as swarm_secret
+from node.swarm.invite import format_invite, local_addresses, parse_invite
 from node.units import format_bytes
 
 GIB = 2**30

@@ -2,7 +2,7 @@
 
 Two learners start from the same weights, one with torch's AdamW (float32 moments), one with bitsandbytes' 8-bit
 AdamW (block-wise quantized moments, float32 update math), and train on the same demo rounds
-(:func:`node.demo.demo_config`: I local questions x G completions sampled by the float32 learner's policy and
+(:func:`node.cli.demo.demo_config`: I local questions x G completions sampled by the float32 learner's policy and
 scored by the verifier, J "peer" groups of the same texts under other questions), in alternating order so a busy
 machine slows both alike. After every round it reports each step's seconds, the optimizer step's own seconds, and
 how the two learners' total weight movement since the start compares (cosine similarity, relative difference).
@@ -49,9 +49,9 @@ def main() -> None:
 
     import torch
 
-    from node import models
-    from node.demo import demo_config
-    from node.grpo import GrpoLearner, Policy
+    from node.cli.demo import demo_config
+    from node.learning import models
+    from node.learning.grpo import GrpoLearner, Policy
 
     torch.set_num_threads(args.threads)
     cfg = demo_config(Path(tempfile.gettempdir()), 0, model="bundled", threads=args.threads)

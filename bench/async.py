@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # a stop runs the scenario's cleanup: no orphan nodes
     model = args.model
     if model == "tiny":
-        from node import models
+        from node.learning import models
         from tests.tiny_model import tiny_random
 
         target = Path(tempfile.gettempdir()) / "async-bench-tiny-model"

@@ -39,10 +39,10 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from node.events import RolloutSample, RoundFinished  # noqa: E402
-from node.identity import load_or_create  # noqa: E402
 from node.logs import LOG_FILE  # noqa: E402
 from node.runstore import RunStore  # noqa: E402
-from node.swarm import DhtExchange  # noqa: E402
+from node.swarm.dht import DhtExchange  # noqa: E402
+from node.swarm.identity import load_or_create  # noqa: E402
 from tests.nodes import NodeProcess  # noqa: E402
 from tests.test_swarm_adversary_training import HOSTS, Adversary, _config, hidden_payload, replay  # noqa: E402
 
@@ -254,7 +254,7 @@ def table(results: list[dict]) -> str:
 
 
 def tiny_model(work: Path) -> str:
-    from node import models  # torch loads in this process only to build the model
+    from node.learning import models  # torch loads in this process only to build the model
     from tests.tiny_model import tiny_random
 
     return str(tiny_random(models.resolve(models.BUNDLED), work / "tiny-model"))

@@ -32,12 +32,12 @@ from memory import GB, ROOT, PeakSampler  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "fit.json"
 LORA_RANK = 16
-PROMPT_TOKENS = 256  # node.hardware.PROMPT_TOKENS: the estimator's prompt budget
+PROMPT_TOKENS = 256  # node.learning.hardware.PROMPT_TOKENS: the estimator's prompt budget
 
 def build(model_id: str, cache_dir: Path):
     import torch
 
-    from node import models
+    from node.learning import models
 
     bundled, tokenizer = models.load(models.resolve(models.BUNDLED), cache_dir=cache_dir, dtype=torch.float32,
                                      device="cpu")
@@ -53,7 +53,7 @@ def child(model_id: str, mode: str, args: argparse.Namespace) -> dict:
 
     import torch
 
-    from node.grpo import Completion, GrpoLearner, LoraSettings, Policy, TrainGroup
+    from node.learning.grpo import Completion, GrpoLearner, LoraSettings, Policy, TrainGroup
 
     torch.set_num_threads(args.threads)
     model, tokenizer = build(model_id, Path(args.cache_dir))
@@ -111,8 +111,8 @@ def main() -> None:
         print(json.dumps(child(*args.child, args)), flush=True)
         return
 
-    from node import models
     from node.launch import node_environment
+    from node.learning import models
 
     previous = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {"rows": []}
     rows = {(r["model"], r["mode"]): r for r in previous["rows"]}

@@ -29,14 +29,14 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 import torch  # noqa: E402
 
-from node import models  # noqa: E402
+from node.config import NodeConfig  # noqa: E402
 from node.events import EventBus  # noqa: E402
 from node.game import GAME_FAMILIES, STAGES  # noqa: E402
-from node.config import NodeConfig  # noqa: E402
 from node.game.driver import GameDriver, GameSettings, game_tasks  # noqa: E402
 from node.game.exchange import InMemoryGameHub  # noqa: E402
 from node.game.prompts import answer_well_formed, parse_critique, revise_well_formed  # noqa: E402
-from node.grpo import GrpoLearner, Policy  # noqa: E402
+from node.learning import models  # noqa: E402
+from node.learning.grpo import GrpoLearner, Policy  # noqa: E402
 
 
 def main() -> None:

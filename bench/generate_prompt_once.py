@@ -1,7 +1,7 @@
 """Generation seconds, tokens/s and peak RSS of ``Policy.generate`` with each prompt prefilled once vs once per
 completion (generate()'s own ``num_return_sequences`` expansion).
 
-The bundled model, the node's one-shot prompts (:class:`node.tasks.TaskSource`, as ``bench/throughput.py`` builds
+The bundled model, the node's one-shot prompts (:class:`node.tasks.source.TaskSource`, as ``bench/throughput.py`` builds
 them), I questions x G completions, the sampler dtype the node picks, in one process. Each round's prompts are
 generated twice with the same seed, once per path, in alternating order, so a busy machine slows both alike; the
 two must sample the same completions, so both time the same tokens. Seconds are counted on the wall clock and in
@@ -51,9 +51,9 @@ def main() -> None:
     sampler = PeakSampler()
     import torch
 
-    from node import grpo, hardware, models
-    from node.taskref import DEFAULT_FAMILIES
-    from node.tasks import TaskSource, build_messages
+    from node.learning import grpo, hardware, models
+    from node.tasks.source import TaskSource, build_messages
+    from node.tasks.taskref import DEFAULT_FAMILIES
 
     torch.set_num_threads(args.threads)
     model, tokenizer = models.load(models.resolve(models.BUNDLED), cache_dir=Path(args.cache_dir),

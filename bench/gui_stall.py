@@ -54,7 +54,7 @@ def main() -> int:
     data = Path(tempfile.mkdtemp(prefix="rl-swarm-gui-bench-"))
     model = args.model
     if model == "tiny":
-        from node import models
+        from node.learning import models
 
         from tests.tiny_model import tiny_random
 
@@ -63,7 +63,7 @@ def main() -> int:
         # Convert a GGUF model before measuring (a one-time cost of the first start, with its own memory peak),
         # in a child process so the GUI process stays as it would be.
         subprocess.run([sys.executable, "-c", (
-            "import sys, torch; from pathlib import Path; from node import models; "
+            "import sys, torch; from pathlib import Path; from node.learning import models; "
             "models.load(models.resolve(sys.argv[1]), cache_dir=Path(sys.argv[2]), dtype=torch.float32, device='cpu')"
         ), model, str(data / "models")], check=True, cwd=ROOT)
     config = NodeConfig.build({

@@ -5,7 +5,7 @@ Each model and mode runs in its own child process, started with the node's envir
 another's heap. A sampling thread reads the child's RSS every few milliseconds; per round it reports the peak of
 the generation phase, the peak of the training step and the RSS kept after the round.
 
-The round is the demo's round (:func:`node.demo.demo_config`: I local questions x G completions generated here with
+The round is the demo's round (:func:`node.cli.demo.demo_config`: I local questions x G completions generated here with
 the node's prompts and worked examples, and J "peer" groups made of the same completion texts re-tokenized under
 other questions, as a peer's texts are), so it needs no swarm.
 
@@ -86,8 +86,8 @@ def child(model_ref: str, mode: str, rounds: int, args: argparse.Namespace) -> N
 
     import torch
 
-    from node import hardware, models
-    from node.grpo import GrpoLearner, LoraSettings, Policy
+    from node.learning import hardware, models
+    from node.learning.grpo import GrpoLearner, LoraSettings, Policy
     torch.set_num_threads(args.threads)
 
     def emit(**row) -> None:
@@ -155,7 +155,7 @@ def demo_task_source(params: int | None):
     """The questions of the demo's rounds for a model of ``params`` parameters, from one fixed seed, so every bench
     (and every run of it) trains on the same ones."""
     from node.runner import task_mix
-    from node.tasks import TaskSource
+    from node.tasks.source import TaskSource
 
     mix = task_mix(_demo_config(), params)
     return TaskSource(mix.weights, seed=1234, ladders=mix.ladders)
@@ -167,8 +167,8 @@ def demo_round_groups(policy, tasks, number: int, *, local: int, peer: int, gene
     completions sampled by ``policy`` and scored by the verifier, and ``peer`` "peer" groups made of the same
     completion texts re-tokenized under other questions, as a peer's texts are, with rewards that alternate so every
     such group has a gradient. Round ``number`` seeds both the questions and the sampling."""
-    from node.grpo import TrainGroup
-    from node.tasks import score
+    from node.learning.grpo import TrainGroup
+    from node.tasks.source import score
 
     rng = random.Random(number)
     questions = tasks.sample(local, rng)
@@ -212,7 +212,7 @@ def run_child(model: str, mode: str, args: argparse.Namespace) -> list[dict]:
 
 
 def _demo_config():
-    from node.demo import demo_config
+    from node.cli.demo import demo_config
 
     return demo_config(Path(tempfile.gettempdir()), 0, model="bundled", threads=1)
 

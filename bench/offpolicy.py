@@ -42,10 +42,10 @@ def main() -> None:
 
     import torch
 
-    from node import models
-    from node.grpo import Policy
-    from node.taskref import DEFAULT_FAMILIES
-    from node.tasks import TaskSource, build_messages
+    from node.learning import models
+    from node.learning.grpo import Policy
+    from node.tasks.source import TaskSource, build_messages
+    from node.tasks.taskref import DEFAULT_FAMILIES
 
     torch.set_num_threads(1)
     model, tokenizer = models.load(models.resolve(args.model), cache_dir=Path(args.cache_dir), dtype=torch.float32,

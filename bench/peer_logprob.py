@@ -57,10 +57,10 @@ def main() -> None:
 
     import torch
 
-    from node import models
-    from node.curriculum import default_mix
-    from node.grpo import Policy
-    from node.tasks import TaskSource
+    from node.learning import models
+    from node.learning.grpo import Policy
+    from node.tasks.curriculum import default_mix
+    from node.tasks.source import TaskSource
 
     torch.set_num_threads(args.threads)
     resolved = models.resolve(args.model)

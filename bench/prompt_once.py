@@ -1,6 +1,6 @@
 """Seconds and peak RSS of the GRPO training step with each group's prompt run once vs once per completion.
 
-The demo's round (:func:`node.demo.demo_config`: I local questions x G completions generated here with the node's
+The demo's round (:func:`node.cli.demo.demo_config`: I local questions x G completions generated here with the node's
 prompts and worked examples, J "peer" groups of the same texts re-tokenized under other questions, the demo's
 ``max_new_tokens``, ``micro_batch_groups`` and float32 sampling), in one process. Each round's groups are trained
 twice, once per forward, in alternating order, so a busy machine slows both alike; the peak RSS of each step is
@@ -49,9 +49,9 @@ def main() -> None:
     sampler = PeakSampler()
     import torch
 
-    from node import grpo, models
-    from node.demo import demo_config
-    from node.grpo import GrpoLearner, Policy
+    from node.cli.demo import demo_config
+    from node.learning import grpo, models
+    from node.learning.grpo import GrpoLearner, Policy
 
     torch.set_num_threads(args.threads)
     cfg = demo_config(Path(tempfile.gettempdir()), 0, model="bundled", threads=args.threads)

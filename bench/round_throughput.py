@@ -31,13 +31,13 @@ import torch  # noqa: E402
 from datasets import Dataset  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
-from node import models  # noqa: E402
-from node.grpo import GrpoLearner, Policy, TrainGroup  # noqa: E402
-from node.identity import load_or_create  # noqa: E402
-from node.records import RoundRecord, SharedGroup  # noqa: E402
-from node.swarm import DhtExchange  # noqa: E402
-from node.taskref import DEFAULT_FAMILIES  # noqa: E402
-from node.tasks import TaskSource, build_messages, score  # noqa: E402
+from node.learning import models  # noqa: E402
+from node.learning.grpo import GrpoLearner, Policy, TrainGroup  # noqa: E402
+from node.swarm.dht import DhtExchange  # noqa: E402
+from node.swarm.identity import load_or_create  # noqa: E402
+from node.swarm.records import RoundRecord, SharedGroup  # noqa: E402
+from node.tasks.source import TaskSource, build_messages, score  # noqa: E402
+from node.tasks.taskref import DEFAULT_FAMILIES  # noqa: E402
 
 
 def main() -> None:

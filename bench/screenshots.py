@@ -246,8 +246,8 @@ def main() -> int:
     logging.getLogger("app").warning("example warning line in the app log")
     node_log = config.run_dir / LOG_FILE
     node_log.parent.mkdir(parents=True, exist_ok=True)
-    node_log.write_text("".join(  # the node's one line per round (node/round.py), long enough to wrap
-        f"2026-11-23 10:{10 + r:02d}:00 INFO node.round: round {r}: reward {0.3 + r / 40:.3f}, exact {0.2 + r / 50:.2f}, "
+    node_log.write_text("".join(  # the node's one line per round (node/sapo/round.py), long enough to wrap
+        f"2026-11-23 10:{10 + r:02d}:00 INFO node.sapo.round: round {r}: reward {0.3 + r / 40:.3f}, exact {0.2 + r / 50:.2f}, "
         f"well-formed {0.6 + r / 60:.2f} | 2 peers | peer groups: 2 trained, 1 equal rewards, 1 not needed, "
         f"0 rejected (-) | enough peer groups | updated on 4 groups (3 with spread) | {41 + r % 5:.1f} s\n"
         for r in range(18, 24)))

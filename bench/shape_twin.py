@@ -58,7 +58,7 @@ def twin_model(model_id: str, tokenizer, dtype):
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from node import models
+    from node.learning import models
 
     fields = dict(ARCHITECTURES[model_id])
     config = AutoConfig.for_model(fields.pop("model_type"), **fields, bos_token_id=tokenizer.bos_token_id,
@@ -83,7 +83,7 @@ def build(model_id: str, cache_dir: Path = CACHE) -> Path:
 
     import torch
 
-    from node import models
+    from node.learning import models
 
     target = twin_folder(model_id, cache_dir)
     if target.is_dir():

@@ -36,10 +36,10 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from node.errors import NodeError  # noqa: E402
-from node.identity import load_or_create  # noqa: E402
-from node.records import GroupRecord, RoundRecord, SharedGroup, encode_group_record  # noqa: E402
-from node.swarm import DhtExchange  # noqa: E402
-from node.taskref import TaskRef  # noqa: E402
+from node.swarm.dht import DhtExchange  # noqa: E402
+from node.swarm.identity import load_or_create  # noqa: E402
+from node.swarm.records import GroupRecord, RoundRecord, SharedGroup, encode_group_record  # noqa: E402
+from node.tasks.taskref import TaskRef  # noqa: E402
 
 J = 8
 GROUPS, COMPLETIONS, COMPLETION_CHARS = 8, 8, 1200

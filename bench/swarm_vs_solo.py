@@ -45,8 +45,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from node.cli.demo import DEMO_EVAL_SAMPLES, DEMO_MAX_NEW_TOKENS, demo_config  # noqa: E402
 from node.config import NodeConfig  # noqa: E402
-from node.demo import DEMO_EVAL_SAMPLES, DEMO_MAX_NEW_TOKENS, demo_config  # noqa: E402
 from node.events import EvalFinished, RoundFinished, event_from_json  # noqa: E402
 from node.launch import kill_tree, node_command, popen_options  # noqa: E402
 from node.runstore import RunStore  # noqa: E402
@@ -605,7 +605,7 @@ def resolve_model(args: argparse.Namespace, work: Path) -> str:
         return args.model
     target = work / "tiny-model"
     if not (target / "config.json").exists():
-        from node import models  # torch loads in this process only for the tiny model
+        from node.learning import models  # torch loads in this process only for the tiny model
         from tests.tiny_model import tiny_random
 
         tiny_random(models.resolve(models.BUNDLED), target)

@@ -46,14 +46,14 @@ GENRL_EXTRAS = ("wandb", "tensorboard")  # imported by genrl's trainer module; n
 def reward(task, text: str) -> float:
     """The verifier's score plus a tiny length term: never all-equal in a group, so every variant trains every
     round (genrl skips the update when all rewards are 0, and a bundled model's early rewards often are)."""
-    from node.tasks import score
+    from node.tasks.source import score
 
     return score(task, text) + 1e-3 * min(len(text), 1000) / 1000
 
 
 def questions(args) -> list[list]:
-    from node.taskref import DEFAULT_FAMILIES
-    from node.tasks import TaskSource
+    from node.tasks.source import TaskSource
+    from node.tasks.taskref import DEFAULT_FAMILIES
 
     tasks = TaskSource({family: 1.0 for family in DEFAULT_FAMILIES}, seed=1234)
     return [tasks.sample(args.I, random.Random(r)) for r in range(args.rounds + 1)]
@@ -62,7 +62,7 @@ def questions(args) -> list[list]:
 def load(args):
     import torch
 
-    from node import models
+    from node.learning import models
 
     return models.load(models.resolve(args.model), cache_dir=Path(args.cache_dir), dtype=torch.float32, device="cpu")
 
@@ -70,9 +70,9 @@ def load(args):
 def run_ours(args, sampler: PeakSampler) -> list[dict]:
     import torch
 
-    from node import hardware
-    from node.grpo import GrpoLearner, Policy, TrainGroup
-    from node.tasks import build_messages
+    from node.learning import hardware
+    from node.learning.grpo import GrpoLearner, Policy, TrainGroup
+    from node.tasks.source import build_messages
 
     model, tokenizer = load(args)
     dtype = torch.bfloat16 if hardware.auto_bf16(hardware.detect(), "cpu", sampling=True) else torch.float32
@@ -103,7 +103,7 @@ def run_trl(args, sampler: PeakSampler) -> list[dict]:
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from node.tasks import build_messages
+    from node.tasks.source import build_messages
 
     model, tokenizer = load(args)
     rounds = questions(args)
@@ -153,7 +153,7 @@ def run_genrl(args, sampler: PeakSampler) -> list[dict]:
     import torch
     from genrl.trainer.grpo_trainer import GRPOLanguageTrainerModule, GRPOTrainerConfig
 
-    from node.tasks import build_messages
+    from node.tasks.source import build_messages
 
     model, tokenizer = load(args)
     config = GRPOTrainerConfig(

@@ -1,5 +1,5 @@
 import sys
 
-from node.cli import main
+from node.cli.main import main
 
 sys.exit(main())

@@ -24,9 +24,9 @@ import psutil
 
 from node.errors import NodeError
 
-# The model id of SmolLM2-135M-Instruct shipped with the app (see node.models).
+# The model id of SmolLM2-135M-Instruct shipped with the app (see node.learning.models).
 BUNDLED = "bundled"
-# The Hub models of the catalog (node.models.CATALOG holds their sizes and descriptions).
+# The Hub models of the catalog (node.learning.models.CATALOG holds their sizes and descriptions).
 QWEN2_5_1_5B = "Qwen/Qwen2.5-1.5B-Instruct"
 QWEN3_0_6B = "Qwen/Qwen3-0.6B"
 QWEN2_5_0_5B = "Qwen/Qwen2.5-0.5B-Instruct"
@@ -83,7 +83,7 @@ class Gpu:
 
 @dataclass(frozen=True)
 class Hardware:
-    """What the node detected (``node.hardware.HardwareInfo`` as the app reads it)."""
+    """What the node detected (``node.learning.hardware.HardwareInfo`` as the app reads it)."""
 
     kind: Literal["cuda", "mps", "cpu"]
     description: str  # one line for people: the device, cores, memory

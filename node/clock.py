@@ -8,7 +8,7 @@ ordinary computers agree within seconds (NTP); a node whose clock is off by more
 sees fewer peer groups.
 
 SAPO does not need peers to play "the same round": a node plays its own rounds as fast as its hardware allows and
-takes peers' groups of the last few time rounds (:mod:`node.peer_buffer`). Its own round count is its own.
+takes peers' groups of the last few time rounds (:mod:`node.sapo.peer_buffer`). Its own round count is its own.
 """
 
 from __future__ import annotations

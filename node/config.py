@@ -3,7 +3,7 @@
 A config file is TOML with the sections ``[training]``, ``[swarm]``, ``[tasks]``, ``[evaluation]``, ``[run]``,
 ``[upload]``, ``[chain]`` and ``[desktop]`` (the app's own settings); every field below is a key of its section.
 The CLI's flags override single fields; those flags are generated from the fields below (name, type, description,
-bounds; see :mod:`node.cli`). The CLI and the app's dialogs change a config through the one
+bounds; see :mod:`node.cli.main`). The CLI and the app's dialogs change a config through the one
 :meth:`NodeConfig.update`. Validation happens once, in :func:`NodeConfig.build`, and every problem is reported as a
 :class:`~node.errors.NodeError` that names the field, the section it lives in and what values are accepted.
 """
@@ -19,9 +19,9 @@ import platformdirs
 import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from node import swarm_secret
-from node.errors import NodeError
 from node.clock import DEFAULT_EPOCH, DEFAULT_ROUND_SECONDS
+from node.errors import NodeError
+from node.swarm import admission as swarm_secret
 
 # A swarm or run name: it becomes part of DHT keys, invites and folder names.
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
@@ -276,7 +276,7 @@ class DesktopSettings(_Section):
 
 
 class UploadSettings(_Section):
-    """Publishing the trained model to the Hugging Face Hub (see node/hub_upload.py)."""
+    """Publishing the trained model to the Hugging Face Hub (see node/hub/upload.py)."""
 
     repo_id: str | None = Field(
         None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$",

@@ -83,8 +83,8 @@ class RoundFinished(Event):
     groups_zero_advantage: int
     groups_rejected: int
     rejected_reasons: dict[str, int]
-    # Peer groups come from a buffer filled in the background (node.peer_buffer), so a round may train on groups that
-    # arrived before it. groups_received: groups verified since the previous round; groups_zero_advantage (all
+    # Peer groups come from a buffer filled in the background (node.sapo.peer_buffer), so a round may train on groups
+    # that arrived before it. groups_received: groups verified since the previous round; groups_zero_advantage (all
     # rewards equal) and groups_rejected: their fates, plus groups refused when taken; groups_not_needed: usable
     # groups that left the buffer unused (too old, or pushed out by its bounds). Over a run, received = used +
     # zero_advantage + rejected + not_needed + what is still buffered.
@@ -132,9 +132,9 @@ class RolloutSample(Event):
     reward: float
     expected: str | None = None  # our own regenerated ground truth (never taken from a peer)
     reason: str = ""  # why it scored what it did: correct, wrong_value, partial_credit, no_answer_block, cut_at_token_limit
-    # what became of the group (node.sapo): trained, no_signal (in the update, all rewards equal), update_skipped (no
-    # group of the round had reward spread), dropped_equal_rewards, not_needed, rejected:<reason>; the game's peer
-    # items: shown, scored, unreadable
+    # what became of the group (node.sapo.scoring): trained, no_signal (in the update, all rewards equal),
+    # update_skipped (no group of the round had reward spread), dropped_equal_rewards, not_needed, rejected:<reason>;
+    # the game's peer items: shown, scored, unreadable
     fate: str = "trained"
     group_rewards: list[float] = field(default_factory=list)
     stage: str = ""  # multistage game: "answer", "critique" or "revise" (empty for SAPO)
@@ -187,7 +187,7 @@ class PeerLeft(Event):
 
 @dataclass(frozen=True, kw_only=True)
 class ReachabilityChanged(Event):
-    """Whether peers outside this computer's network can reach the node, and how (:mod:`node.reachability`): sent
+    """Whether peers outside this computer's network can reach the node, and how (:mod:`node.swarm.reachability`): sent
     at start, and again when peers' checks change what the node knew."""
 
     kind: ClassVar[str] = "reachability"

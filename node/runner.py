@@ -2,7 +2,7 @@
 
 :func:`build_node` returns an unstarted :class:`SwarmNode`; :meth:`SwarmNode.run` wires the parts
 (:meth:`SwarmNode._setup`: hardware, tasks, model, learner, exchange, evaluator) and then loops: held-out
-evaluation at round 0 and every N rounds, one round (:func:`node.round.play_round`, which reads top to bottom),
+evaluation at round 0 and every N rounds, one round (:func:`node.sapo.round.play_round`, which reads top to bottom),
 persist metrics and samples, checkpoint every N rounds. Everything the outside world learns goes through typed
 events (:mod:`node.events`).
 """
@@ -18,27 +18,29 @@ from functools import partial
 
 import torch
 
-from node import allocator, hardware, known_peers, limits, models, swarm_secret
-from node.auto_upload import AutoUploader
-from node.checkpoint import ADAPTER, Checkpointer, CheckpointState
+from node import allocator
+from node.clock import SwarmClock
 from node.config import NodeConfig
-from node.curriculum import Curriculum, TaskMix, default_mix
 from node.errors import NodeError
-from node.evaluation import EvalCancelled, EvalSettings, Evaluator
 from node.events import (
     CheckpointSaved, EventBus, ErrorReported, NodeStarted, NodeState, PeerJoined, PeerLeft, ReachabilityChanged,
     RoundProgress,
     StateChanged,
 )
-from node.exchange import Exchange
 from node.game.driver import GameCancelled, GameDriver, build_driver
-from node.grpo import GrpoLearner, LoraSettings, Policy
-from node.identity import Identity, load_or_create, peer_name
-from node.records import MAX_ROUND
-from node.clock import SwarmClock
-from node.round import RoundCancelled, RoundParts, RoundSettings, connect_peers, disconnect_peers, play_round
+from node.hub.auto_upload import AutoUploader
+from node.learning import hardware, limits, models
+from node.learning.checkpoint import ADAPTER, Checkpointer, CheckpointState
+from node.learning.evaluation import EvalCancelled, EvalSettings, Evaluator
+from node.learning.grpo import GrpoLearner, LoraSettings, Policy
 from node.runstore import RunStore
-from node.tasks import TaskSource
+from node.sapo.round import RoundCancelled, RoundParts, RoundSettings, connect_peers, disconnect_peers, play_round
+from node.swarm import known_peers, admission as swarm_secret
+from node.swarm.exchange import Exchange
+from node.swarm.identity import Identity, load_or_create, peer_name
+from node.swarm.records import MAX_ROUND
+from node.tasks.curriculum import Curriculum, TaskMix, default_mix
+from node.tasks.source import TaskSource
 
 log = logging.getLogger(__name__)
 
@@ -262,8 +264,8 @@ class SwarmNode:
         )
 
     def _reachability_changed(self, verdict, addresses: list[str], local: list[str], *, starting_swarm: bool) -> None:
-        """The swarm's reachability verdict (:mod:`node.reachability`), told to the user; its contacts kept."""
-        from node.reachability import explain
+        """The swarm's reachability verdict (:mod:`node.swarm.reachability`), told to the user; its contacts kept."""
+        from node.swarm.reachability import explain
 
         ports = [int(a.split("/tcp/")[1].split("/")[0]) for a in local + addresses if "/tcp/" in a]
         summary, advice = explain(verdict, starting_swarm=starting_swarm,
@@ -426,7 +428,7 @@ def swarm_clock(cfg: NodeConfig) -> SwarmClock:
 
 
 def _dht_exchange(cfg: NodeConfig, identity: Identity, initial_peers: list[str]) -> Exchange:
-    from node.swarm import DhtExchange  # hivemind loads only for nodes that use the DHT
+    from node.swarm.dht import DhtExchange  # hivemind loads only for nodes that use the DHT
 
     return DhtExchange(
         identity, swarm_name=cfg.swarm.swarm_name, initial_peers=initial_peers, host=cfg.swarm.host,

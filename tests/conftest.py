@@ -23,7 +23,7 @@ import pytest  # noqa: E402
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
     """A 2-layer random Llama with the bundled SmolLM2 tokenizer, saved as a normal model folder."""
-    from node import models
+    from node.learning import models
     from tests.tiny_model import tiny_random
 
     return tiny_random(models.resolve(models.BUNDLED), tmp_path_factory.mktemp("tiny-model"))

@@ -26,7 +26,7 @@ def main() -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from node.grpo import GrpoLearner, Policy, TrainGroup
+    from node.learning.grpo import GrpoLearner, Policy, TrainGroup
 
     torch.set_num_threads(1)
     torch.manual_seed(0)

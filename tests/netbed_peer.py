@@ -1,4 +1,4 @@
-"""A swarm member inside a netbed namespace: a real :class:`node.swarm.DhtExchange` driven over stdin/stdout.
+"""A swarm member inside a netbed namespace: a real :class:`node.swarm.dht.DhtExchange` driven over stdin/stdout.
 
 One JSON command per line in, one JSON answer per line out (``{"ok": ...}`` or ``{"error": ...}``). Commands:
 ``start`` (the exchange's options), ``publish`` / ``gather`` (a round), ``state``, ``stop``. Started by
@@ -15,10 +15,10 @@ import sys
 import time
 from pathlib import Path
 
-from node.identity import load_or_create
-from node.records import RoundRecord, SharedGroup
-from node.swarm import DhtExchange
-from node.taskref import TaskRef
+from node.swarm.dht import DhtExchange
+from node.swarm.identity import load_or_create
+from node.swarm.records import RoundRecord, SharedGroup
+from node.tasks.taskref import TaskRef
 
 
 def make_record(peer_id: str, round_: int, groups: int) -> RoundRecord:

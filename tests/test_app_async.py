@@ -7,7 +7,7 @@ import dataclasses
 from node.clock import DEFAULT_EPOCH, DEFAULT_ROUND_SECONDS
 from node.config import NodeConfig
 from node.events import NodeStarted, RoundFinished, RoundProgress
-from node.invite import parse_invite
+from node.swarm.invite import parse_invite
 from tests.apphelpers import make_window
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from app.account_page import AccountPage
 from app.wizard import SetupWizard
 from app.wizard_flow import Step
+from node.chain.wallet import WalletStore
 from node.config import NodeConfig
-from node.wallet import WalletStore
 from tests.chain_helpers import deployed, devchain, funded_account  # noqa: F401 - devchain is a fixture
 from tests.wizard_clicks import NEXT, button_named, choose, click, press_finish, press_next, type_into, walk_to
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from node.hub_auth import PASSPHRASE_ENV
+from node.hub.auth import PASSPHRASE_ENV
 from tests.apphelpers import make_window
 from tests.hubserver import HubServer, Token
 from tests.test_hub_upload import READ, WRITE, make_run

@@ -1,5 +1,5 @@
 """Private swarms in the app: the wizard makes or stores the swarm's admission secret through the node's seam
-(node.swarm_secret, the secret store), never in config.toml or a log, and the header's invite carries it.
+(node.swarm.admission, the secret store), never in config.toml or a log, and the header's invite carries it.
 
 The wizard's node queries are answered at once here (their real answers are tested in test_app_wizard), so these
 tests start no child process."""
@@ -15,11 +15,11 @@ from PySide6.QtWidgets import QAbstractButton, QApplication, QLabel, QLineEdit, 
 
 from app import wizard as wizard_module
 from app.wizard import SetupWizard, SwarmPage
-from node import swarm_secret
 from node.config import NodeConfig
 from node.events import NodeStarted
-from node.invite import format_invite, parse_invite
 from node.secret_store import PASSPHRASE_ENV
+from node.swarm import admission as swarm_secret
+from node.swarm.invite import format_invite, parse_invite
 from tests.apphelpers import make_window
 from tests.test_app_wizard import CPU_LAPTOP, PEER
 from tests.wizard_clicks import click, press_finish, type_into, walk_to

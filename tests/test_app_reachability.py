@@ -6,7 +6,7 @@ from pathlib import Path
 
 from node.config import NodeConfig
 from node.events import ReachabilityChanged
-from node.reachability import Verdict, explain
+from node.swarm.reachability import Verdict, explain
 from tests.apphelpers import make_window
 
 PEER = "QmYyQSo1c1Ym7orWxLYvCrM2EmxFTANf8wXmmE7DWjhx5N"

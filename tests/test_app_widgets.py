@@ -16,8 +16,8 @@ from app.policies import BATTERY, USER_ACTIVE, PausePolicies
 from app.settings_dialog import SettingsDialog
 from node.config import DesktopSettings, NodeConfig
 from node.events import NodeStarted, RolloutSample, RoundFinished, StateChanged
-from node.invite import parse_invite
 from node.runstore import RunStore
+from node.swarm.invite import parse_invite
 from tests.apphelpers import make_window, recorded_events
 
 
@@ -197,7 +197,7 @@ def test_logs_panel_filters_and_copies_diagnostics_without_secrets(qtbot, tmp_pa
     window = make_window(qtbot, config_in(tmp_path))
     node_log = window.config.run_dir / "node.log"
     node_log.parent.mkdir(parents=True, exist_ok=True)
-    node_log.write_text("2026-01-01 INFO node.runner: round 3 done\n2026-01-01 ERROR node.swarm: peer vanished\n")
+    node_log.write_text("2026-01-01 INFO node.runner: round 3 done\n2026-01-01 ERROR node.swarm.dht: peer vanished\n")
     window.logs.poll()
     assert "peer vanished" in window.logs.view.toPlainText()
     window.logs.level.setCurrentIndex(3)

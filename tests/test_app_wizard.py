@@ -11,7 +11,7 @@ from app.wizard import SetupWizard
 from app.wizard_flow import NUMBERS, STEP_COUNT, Step, every_choice, path
 from node.api import BUNDLED, SMOLLM2_135M, HardwareReport
 from node.config import NodeConfig
-from node.invite import format_invite, parse_invite
+from node.swarm.invite import format_invite, parse_invite
 from tests.wizard_clicks import click, click_row, press_finish, press_next, shown_buttons, type_into, walk_to
 
 PEER = "QmYyQSo1c1Ym7orWxLYvCrM2EmxFTANf8wXmmE7DWjhx5N"

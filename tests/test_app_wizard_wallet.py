@@ -13,9 +13,9 @@ from PySide6.QtWidgets import QScrollArea
 from app import wizard as wizard_module
 from app.wizard import SetupWizard
 from app.wizard_flow import Step
+from node.chain.wallet import WalletStore, new_wallet
 from node.config import NodeConfig
 from node.secret_store import PASSPHRASE_ENV
-from node.wallet import WalletStore, new_wallet
 from tests.test_app_private_swarm import InstantQuery
 from tests.wizard_clicks import NEXT, button_named, choose, click, press_finish, press_next, type_into, walk_to
 

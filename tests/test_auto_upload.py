@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from node import hub_auth
 from node.events import EventBus
+from node.hub import auth as hub_auth
 from node.runner import SwarmNode
 from tests.hubserver import HubServer, Token
 from tests.nodes import tiny_config

@@ -9,9 +9,9 @@ import pytest
 from eth_account import Account
 
 from node.chain.account import account_summary
-from node.cli import main
+from node.chain.wallet import PASSPHRASE_ENV, WalletStore
+from node.cli.main import main
 from node.config import NodeConfig
-from node.wallet import PASSPHRASE_ENV, WalletStore
 from tests.chain_helpers import ETH, deployed, devchain  # noqa: F401 - fixture
 
 # a configured version the deployed one is not

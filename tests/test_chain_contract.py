@@ -140,7 +140,7 @@ def test_cli_deploy_register_and_status(devchain, tmp_path):  # noqa: F811
 
     from eth_account import Account
 
-    from node.wallet import PASSPHRASE_ENV
+    from node.chain.wallet import PASSPHRASE_ENV
 
     key = Account.create().key.hex()
     env = {**os.environ, PASSPHRASE_ENV: "cli passphrase"}
@@ -175,7 +175,7 @@ def test_the_gui_facing_chain_api_does_not_import_the_training_stack():
     import subprocess
     import sys
 
-    code = ("import sys, node.wallet, node.chain.account, node.chain.networks, node.chain.coordinator; "
+    code = ("import sys, node.chain.wallet, node.chain.account, node.chain.networks, node.chain.coordinator; "
             "print(','.join(m for m in ('torch', 'hivemind', 'transformers', 'trl', 'PySide6') if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr

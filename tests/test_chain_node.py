@@ -12,11 +12,11 @@ from eth_account import Account
 from node.chain.account import account_summary
 from node.chain.participant import ChainParticipant, pick_winners, queue_path
 from node.chain.submissions import SubmissionQueue
+from node.chain.wallet import PASSPHRASE_ENV, WalletStore
 from node.config import NodeConfig
 from node.errors import NodeError
 from node.events import EventBus
 from node.runner import SwarmNode
-from node.wallet import PASSPHRASE_ENV, WalletStore
 from tests.chain_helpers import ETH, chain_settings, deployed, devchain, funded_account  # noqa: F401 - fixture
 from tests.nodes import tiny_config
 from tests.test_wallet import assert_no_plaintext

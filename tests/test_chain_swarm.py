@@ -9,7 +9,7 @@ import pytest
 
 from node.chain.participant import queue_path
 from node.chain.submissions import SubmissionQueue
-from node.wallet import PASSPHRASE_ENV
+from node.chain.wallet import PASSPHRASE_ENV
 from tests.chain_helpers import chain_settings, deployed, devchain, funded_account  # noqa: F401 - fixture
 from tests.nodes import NodeProcess, tiny_config
 from tests.test_chain_node import PASS, node_wallet

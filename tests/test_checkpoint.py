@@ -7,7 +7,7 @@ import torch
 from bitsandbytes.optim import AdamW8bit
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from node.checkpoint import Checkpointer, CheckpointState
+from node.learning.checkpoint import Checkpointer, CheckpointState
 
 QUANT_STATE = AdamW8bit._FSDP_WRAPPED_QUANT_STATE_KEY
 

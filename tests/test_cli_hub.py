@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import io
 
-from node import hub_auth
-from node.cli import main
+from node.cli.main import main
+from node.hub import auth as hub_auth
 from tests.test_hub_upload import READ, WRITE, hub, make_run, online, peer  # noqa: F401 - fixtures
 
 

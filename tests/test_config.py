@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from node.cli import FLAG_SECTIONS, _parser, config_flags, config_from_args, flag_name
+from node.cli.main import FLAG_SECTIONS, _parser, config_flags, config_from_args, flag_name
 from node.config import UNSET, NodeConfig
-from node.curriculum import SMALL_MODEL_DEFAULT_FAMILIES, default_mix
 from node.errors import NodeError
-from node.models import CATALOG
-from node.taskref import DEFAULT_FAMILIES
+from node.learning.models import CATALOG
+from node.tasks.curriculum import SMALL_MODEL_DEFAULT_FAMILIES, default_mix
+from node.tasks.taskref import DEFAULT_FAMILIES
 
 
 def test_defaults_are_valid_and_sapo_shaped():

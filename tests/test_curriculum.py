@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import random
 
-from node.curriculum import SMALL_MODEL_LADDERS, Curriculum, default_mix
-from node.exchange import Exchange, InMemoryExchange
-from node.tasks import TaskSource
+from node.swarm.exchange import Exchange, InMemoryExchange
+from node.tasks.curriculum import SMALL_MODEL_LADDERS, Curriculum, default_mix
+from node.tasks.source import TaskSource
 
 
 def test_level_rises_when_accuracy_is_high_and_falls_when_groups_lose_spread():
@@ -38,7 +38,7 @@ def test_a_peer_at_another_level_regenerates_our_tasks_without_a_ref_change():
 
 
 def test_the_dht_swarm_and_the_in_memory_exchange_offer_what_a_round_uses():
-    from node.swarm import DhtExchange
+    from node.swarm.dht import DhtExchange
 
     members = [name for name in vars(Exchange) if not name.startswith("_")]
     assert {"publish", "start_feed", "gather", "peers_seen", "start", "shutdown"} <= set(members)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from node import demo
+from node.cli import demo
 from node.events import event_from_json
 
 STREAM = Path(__file__).parent / "data" / "learning_events.jsonl"

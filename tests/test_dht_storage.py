@@ -5,7 +5,7 @@ import time
 from hivemind.dht.routing import DHTID
 from hivemind.utils.timed_storage import get_dht_time
 
-from node.dht_storage import SENDER_GROUP, BoundedStorage, rounds_near
+from node.swarm.storage import SENDER_GROUP, BoundedStorage, rounds_near
 
 
 def subkey(owner, kind="d", round_=5, rest="0"):
@@ -13,7 +13,7 @@ def subkey(owner, kind="d", round_=5, rest="0"):
 
 
 def sent_from(group, storage, *args, **kwargs):
-    """Store as if a peer of ``group`` sent it (node.swarm sets the group around hivemind's store handler)."""
+    """Store as if a peer of ``group`` sent it (node.swarm.dht sets the group around hivemind's store handler)."""
     token = SENDER_GROUP.set(group)
     try:
         return storage.store(*args, **kwargs)

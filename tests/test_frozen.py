@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from node import models
 from node.errors import NodeError
+from node.learning import models
 
 
 def test_a_frozen_bundle_finds_the_model_in_its_own_data(tmp_path, monkeypatch):

@@ -12,8 +12,8 @@ from app.dashboard import Dashboard
 from app.gossip import AUTHOR, FATE, MAX_QUESTIONS, REWARD, SAMPLE_ROLE, GossipView
 from node.events import RolloutSample, RoundFinished, event_from_json
 from node.game.exchange import InMemoryGameHub
-from node.identity import peer_name
-from node.invite import format_invite, parse_invite
+from node.swarm.identity import peer_name
+from node.swarm.invite import format_invite, parse_invite
 from tests.apphelpers import recorded_events
 from tests.test_app_wizard import PEER, open_wizard
 from tests.test_game_driver import answers_of, honest, play_all, player

@@ -15,13 +15,13 @@ from node.chain.coordinator import CoordinatorClient
 from node.chain.participant import ChainParticipant
 from node.events import EventBus, RoundProgress
 from node.game import STAGE_MAX_REWARD, STAGES
-from node.game.prompts import CRITIQUE_SYSTEM, REVISE_SYSTEM
 from node.game.driver import ALONE_DETAIL, GameCancelled, GameDriver, GameSettings, game_seed
 from node.game.exchange import InMemoryGameHub, clock_value
+from node.game.prompts import CRITIQUE_SYSTEM, REVISE_SYSTEM
 from node.game.records import StageItem, StageRecord, encode_stage_record
-from node.grpo import Completion, StepStats
-from node.prompts import SYSTEM_PROMPT
-from node.tasks import TaskSource
+from node.learning.grpo import Completion, StepStats
+from node.tasks.prompts import SYSTEM_PROMPT
+from node.tasks.source import TaskSource
 from tests.chain_helpers import VERSIONS, deployed, devchain, funded_account  # noqa: F401 - fixture
 from tests.test_chain_node import Recorder
 from tests.test_chain_versions import PEER_A, PEER_B, STAGES as CHAIN_STAGES, node_config, rows_of, wait_until

@@ -5,15 +5,15 @@ from __future__ import annotations
 import msgpack
 import pytest
 
-from node.cli import _parser, config_from_args
+from node.cli.main import _parser, config_from_args
 from node.errors import NodeError
 from node.game.exchange import InMemoryGameHub
 from node.game.records import (
     MAX_STAGE_RECORD_BYTES, MAX_TEXT_CHARS, StageItem, StageRecord, decode_stage_record, encode_stage_record,
 )
-from node.invite import format_invite, parse_invite
-from node.records import RecordRejected, RoundRecord, encode_record
-from node.taskref import TaskRef
+from node.swarm.invite import format_invite, parse_invite
+from node.swarm.records import RecordRejected, RoundRecord, encode_record
+from node.tasks.taskref import TaskRef
 
 REF = TaskRef("chain_sum", "fbef8694bfd2", 5, 17)
 PEER = "QmYyQSo1c1Ym7orWxLYvCrM2EmxFTANf8wXmmE7DWjhx5N"

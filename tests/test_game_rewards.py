@@ -8,7 +8,7 @@ import pytest
 
 from node.game import prompts, rewards
 from node.game.prompts import CriticView, ShownAnswer, canonical, majority, parse_critique
-from node.tasks import TaskSource
+from node.tasks.source import TaskSource
 
 
 @pytest.fixture(scope="module")

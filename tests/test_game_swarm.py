@@ -9,14 +9,14 @@ import time
 import pytest
 import torch
 
-from node import models
 from node.events import EventBus
 from node.game import STAGES
 from node.game.driver import GameDriver, GameSettings, game_seed
 from node.game.exchange import InMemoryGameHub, clock_value
 from node.game.rewards import answer_reward
-from node.grpo import GrpoLearner, Policy
-from node.tasks import TaskSource
+from node.learning import models
+from node.learning.grpo import GrpoLearner, Policy
+from node.tasks.source import TaskSource
 from tests.nodes import NodeProcess, tiny_config
 
 FAMILIES = {"chain_sum": 1.0, "basic_arithmetic": 1.0}
@@ -164,8 +164,8 @@ def test_two_nodes_play_the_game_over_the_dht(tiny_model_dir, tmp_path):
 def test_two_nodes_play_the_game_through_the_runner_in_memory(tiny_model_dir, tmp_path):
     """build_node with swarm.game = "multistage" on an in-memory board: the runner dispatches to the game, the held-out
     evaluation runs before the round, and the two nodes, evaluating at their own pace, still play every stage."""
-    from node.exchange import InMemoryBoard, InMemoryExchange
     from node.runner import build_node
+    from node.swarm.exchange import InMemoryBoard, InMemoryExchange
 
     board = InMemoryBoard()
     nodes, events, paused = [], {}, []

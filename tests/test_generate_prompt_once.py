@@ -11,8 +11,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, MistralConfig, MistralForCausalLM
 
-from node import grpo
-from node.grpo import GrpoLearner, LoraSettings, Policy
+from node.learning import grpo
+from node.learning.grpo import GrpoLearner, LoraSettings, Policy
 
 G = 3
 QUESTIONS = ("What is 2 + 2?", "A farmer has 17 sheep and buys 5 more, then sells 9. How many sheep are left now?",

@@ -10,8 +10,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOTrainer
 
-from node import grpo, models
-from node.grpo import Completion, GrpoLearner, Policy, SapoGRPOTrainer, TrainGroup
+from node.learning import grpo, models
+from node.learning.grpo import Completion, GrpoLearner, Policy, SapoGRPOTrainer, TrainGroup
 from tests.overlap import count_overlap, run_at_once
 
 G = 4

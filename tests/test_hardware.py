@@ -15,9 +15,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from node.errors import NodeError
-from node.hardware import PROMPT_TOKENS, GpuInfo, HardwareInfo, catalog_fits, detect, recommend, sequences_per_pass
-from node.limits import apply_resource_limits
-from node.models import (
+from node.learning.hardware import (
+    PROMPT_TOKENS, GpuInfo, HardwareInfo, catalog_fits, detect, recommend, sequences_per_pass,
+)
+from node.learning.limits import apply_resource_limits
+from node.learning.models import (
     BUNDLED,
     CATALOG,
     GIB,
@@ -94,7 +96,7 @@ def test_detect_describes_this_machine():
 
 @pytest.mark.skipif(sys.platform == "darwin", reason="MPS does not follow CUDA_VISIBLE_DEVICES")
 def test_detect_without_visible_gpus_reports_a_cpu_machine():
-    out = run_python("from node.hardware import detect; print(detect().describe())", CUDA_VISIBLE_DEVICES="")
+    out = run_python("from node.learning.hardware import detect; print(detect().describe())", CUDA_VISIBLE_DEVICES="")
     assert out.startswith("CPU: ")
     assert "no GPU visible to torch" in out
     assert "GiB RAM" in out
@@ -222,7 +224,7 @@ def test_apply_resource_limits_sets_torch_threads():
     # In a child process: torch's inter-op pool can be sized only once per process.
     out = run_python(
         "import json, os, psutil, torch\n"
-        "from node.limits import apply_resource_limits\n"
+        "from node.learning.limits import apply_resource_limits\n"
         "default = apply_resource_limits(threads=None, gpu_memory_fraction=None, device='cpu')\n"
         "physical = psutil.cpu_count(logical=False) or psutil.cpu_count()\n"
         "again = apply_resource_limits(threads=1, gpu_memory_fraction=0.5, device='cpu')\n"

@@ -11,13 +11,13 @@ import torch
 from PIL import Image
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from node import hub_auth, hub_upload
-from node.checkpoint import Checkpointer, CheckpointState
 from node.config import NodeConfig
 from node.errors import NodeError
 from node.events import RoundFinished, UploadFailed, UploadFinished, UploadProgress, event_from_json
-from node.identity import load_or_create
+from node.hub import auth as hub_auth, upload as hub_upload
+from node.learning.checkpoint import Checkpointer, CheckpointState
 from node.runstore import RunStore
+from node.swarm.identity import load_or_create
 from tests.hubserver import HubServer, Token
 
 WRITE, READ, SCOPED = "hf_write_token", "hf_read_token", "hf_scoped_token"

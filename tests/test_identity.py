@@ -6,7 +6,7 @@ import pytest
 from hivemind.p2p import PeerID
 
 from node.errors import NodeError
-from node.identity import ADJECTIVES, ANIMALS, backup, load_or_create, peer_id_from_public_key, peer_name, restore
+from node.swarm.identity import ADJECTIVES, ANIMALS, backup, load_or_create, peer_id_from_public_key, peer_name, restore
 
 posix_only = pytest.mark.skipif(os.name != "posix", reason="POSIX permissions")
 

@@ -4,9 +4,9 @@ import sys
 
 import pytest
 
-from node.cli import _parser, config_from_args
+from node.cli.main import _parser, config_from_args
 from node.errors import NodeError
-from node.invite import format_invite, local_addresses, parse_invite
+from node.swarm.invite import format_invite, local_addresses, parse_invite
 
 PEER = "QmYyQSo1c1Ym7orWxLYvCrM2EmxFTANf8wXmmE7DWjhx5N"
 ADDR = f"/ip4/192.168.1.7/tcp/31337/p2p/{PEER}"

@@ -8,8 +8,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from node.checkpoint import ADAPTER, Checkpointer, CheckpointState, merged_state_dict
-from node.grpo import Completion, GrpoLearner, LoraSettings, Policy, TrainGroup
+from node.learning.checkpoint import ADAPTER, Checkpointer, CheckpointState, merged_state_dict
+from node.learning.grpo import Completion, GrpoLearner, LoraSettings, Policy, TrainGroup
 
 pytest.importorskip("peft")
 

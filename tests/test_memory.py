@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from node import allocator, models
+from node import allocator
 from node.launch import node_environment
+from node.learning import models
 
 ROOT = Path(__file__).resolve().parent.parent
 MIB = 2**20

@@ -16,7 +16,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 from node.errors import NodeError
-from node.models import (
+from node.learning.models import (
     BUNDLED,
     CATALOG,
     GIB,
@@ -184,12 +184,12 @@ def test_check_fits_offers_8bit_moments_where_only_they_fit():
     ],
 )
 def test_auto_keeps_8bit_moments_for_full_fine_tuning_on_cpu_and_cuda(states, lora, device, expected, monkeypatch):
-    monkeypatch.setattr("node.models._has_bitsandbytes", lambda: True)
+    monkeypatch.setattr("node.learning.models._has_bitsandbytes", lambda: True)
     assert uses_adamw_8bit(states, lora=lora, device=device) is expected
 
 
 def test_auto_falls_back_to_float32_moments_without_bitsandbytes(monkeypatch):
-    monkeypatch.setattr("node.models._has_bitsandbytes", lambda: False)
+    monkeypatch.setattr("node.learning.models._has_bitsandbytes", lambda: False)
     assert uses_adamw_8bit("auto", lora=False, device="cpu") is False
     with pytest.raises(NodeError, match="bitsandbytes"):
         uses_adamw_8bit("8bit", lora=False, device="cpu")
@@ -276,7 +276,7 @@ def test_tiny_random_model_loads_and_generates(tiny_model_dir, tmp_path):
 def test_loads_in_one_process_take_turns(tiny_model_dir, tmp_path, monkeypatch):
     """transformers' from_pretrained switches weight tying off class-wide while it loads; overlapping loads (nodes in
     threads) used to leave it off for the whole process, and every later model had a meta lm_head."""
-    from node import models
+    from node.learning import models
 
     most = count_overlap(monkeypatch, models.AutoModelForCausalLM, "from_pretrained")
     loaded = run_at_once(lambda name: load(resolve(str(tiny_model_dir)), cache_dir=tmp_path / name,

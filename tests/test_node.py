@@ -9,12 +9,12 @@ import threading
 
 import pytest
 
-from node.checkpoint import Checkpointer
 from node.config import NodeConfig
 from node.events import EventBus, RoundProgress, StateChanged
-from node.records import MAX_ROUND
+from node.learning.checkpoint import Checkpointer
 from node.runner import SwarmNode
 from node.runstore import RunStore
+from node.swarm.records import MAX_ROUND
 from tests.nodes import tiny_config
 
 pytestmark = pytest.mark.slow

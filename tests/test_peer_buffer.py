@@ -6,11 +6,11 @@ import time
 import pytest
 
 from node.clock import SwarmClock
-from node.peer_buffer import PeerGroupBuffer
-from node.records import GroupRecord, SharedGroup
-from node.sapo import RejectedGroup, Verification, score_group
-from node.taskref import TaskRef
-from node.tasks import Grade, Task
+from node.sapo.peer_buffer import PeerGroupBuffer
+from node.sapo.scoring import RejectedGroup, Verification, score_group
+from node.swarm.records import GroupRecord, SharedGroup
+from node.tasks.source import Grade, Task
+from node.tasks.taskref import TaskRef
 
 CLOCK = SwarmClock(epoch=time.time() - 10_000.0, round_seconds=10.0)
 

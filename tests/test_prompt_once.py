@@ -11,8 +11,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from node import grpo
-from node.grpo import Completion, GrpoLearner, LoraSettings, Policy, TrainGroup
+from node.learning import grpo
+from node.learning.grpo import Completion, GrpoLearner, LoraSettings, Policy, TrainGroup
 
 G = 4
 QUESTIONS = ("What is 2 + 2?", "A farmer has 17 sheep and buys 5 more, then sells 9. How many sheep are left now?",

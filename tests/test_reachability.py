@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 
-from node import known_peers
-from node.reachability import (
+from node.swarm import known_peers
+from node.swarm.reachability import (
     Answer,
     Verdict,
     _decode_answer,
@@ -137,8 +137,8 @@ def test_a_check_by_peers_on_the_same_network_says_nothing_about_the_internet():
 
 
 def test_a_node_starting_a_swarm_is_not_held_back_by_remembered_peers_that_are_gone(tmp_path):
-    from node.identity import load_or_create
-    from node.swarm import DhtExchange
+    from node.swarm.dht import DhtExchange
+    from node.swarm.identity import load_or_create
 
     swarm = DhtExchange(load_or_create(tmp_path / "id.key"), swarm_name="s", host="127.0.0.1", start_timeout=30,
                         known_peers=[f"/ip4/127.0.0.1/tcp/9/p2p/{RELAY}"])
@@ -150,7 +150,7 @@ def test_a_node_starting_a_swarm_is_not_held_back_by_remembered_peers_that_are_g
 
 
 def test_a_headless_node_prints_its_reachability_and_the_advice(capsys, tmp_path):
-    from node.cli import _HumanProgress
+    from node.cli.main import _HumanProgress
     from node.events import ReachabilityChanged
 
     summary, advice = explain(Verdict("unreachable", "none", 0), starting_swarm=True, port=31337)

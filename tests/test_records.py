@@ -3,7 +3,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from node.records import (
+from node.swarm.records import (
     MAX_POINTER_BYTES,
     MAX_ROUND,
     GroupRecord,
@@ -27,7 +27,7 @@ from node.records import (
     decode_record,
     encode_record,
 )
-from node.taskref import TaskRef
+from node.tasks.taskref import TaskRef
 
 PEER = "QmYjJJ1v2eDWAM7tAPZLsq7qRREFC1otNFPcWHYwbY47bR"
 

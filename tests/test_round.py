@@ -13,13 +13,13 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from node.curriculum import SMALL_MODEL_LADDERS, Curriculum
-from node.exchange import InMemoryBoard, InMemoryExchange
-from node.grpo import GrpoLearner, Policy
-from node.prompts import PROMPT_FORMAT
-from node.records import RoundRecord, SharedGroup
-from node.round import RoundParts, RoundSettings, connect_peers, disconnect_peers, play_round
-from node.tasks import Grade, Task, TaskSource
+from node.learning.grpo import GrpoLearner, Policy
+from node.sapo.round import RoundParts, RoundSettings, connect_peers, disconnect_peers, play_round
+from node.swarm.exchange import InMemoryBoard, InMemoryExchange
+from node.swarm.records import RoundRecord, SharedGroup
+from node.tasks.curriculum import SMALL_MODEL_LADDERS, Curriculum
+from node.tasks.prompts import PROMPT_FORMAT
+from node.tasks.source import Grade, Task, TaskSource
 
 G = 4
 SETTINGS = RoundSettings(local_questions=2, external_groups=2, num_generations=G, max_new_tokens=8, temperature=1.0,
@@ -196,14 +196,14 @@ def test_a_training_round_raises_no_deprecation_warning_for_the_logs_tab(tiny_mo
     noise a user can do nothing about. Our calls use the current names; TRL's old ones are silenced narrowly."""
     import warnings
 
-    from node.grpo import silence_known_deprecations
+    from node.learning.grpo import silence_known_deprecations
 
     board = InMemoryBoard()
     solo = _parts(tiny_model_dir, tmp_path, board, "QmSolo", seed=1, cls=_SpreadParts)
     solo.settings = dataclasses.replace(SETTINGS, external_groups=0)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")  # every warning, however often it was seen before in this process
-        silence_known_deprecations()  # the node's own filter, as set when node.grpo is imported
+        silence_known_deprecations()  # the node's own filter, as set when node.learning.grpo is imported
         results: dict = {}
         _play(solo, 0, results, [])
     assert not results["QmSolo"].metrics.update_skipped  # the update ran: the trainer's code paths were taken

@@ -5,9 +5,9 @@ from __future__ import annotations
 import dataclasses
 import random
 
-from node.records import RoundRecord, SharedGroup, decode_record, encode_record
-from node.sapo import trained_fate, verify_records
-from node.tasks import TaskSource, grade
+from node.sapo.scoring import trained_fate, verify_records
+from node.swarm.records import RoundRecord, SharedGroup, decode_record, encode_record
+from node.tasks.source import TaskSource, grade
 
 G = 4
 
@@ -78,7 +78,7 @@ def test_groups_answering_another_prompt_format_are_rejected():
 
 
 def test_text_outside_the_answer_is_capped_relative_to_our_own():
-    from node.peer_text import MIN_ALLOWANCE_CHARS, outside_answer_chars, outside_text_limit, within_limit
+    from node.sapo.peer_text import MIN_ALLOWANCE_CHARS, outside_answer_chars, outside_text_limit, within_limit
 
     own = ["Let us add 2 and 3. <answer>5</answer>", "2 + 3 = 5 <answer>5</answer>"]
     limit = outside_text_limit(own, ratio=2.0)
@@ -107,8 +107,8 @@ def test_a_group_given_to_the_update_is_called_trained_only_when_it_taught_somet
 
 def test_text_in_an_answer_block_nobody_grades_counts_as_outside_text():
     """Grading reads the last complete block: an earlier block is text we would train on without any check."""
-    from node.peer_text import outside_answer_chars, outside_text_limit, within_limit
-    from node.tasks import extract_answer
+    from node.sapo.peer_text import outside_answer_chars, outside_text_limit, within_limit
+    from node.tasks.source import extract_answer
 
     own = ["Let us add 2 and 3. <answer>5</answer>"] * 4
     limit = outside_text_limit(own, ratio=2.0)
@@ -119,7 +119,7 @@ def test_text_in_an_answer_block_nobody_grades_counts_as_outside_text():
     assert not within_limit((attack,) * 4, (1.0,) * 4, limit)
     assert outside_answer_chars("<answer>5</answer>") == 0
     assert outside_answer_chars("<answer>5") == len("<answer>5")  # a cut block is graded by nobody either
-    from node.tasks import answer_span
+    from node.tasks.source import answer_span
 
     text = "a <answer>x</answer> b </answer>"
     assert answer_span(text) == (2, 20) and extract_answer(text) == "x"

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from node import selftest
+from node.cli import selftest
 
 
 @pytest.mark.slow

@@ -20,17 +20,17 @@ from hivemind.utils.crypto import RSAPrivateKey
 from hivemind.utils.timed_storage import get_dht_time
 
 from node.errors import NodeError
-from node.identity import load_or_create, peer_id_from_public_key
-from node.records import (
-    MAX_GROUP_RECORD_BYTES, MAX_ROUND, GroupRecord, Pointer, RoundRecord, SharedGroup, admission_key,
-    encode_group_record, encode_pointer, encode_record, seal_entry,
-)
 from node.game.records import StageItem, StageRecord, encode_stage_record
-from node.swarm import (
+from node.swarm.dht import (
     GAME_KINDS, DhtExchange, RememberingValidator, SwarmValidator, _first_replicas, group_key,
     shard_of, stage_key,
 )
-from node.taskref import TaskRef
+from node.swarm.identity import load_or_create, peer_id_from_public_key
+from node.swarm.records import (
+    MAX_GROUP_RECORD_BYTES, MAX_ROUND, GroupRecord, Pointer, RoundRecord, SharedGroup, admission_key,
+    encode_group_record, encode_pointer, encode_record, seal_entry,
+)
+from node.tasks.taskref import TaskRef
 
 pytestmark = pytest.mark.timeout(120)
 

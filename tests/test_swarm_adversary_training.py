@@ -17,9 +17,11 @@ from types import SimpleNamespace
 import pytest
 
 from node.clock import SwarmClock
-from node.identity import load_or_create
-from node.records import MAX_ROUND, GroupRecord, Pointer, RoundRecord, SharedGroup, encode_group_record, encode_pointer
-from node.swarm import DhtExchange, shard_of
+from node.swarm.dht import DhtExchange, shard_of
+from node.swarm.identity import load_or_create
+from node.swarm.records import (
+    MAX_ROUND, GroupRecord, Pointer, RoundRecord, SharedGroup, encode_group_record, encode_pointer,
+)
 from tests.nodes import NodeProcess, tiny_config
 from tests.test_swarm_attack import PAYLOAD, store_as, sybils
 

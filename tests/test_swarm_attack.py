@@ -20,12 +20,12 @@ from hivemind.p2p import PeerID
 from hivemind.utils.crypto import RSAPrivateKey
 from hivemind.utils.timed_storage import get_dht_time
 
-from node.dht_storage import SIGNER_SHARE
 from node.game.records import StageItem, StageRecord, encode_stage_record
-from node.identity import load_or_create, peer_id_from_public_key
-from node.records import GroupRecord, Pointer, SharedGroup, encode_group_record, encode_pointer
-from node.swarm import DIRECTORY_READS_PER_SHARD, STORAGE_BYTES, DhtExchange, group_key, shard_of, stage_key
-from node.taskref import TaskRef
+from node.swarm.dht import DIRECTORY_READS_PER_SHARD, STORAGE_BYTES, DhtExchange, group_key, shard_of, stage_key
+from node.swarm.identity import load_or_create, peer_id_from_public_key
+from node.swarm.records import GroupRecord, Pointer, SharedGroup, encode_group_record, encode_pointer
+from node.swarm.storage import SIGNER_SHARE
+from node.tasks.taskref import TaskRef
 from tests.test_swarm import CALL_TIMEOUT, SWARM, raw_node, realistic_text, record, swarms
 
 pytestmark = pytest.mark.timeout(300)
@@ -368,7 +368,7 @@ def test_identities_from_one_address_take_one_peers_share_of_the_fetches(apart):
 
 def _sampler(tmp_path, groups, spread=()):
     """A never-started exchange whose peers sit in ``groups`` {peer: address group}."""
-    from node.swarm import _RoundGather
+    from node.swarm.dht import _RoundGather
 
     swarm = DhtExchange(load_or_create(tmp_path / "me.key"), swarm_name=SWARM, groups_wanted=J)
     swarm._address_groups = lambda peers: {p: groups[p] for p in peers}
@@ -410,7 +410,7 @@ def test_members_of_a_private_game_swarm_read_each_others_sealed_entries(tmp_pat
 
 def test_a_network_that_published_lately_keeps_its_share_while_it_is_still_generating(tmp_path):
     """The honest peer publishes a few seconds after the flood: the flood takes its own share of J, not all of it."""
-    from node.swarm import _RoundGather
+    from node.swarm.dht import _RoundGather
 
     groups = {"honest": "203.0.113.0/24"} | {f"sybil{i}": "198.51.100.0/24" for i in range(30)}
     swarm, _ = _sampler(tmp_path, groups)

@@ -13,8 +13,8 @@ import time
 import pytest
 
 from node.clock import SwarmClock
-from node.records import MAX_ROUND, Pointer, encode_pointer
-from node.swarm import shard_of
+from node.swarm.dht import shard_of
+from node.swarm.records import MAX_ROUND, Pointer, encode_pointer
 from tests.test_swarm import raw_node, record, swarms
 from tests.test_swarm_attack import flood_entries, store_as, sybils
 
@@ -113,9 +113,9 @@ def test_ten_identities_cannot_move_the_clock_nor_cut_two_honest_nodes_apart(tmp
 
 
 def test_the_invite_carries_the_swarm_clock_and_a_joiner_takes_it(tmp_path):
-    from node.cli import _parser, config_from_args
+    from node.cli.main import _parser, config_from_args
     from node.config import NodeConfig
-    from node.invite import format_invite, parse_invite
+    from node.swarm.invite import format_invite, parse_invite
 
     addr = "/ip4/192.0.2.7/tcp/31337/p2p/QmYyQSo1c1Ym7orWxLYvCrM2EmxFTANf8wXmmE7DWjhx5N"
     invite = format_invite("team", [addr], swarm_epoch=1_800_000_000.5, round_seconds=30.0)

@@ -10,9 +10,9 @@ import pytest
 from hivemind.dht.routing import DHTID
 from hivemind.utils import ValueWithExpiration, get_dht_time
 
-from node.identity import load_or_create
-from node.records import GroupRecord, encode_group_record
-from node.swarm import READ_REPLICAS, DhtExchange, directory_key, group_key
+from node.swarm.dht import READ_REPLICAS, DhtExchange, directory_key, group_key
+from node.swarm.identity import load_or_create
+from node.swarm.records import GroupRecord, encode_group_record
 from tests.test_swarm import CALL_TIMEOUT, record
 
 pytestmark = pytest.mark.timeout(300)
@@ -83,7 +83,7 @@ def test_sampling_is_uniform_over_the_peers_that_published(sixteen):
 def calls_of(swarm):
     """The network round trips a read makes inside the block: "directory" (shards read together), "groups"."""
     made = []
-    import node.swarm as module
+    import node.swarm.dht as module
 
     latest_many, first_replicas = module._latest_many, module._first_replicas
 
@@ -145,7 +145,7 @@ def test_a_read_is_sized_by_every_shard_the_last_one_read_not_its_densest_batch(
                                           for i in range(1 if shard_of_key[key] < 4 else 3)}, now + 60)
                 for key in keys}
 
-    monkeypatch.setattr("node.swarm._latest_many", latest_many)
+    monkeypatch.setattr("node.swarm.dht._latest_many", latest_many)
     monkeypatch.setattr(swarm._rng, "shuffle", list.sort)  # shards in order: the sparse ones first
     made = []
 
@@ -153,7 +153,7 @@ def test_a_read_is_sized_by_every_shard_the_last_one_read_not_its_densest_batch(
         made.append(len(keys))
         return await latest_many(node, keys)
 
-    monkeypatch.setattr("node.swarm._latest_many", counted)
+    monkeypatch.setattr("node.swarm.dht._latest_many", counted)
     swarm._call = lambda op, make, timeout=None: asyncio.run(make(None))
     swarm.gather(1)
     assert made == [4, 4]  # 4 shards, then the other 4

@@ -7,16 +7,16 @@ import logging
 
 import pytest
 
-from node import swarm_secret
-from node.cli import _parser, admit, config_from_args
+from node.cli.main import _parser, admit, config_from_args
 from node.config import NodeConfig
 from node.errors import NodeError
-from node.identity import load_or_create
-from node.invite import format_invite, parse_invite
 from node.logs import LOG_FILE
-from node.records import admission_key
 from node.runner import _dht_exchange
 from node.secret_store import PASSPHRASE_ENV
+from node.swarm import admission as swarm_secret
+from node.swarm.identity import load_or_create
+from node.swarm.invite import format_invite, parse_invite
+from node.swarm.records import admission_key
 from tests.nodes import NodeProcess, tiny_config
 from tests.test_wallet import assert_no_plaintext
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import psutil
 import pytest
 
-from node import known_peers
 from node.runstore import RunStore
+from node.swarm import known_peers
 from tests.nodes import NodeProcess, tiny_config
 
 pytestmark = pytest.mark.slow

@@ -1,4 +1,4 @@
-"""Tests of node.tasks against the real reasoning-gym generators and scorers."""
+"""Tests of node.tasks.source against the real reasoning-gym generators and scorers."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from node.errors import NodeError
-from node.taskref import DEFAULT_FAMILIES, TaskRef
-from node.tasks import (
+from node.tasks.source import (
     EVAL_SEED_BASE,
     MAX_INDEX,
     TRAIN_SEED_LIMIT,
@@ -26,6 +25,7 @@ from node.tasks import (
     extract_answer,
     score,
 )
+from node.tasks.taskref import DEFAULT_FAMILIES, TaskRef
 
 SEED = 1234
 SOURCE = TaskSource({family: 1.0 for family in DEFAULT_FAMILIES}, seed=SEED)
@@ -232,7 +232,7 @@ def test_build_messages() -> None:
 
 # ------------------------------------------------------------------------------------ prompts, grades, ladders
 def _small_source(seed: int) -> TaskSource:
-    from node.curriculum import SMALL_MODEL_LADDERS
+    from node.tasks.curriculum import SMALL_MODEL_LADDERS
 
     return TaskSource({family: 1.0 for family in SMALL_MODEL_LADDERS}, seed=seed, ladders=SMALL_MODEL_LADDERS)
 
@@ -251,7 +251,7 @@ def test_two_nodes_build_the_same_worked_example_prompt_for_a_ref() -> None:
 
 
 def test_zero_shot_build_messages_is_format_one() -> None:
-    from node.prompts import PROMPT_FORMAT
+    from node.tasks.prompts import PROMPT_FORMAT
 
     assert PROMPT_FORMAT == 2  # bump it whenever the chat built for a ref changes
     assert len(build_messages("q", ("eq", "ea"))) == 4
@@ -271,7 +271,7 @@ def test_every_ladder_level_regenerates_at_a_peer_and_easy_levels_skip_trivial_i
 
 
 def test_grade_counts_only_exact_answers_as_accuracy() -> None:
-    from node.tasks import grade
+    from node.tasks.source import grade
 
     task = _small_source(SEED).sample(1, random.Random(7), {"basic_arithmetic": 0})[0]
     right = grade(task, f"<answer>{task.answer}</answer>")

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from eth_account import Account
 
+from node.chain.wallet import PASSPHRASE_ENV, WalletStore, new_wallet
 from node.errors import NodeError
-from node.wallet import PASSPHRASE_ENV, WalletStore, new_wallet
 
 PASS = "correct horse battery"
 KNOWN_PHRASE = "test test test test test test test test test test test junk"  # hardhat's public dev phrase
@@ -158,7 +158,7 @@ _SECRET_SERVICE = textwrap.dedent("""
     import sys
     from pathlib import Path
     from node.secret_store import keyring_available
-    from node.wallet import WalletStore
+    from node.chain.wallet import WalletStore
     assert keyring_available(), "no Secret Service"
     data = Path(sys.argv[1])
     info = WalletStore(data, backend="keyring").import_private_key(sys.argv[2])

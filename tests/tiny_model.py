@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-from node.models import LOADING, ResolvedModel, _prepare_for_generation
+from node.learning.models import LOADING, ResolvedModel, _prepare_for_generation
 
 
 def tiny_random(

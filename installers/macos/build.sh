@@ -6,7 +6,7 @@
 #   MACOS_SIGN_IDENTITY   "Developer ID Application: Your Name (TEAMID)", in the login keychain
 #   MACOS_NOTARY_PROFILE  a profile saved with `xcrun notarytool store-credentials`, or instead
 #   APPLE_ID, APPLE_TEAM_ID, APPLE_APP_PASSWORD (an app-specific password)
-# MPS: the node sets PYTORCH_ENABLE_MPS_FALLBACK=1 (node/cli.py; also in Info.plist's LSEnvironment), so ops that
+# MPS: the node sets PYTORCH_ENABLE_MPS_FALLBACK=1 (node/cli/main.py; also in Info.plist's LSEnvironment), so ops that
 # Apple's GPU back-end lacks run on the CPU instead of failing; torch uses MPS on macOS 12.3+ (LSMinimumSystemVersion).
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -2,7 +2,7 @@
 
 Qt-free API for the app (all calls block with timeouts; run them in worker threads):
 
-- :mod:`node.wallet`: ``new_wallet() -> PendingWallet`` (words, address, quiz positions);
+- :mod:`node.chain.wallet`: ``new_wallet() -> PendingWallet`` (words, address, quiz positions);
   ``WalletStore(data_dir, name, backend=, passphrase=)`` with ``save_new(pending, answers)``,
   ``import_mnemonic / import_private_key / import_keystore``, ``export_keystore(dest, password)``,
   ``unlock() -> LocalAccount``, ``info() -> WalletInfo | None``; ``node.secret_store.keyring_available()`` says

@@ -32,8 +32,8 @@ What is submitted, from the first training round this node starts while the chai
 
 Which peers are registered (their peer id maps to a wallet on the coordinator) is looked up by the same thread, in
 one batched call per round for the peers gathered, and kept: the round picks their groups first
-(:meth:`node.peer_buffer.PeerGroupBuffer.take`), since a registration costs a wallet and a transaction where a libp2p identity
-is free. A peer found unregistered is asked about again in the next chain round.
+(:meth:`node.sapo.peer_buffer.PeerGroupBuffer.take`), since a registration costs a wallet and a transaction where a
+libp2p identity is free. A peer found unregistered is asked about again in the next chain round.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def queue_path(config: NodeConfig):
 
 def unlock_node_wallet(config: NodeConfig) -> LocalAccount:
     """The configured wallet, unlocked from the OS keyring or with the passphrase in RL_SWARM_SECRET_PASSPHRASE."""
-    from node.wallet import PASSPHRASE_ENV, WalletStore
+    from node.chain.wallet import PASSPHRASE_ENV, WalletStore
 
     store = WalletStore(config.run.data_dir, config.chain.wallet, passphrase=os.environ.get(PASSPHRASE_ENV) or None)
     try:

@@ -17,7 +17,7 @@ Each stage is one GRPO update of the same model (:mod:`node.game.driver`). Modul
 STAGES = ("answer", "critique", "revise")  # stage numbers are 1, 2, 3 (the chain's stages are 0, 1, 2)
 # Families with short numeric answers a critic can compare at a glance, played when tasks.weights names none; the
 # same for every member whatever its model, since the whole swarm answers the same questions. (gsm_symbolic, the
-# original game's kind of task, cannot be regenerated from a seed and an index, so node.tasks refuses it.)
+# original game's kind of task, cannot be regenerated from a seed and an index, so node.tasks.source refuses it.)
 GAME_FAMILIES = ("basic_arithmetic", "chain_sum", "products", "gcd")
 
 # Reward weights (why these: node.game.rewards); here, free of heavy imports, so the GUI can scale its charts.

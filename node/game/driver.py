@@ -34,10 +34,10 @@ from node.game.records import MAX_TEXT_CHARS, StageItem, StageRecord
 from node.game.rewards import (
     answer_reward, correctness, critique_reward, is_exact, majority_is_right, revise_reward, value_is_correct,
 )
-from node.grpo import Completion, GrpoLearner, Policy, TrainGroup
-from node.identity import peer_name
-from node.sapo import equal_rewards, trained_fate
-from node.tasks import Task, TaskSource
+from node.learning.grpo import Completion, GrpoLearner, Policy, TrainGroup
+from node.sapo.scoring import equal_rewards, trained_fate
+from node.swarm.identity import peer_name
+from node.tasks.source import Task, TaskSource
 
 log = logging.getLogger(__name__)
 
@@ -509,7 +509,7 @@ def game_tasks(config) -> TaskSource:
     Configured families (tasks.weights) are played as configured; otherwise :data:`GAME_FAMILIES`. Families with a
     difficulty ladder play its first rung: a node's own curriculum cannot move questions the whole swarm shares.
     """
-    from node.curriculum import SMALL_MODEL_LADDERS
+    from node.tasks.curriculum import SMALL_MODEL_LADDERS
 
     configured = {family: weight for family, weight in config.tasks.weights.items() if weight > 0}
     weights = configured or {family: 1.0 for family in GAME_FAMILIES}

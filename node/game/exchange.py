@@ -22,7 +22,7 @@ from node.game import STAGES
 from node.game.records import (
     StageRecord, decode_stage_record, encode_stage_record,
 )
-from node.records import RecordRejected
+from node.swarm.records import RecordRejected
 
 log = logging.getLogger(__name__)
 
@@ -169,13 +169,14 @@ class DhtGameExchange:
     """The game's records in the swarm's DHT (protocol v2), signed and validated like the rollout exchange's.
 
     Each author's stage record has its own key, and every node announces its position in the game (``round * 3 +
-    stage - 1``) in its shard of the game clock; :class:`node.swarm.DhtExchange` owns the key shapes, and its validator
-    refuses any other shape, a record under another author's key, or a position in another shard. A gather reads the
-    clock, then the records of the peers that have reached that stage (a bounded sample in a very large swarm).
+    stage - 1``) in its shard of the game clock; :class:`node.swarm.dht.DhtExchange` owns the key shapes, and its
+    validator refuses any other shape, a record under another author's key, or a position in another shard. A gather
+    reads the clock, then the records of the peers that have reached that stage (a bounded sample in a very large
+    swarm).
     """
 
-    def __init__(self, swarm) -> None:  # node.swarm.DhtExchange: imported lazily, it pulls in hivemind
-        from node.swarm import _SIGNATURE_MARKER
+    def __init__(self, swarm) -> None:  # node.swarm.dht.DhtExchange: imported lazily, it pulls in hivemind
+        from node.swarm.dht import _SIGNATURE_MARKER
 
         self._swarm = swarm
         self._marker = _SIGNATURE_MARKER
@@ -212,7 +213,7 @@ _HUB_LOCK = threading.Lock()
 
 def game_exchange_for(exchange) -> GameExchange:
     """The game's exchange riding on a node's rollout exchange: the DHT swarm, or an in-memory board (tests)."""
-    from node.exchange import InMemoryExchange
+    from node.swarm.exchange import InMemoryExchange
 
     if isinstance(exchange, InMemoryExchange):
         with _HUB_LOCK:  # the nodes of one board share one hub

@@ -3,7 +3,7 @@
 Formats (tags are matched exactly, case-sensitive; the parsers never raise on hostile text):
 
 - answer: ``<answer>...</answer>``, optionally after one ``<think>...</think>``. Stage 1 asks with SAPO's own chat
-  (:meth:`node.tasks.TaskSource.messages`: a worked example of the same family), the one a small model follows
+  (:meth:`node.tasks.source.TaskSource.messages`: a worked example of the same family), the one a small model follows
 - critique: ``<correct>A, C</correct><why>...</why>``, the letters of every answer judged correct, or
   ``<correct>none</correct>``
 - revise: ``<majority>...</majority><think>...</think><answer>...</answer>``, the majority being the answer value
@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
-from node.tasks import extract_answer
+from node.tasks.source import extract_answer
 
 LETTERS = "ABCDEFGH"  # at most this many answers are shown to a critic
 NONE = "none"

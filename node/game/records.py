@@ -9,9 +9,9 @@ config_id, seed, index], "q": question, "text": completion, "shown": [answer val
 - stage 3 (revise): per question, the best final completion; ``shown`` is empty.
 
 No record carries ground truth or a score: receivers regenerate the task from its reference and judge every text
-with their own verifier. Like :mod:`node.records`, decoding is strict and total (any byte string decodes to a valid
-:class:`StageRecord` or raises :class:`~node.records.RecordRejected`), and encoding applies the same validation, so
-whatever we publish, every peer accepts. Records are signed where they are stored (see
+with their own verifier. Like :mod:`node.swarm.records`, decoding is strict and total (any byte string decodes to a
+valid :class:`StageRecord` or raises :class:`~node.swarm.records.RecordRejected`), and encoding applies the same
+validation, so whatever we publish, every peer accepts. Records are signed where they are stored (see
 :mod:`node.game.exchange`): the DHT entry is owned by the author's key.
 """
 
@@ -23,8 +23,8 @@ from typing import Any
 import msgpack
 
 from node.game import STAGES
-from node.records import MAX_PEER_ID_CHARS, RecordRejected, _require_int, _require_type, _validate_task
-from node.taskref import TaskRef
+from node.swarm.records import MAX_PEER_ID_CHARS, RecordRejected, _require_int, _require_type, _validate_task
+from node.tasks.taskref import TaskRef
 
 SCHEMA_VERSION = 1
 MAX_STAGE_RECORD_BYTES = 128 * 1024

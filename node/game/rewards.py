@@ -24,13 +24,13 @@ from node.game import CONSENSUS_WEIGHT, CORRECTNESS_WEIGHT, FORMAT_WEIGHT
 from node.game.prompts import (
     LETTERS, NONE, answer_well_formed, canonical, parse_critique, revise_well_formed, stated_majority,
 )
-from node.tasks import Task, grade
+from node.tasks.source import Task, grade
 
 
 
 def correctness(task: Task, completion: str) -> float:
     """Our verifier's credit in [0, 1] for a completion's final answer: exact for numbers, the family's own score
-    (partial credit included) for other answers (see :func:`node.tasks.grade`)."""
+    (partial credit included) for other answers (see :func:`node.tasks.source.grade`)."""
     return grade(task, completion).reward
 
 

@@ -118,7 +118,7 @@ def main() -> None:
             now += 9
         trained_groups = 2 + fates["used"]
         spread = sum(len(set(s.group_rewards)) > 1 for s in samples if s.fate == "trained") / trained_groups
-        # what the node says of a group given to the update that taught nothing (node.sapo.trained_fate)
+        # what the node says of a group given to the update that taught nothing (node.sapo.scoring.trained_fate)
         samples = [dataclasses.replace(s, fate="update_skipped" if spread == 0 else "no_signal")
                    if s.fate == "trained" and len(set(s.group_rewards)) == 1 else s for s in samples]
         seconds = {"generate": 24 + rng.random() * 4, "share": 0.4, "gather": 4 + rng.random() * 6 if round_ >= 3

@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from node.demo import demo_config  # noqa: E402
+from node.cli.demo import demo_config  # noqa: E402
 from node.events import Event  # noqa: E402
 from node.process_client import NodeProcess, stop_all  # noqa: E402
 

@@ -1,0 +1,101 @@
+"""Held-out evaluation: how well the policy answers tasks it never trains on.
+
+The evaluation set is fixed for a run and the same on every peer with the same task families (see
+:meth:`node.tasks.source.TaskSource.evaluation_set`: a seed range training never uses, the first rungs of each family's
+ladder). Each question is answered once greedily (pass@1) and ``samples`` times at the training temperature (with
+no samples, the means are over the greedy answers: sampling G answers costs G times the compute); the answers are
+graded by the training verifier, and exact-match accuracy is reported apart from reasoning-gym's score,
+so partial credit never passes for accuracy. It runs between rounds, in chunks, and stops early when the node stops.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from node.events import EvalFinished
+from node.learning.grpo import Completion, Policy
+from node.tasks.source import Task, TaskSource, grade
+
+CHUNK_QUESTIONS = 16  # questions generated per batch: bounds memory and lets progress and stop requests through
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    questions: int = 64
+    samples: int = 0  # sampled completions per question for the mean exact-match
+    max_new_tokens: int = 48
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int = 0  # picks the evaluation set; peers with the same seed and families share it
+    levels: int = 2  # rungs of each family's ladder in the set
+
+
+class EvalCancelled(Exception):
+    """The node was stopped during an evaluation; its partial result is not reported."""
+
+
+class Evaluator:
+    def __init__(self, policy: Policy, tasks: TaskSource, settings: EvalSettings) -> None:
+        self.policy = policy
+        self.tasks = tasks
+        self.settings = settings
+        self.questions: list[Task] = tasks.evaluation_set(settings.questions, seed=settings.seed, levels=settings.levels)
+        self._prompts = [policy.prompt_ids(tasks.messages(task)) for task in self.questions]
+
+    def run(
+        self, *, round: int, rounds_trained: int, should_stop: Callable[[], bool] = lambda: False,
+        progress: Callable[[int, int], None] = lambda done, total: None,
+    ) -> EvalFinished:
+        started = time.perf_counter()
+        s = self.settings
+        greedy_exact, sampled_exact, scores, wellformed = [], [], [], []
+        by_family: dict[str, list[bool]] = defaultdict(list)
+        total = len(self.questions)
+        for start in range(0, total, CHUNK_QUESTIONS):
+            progress(start, total)
+            tasks = self.questions[start : start + CHUNK_QUESTIONS]
+            prompts = self._prompts[start : start + CHUNK_QUESTIONS]
+            if s.samples:
+                greedy, sampled = self.policy.greedy_and_sampled(
+                    prompts, samples=s.samples, max_new_tokens=s.max_new_tokens, temperature=s.temperature,
+                    top_p=s.top_p, seed=s.seed + start, should_stop=should_stop,
+                )
+            else:
+                greedy, sampled = self._greedy(prompts, should_stop), [[] for _ in prompts]
+            if should_stop():
+                raise EvalCancelled
+            for task, best, group in zip(tasks, greedy, sampled, strict=True):
+                g = grade(task, best.text, finished=best.finished)
+                greedy_exact.append(g.exact)
+                wellformed.append(g.wellformed)
+                by_family[task.ref.family].append(g.exact)
+                if not group:
+                    sampled_exact.append(g.exact)
+                    scores.append(g.score)
+                for completion in group:
+                    sg = grade(task, completion.text, finished=completion.finished)
+                    sampled_exact.append(sg.exact)
+                    scores.append(sg.score)
+        progress(total, total)
+        return EvalFinished(
+            round=round, rounds_trained=rounds_trained, questions=total,
+            accuracy_greedy=_mean(greedy_exact), exact_mean=_mean(sampled_exact), score_mean=_mean(scores),
+            wellformed_rate=_mean(wellformed),
+            per_family={family: _mean(values) for family, values in sorted(by_family.items())},
+            seconds=time.perf_counter() - started,
+        )
+
+    def _greedy(self, prompts: list[tuple[int, ...]], should_stop: Callable[[], bool]) -> list[Completion]:
+        groups = self.policy.generate(
+            prompts, num_generations=1, max_new_tokens=self.settings.max_new_tokens, temperature=1.0, top_p=1.0,
+            seed=0, should_stop=should_stop, greedy=True,
+        )
+        return [group[0] for group in groups]
+
+
+def _mean(values) -> float:
+    values = list(values)
+    return float(sum(values)) / len(values) if values else 0.0
