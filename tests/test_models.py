@@ -175,7 +175,7 @@ def test_check_fits_offers_8bit_moments_where_only_they_fit():
 @pytest.mark.parametrize(
     ("states", "lora", "device", "expected"),
     [
-        ("auto", False, "cpu", True),  # the moments are a full fine-tune's largest item (README, "Memory")
+        ("auto", False, "cpu", True),  # the moments are a full fine-tune's largest item (docs/performance.md, "Memory")
         ("auto", False, "cuda", True),
         ("auto", False, "mps", False),  # bitsandbytes has no 8-bit optimizer kernel for Apple's GPU
         ("auto", True, "cpu", False),  # an adapter's moments are megabytes
