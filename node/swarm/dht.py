@@ -383,7 +383,9 @@ class DhtExchange:
                 logger.info("Round %d: %d of %d entries not stored", record.round, ok.count(False), len(keys))
             return ok[-1] and any(ok[:-1])
 
-        store = lambda node: _store_many(node, keys, values, expiration, subkeys)
+        def store(node: DHTNode) -> Coroutine[Any, Any, Any]:
+            return _store_many(node, keys, values, expiration, subkeys)
+
         if wait:
             return stored_all(self._call("publish", store))
         return self._submit("publish", store, stored_all)
