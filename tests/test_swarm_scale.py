@@ -197,7 +197,7 @@ def test_late_join_and_churn(sixteen, tmp_path):
     late.start()
     try:
         assert len(late.gather(1).records) == J  # what was published before it joined
-        assert late.rebootstrap() == 2  # both invite peers answer
+        assert late.rebootstrap() >= 2  # both invite peers answer (and the members their invites name)
         victims = swarms[12:]  # 25 % crash: their daemons vanish without a goodbye
         for victim in victims:
             victim._daemon.kill()

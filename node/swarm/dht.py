@@ -39,6 +39,7 @@ import asyncio
 import atexit
 import dataclasses
 import hashlib
+import itertools
 import ipaddress
 import logging
 import math
@@ -494,6 +495,7 @@ class DhtExchange:
                 await asyncio.wait_for(
                     self._read_directory(node, round_, state, self._feed_reread, _FEED_READS_PER_SHARD),
                     self._call_timeout)
+            await self._learn_address_groups(list(state.pool))
             picks = self._new_groups(round_, state, sink)
             if picks:
                 found = await self._fetch_groups(node, round_, state, picks, remember=False)
@@ -608,11 +610,19 @@ class DhtExchange:
 
     def _new_groups(self, round: int, state: _RoundGather, sink: GroupSink) -> dict[str, tuple[str, int]]:
         """The feed's picks for one poll: groups not fetched yet of the peers ``sink`` wants more of, newest first
-        (those claiming spread before the others), one per peer in turn (peers in uniform random order) until
-        ``2 J`` are picked."""
+        (those claiming spread before the others), one per peer in turn until ``2 J`` are picked; the peers' networks
+        take turns (:meth:`_address_groups`), peers in uniform random order within each."""
         budget = 2 * max(1, self._wanted)
         peers = self._banned(state, list(state.pool))
         self._rng.shuffle(peers)
+        # networks take turns (identities from one network count as one peer), in random order
+        groups = self._address_groups(peers)
+        lanes: dict[str, list[str]] = {}
+        for peer in peers:
+            lanes.setdefault(groups[peer], []).append(peer)
+        order = list(lanes.values())
+        self._rng.shuffle(order)
+        peers = [peer for turn in itertools.zip_longest(*order) for peer in turn if peer is not None]
         queues = {}
         for peer in peers:
             pointer, spread = state.pool[peer], set(state.pool[peer].spread)
