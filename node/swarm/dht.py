@@ -495,7 +495,6 @@ class DhtExchange:
                 await asyncio.wait_for(
                     self._read_directory(node, round_, state, self._feed_reread, _FEED_READS_PER_SHARD),
                     self._call_timeout)
-            await self._learn_address_groups(list(state.pool))
             picks = self._new_groups(round_, state, sink)
             if picks:
                 found = await self._fetch_groups(node, round_, state, picks, remember=False)
@@ -611,7 +610,8 @@ class DhtExchange:
     def _new_groups(self, round: int, state: _RoundGather, sink: GroupSink) -> dict[str, tuple[str, int]]:
         """The feed's picks for one poll: groups not fetched yet of the peers ``sink`` wants more of, newest first
         (those claiming spread before the others), one per peer in turn until ``2 J`` are picked; the peers' networks
-        take turns (:meth:`_address_groups`), peers in uniform random order within each."""
+        take turns (:meth:`_address_groups`, as the address book last read them: no call to the daemon on this path),
+        peers in uniform random order within each."""
         budget = 2 * max(1, self._wanted)
         peers = self._banned(state, list(state.pool))
         self._rng.shuffle(peers)
