@@ -105,10 +105,6 @@ class Adversary:
         return record(self.swarm.peer_id, MAX_ROUND, groups=1, completions=2, completion_chars=50).groups
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "issue 28, left open: since rounds take peer groups from the background feed (issue 36), a dozen identities from "
-    "one network flooding payload groups keep honest nodes from training on each other's groups (0 used in 8 "
-    "rounds); the per-network defences were written for the per-round gather. Remove this mark once fixed."))
 def test_honest_nodes_keep_training_under_attack_and_a_restarted_node_runs(tiny_model_dir, tmp_path):
     a = NodeProcess(_config(tiny_model_dir, tmp_path / "a", rounds=ROUNDS), name="a")
     a.send("pause")

@@ -130,3 +130,22 @@ def test_the_invite_carries_the_swarm_clock_and_a_joiner_takes_it(tmp_path):
     # a config file an earlier version saved, with the quorum clock's settings, still loads
     old = NodeConfig.build({"swarm": {"round_quorum": 2, "round_quorum_fraction": 0.0, "max_round_jump": 1000}})
     assert old.swarm.round_seconds == SwarmClock().round_seconds
+
+
+@pytest.mark.timeout(300)
+def test_a_peer_that_publishes_after_the_feeds_first_read_is_fetched_at_the_next_poll(tmp_path):
+    # Many shards: a feed that rereads one unknown shard a poll would find the latecomer after dozens of polls.
+    clock = SwarmClock(epoch=time.time() - 1000.0, round_seconds=600.0)  # one round for the whole test
+    with swarms(tmp_path, 2, groups_wanted=2, directory_shards=128) as (a, b):
+        sink = Sink()
+        a.start_feed(sink, clock, poll_s=0.5)
+        round_ = clock.now()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(a._round_state(round_).shards_read) < 128:
+            time.sleep(0.05)  # the feed's first read of the round: nobody had published yet
+        assert len(a._round_state(round_).shards_read) == 128 and not sink.groups
+        assert b.publish(record(b.peer_id, round_, groups=1, completions=2, completion_chars=50))
+        published = time.monotonic()
+        while time.monotonic() - published < 20 and not sink.groups:
+            time.sleep(0.05)
+        assert sink.groups and time.monotonic() - published < 5.0  # a poll or two, not a tour of 128 shards

@@ -31,9 +31,6 @@ def _swarm_config(tiny_model_dir, data_dir, *, rounds, join=()):
     )
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "issues 28/36, left open: after merging the Sybil defences into the asynchronous feed, nodes sometimes train on no "
-    "peer group in 8 rounds (seen in 2 of 3 full runs and alone); it passed in the others. To be fixed, then unmarked."))
 def test_three_node_swarm_shares_rollouts_and_survives_a_killed_peer(tiny_model_dir, tmp_path):
     # Paused until all three are up: a node alone would rightly train solo without waiting for anybody.
     # Enough rounds for peers' groups to reach each node's buffer: a node never waits for them, so its first rounds

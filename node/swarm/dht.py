@@ -115,10 +115,10 @@ _STRIKES_BEFORE_BACKOFF = 2
 _MAX_IN_FLIGHT = 4  # publishes handed to the DHT loop and not done yet
 _BACKOFF_S = (60.0, 3600.0)  # first and longest time a repeatedly rejected peer is ignored
 _REBOOTSTRAP_EVERY_S = 15.0
-# The background feed (start_feed): how often it polls, and its budget per swarm round, above a gather's: a peer may
-# publish several times in one swarm round and we may play several rounds in it
+# The background feed (start_feed): how often it polls, and its fetch budget per swarm round, above a gather's: a peer
+# may publish several times in one swarm round and we may play several rounds in it. Its directory reads are bounded
+# per poll instead (_feed_reread), so that a long swarm round is read to its end
 FEED_POLL_S = 1.0
-_FEED_READS_PER_SHARD = 24
 _FEED_FETCHES = 64
 _MAPPING_WAIT_S = 8.0  # how long a node without a reachable address waits for its router to map a port
 _RECHECK_EVERY_S = 20.0
@@ -492,9 +492,8 @@ class DhtExchange:
             if self._spent(state, feed=True):
                 continue
             if round_ >= now - 1 or not state.shards_read:  # a past round read once: nobody publishes there any more
-                await asyncio.wait_for(
-                    self._read_directory(node, round_, state, self._feed_reread, _FEED_READS_PER_SHARD),
-                    self._call_timeout)
+                await asyncio.wait_for(self._read_directory(node, round_, state, self._feed_reread, None),
+                                       self._call_timeout)
             picks = self._new_groups(round_, state, sink)
             if picks:
                 found = await self._fetch_groups(node, round_, state, picks, remember=False)
@@ -525,18 +524,30 @@ class DhtExchange:
         return first
 
     def _feed_reread(self, state: _RoundGather) -> list[int]:
-        """Shards the feed reads again each poll: those of the peers it knows (their pointers grow as they publish
-        more rounds within this swarm round) and one other, in turn, for peers new to the round."""
-        known = {shard_of(peer, self._shards) for peer in state.pool}
-        if len(known) > _FIRST_READ_SHARDS[1]:
-            known = set(self._rng.sample(sorted(known), _FIRST_READ_SHARDS[1]))
-        return sorted(known) + [s for s in self._gather_reread(state) if s not in known]
+        """Shards the feed reads again each poll, a first read's worth at most: those of the peers it knows in this
+        round (their pointers grow as they publish more), of the peers that published in the other rounds it keeps
+        and of the peers it is connected to (members that will publish: a peer that published after our first read
+        of the round is found at the next poll, not when its shard's turn comes), then others in turn."""
+        node = self._node
+        connected = node.protocol.routing_table.uid_to_peer_id.values() if node is not None else ()
+        with self._lock:
+            recent = {peer for other in self._rounds.values() for peer in other.pool}
+        wanted = {shard_of(peer, self._shards) for peer in recent}
+        wanted |= {shard_of(peer.to_base58(), self._shards) for peer in connected}
+        most = _FIRST_READ_SHARDS[1]
+        if len(wanted) >= most:
+            return self._rng.sample(sorted(wanted), most - 1) + [self._gather_reread(state)[0]]
+        others = []
+        while len(wanted) + len(others) < min(most, self._shards):
+            others += [s for s in self._gather_reread(state) if s not in wanted and s not in others]
+        return sorted(wanted) + others
 
     async def _read_directory(self, node: DHTNode, round: int, state: _RoundGather,
                               reread: Callable[[_RoundGather], list[int]],
-                              reads_per_shard: int = DIRECTORY_READS_PER_SHARD) -> None:
+                              reads_per_shard: int | None = DIRECTORY_READS_PER_SHARD) -> None:
         """Read shards in random order until the pool holds enough peers to sample J from (or all were read); once
-        all were read, the shards ``reread`` names. A pointer that grew replaces the one we had."""
+        all were read, the shards ``reread`` names. A pointer that grew replaces the one we had. ``reads_per_shard``
+        bounds the round's reads (None: the caller bounds them per call)."""
         target = max(4 * self._wanted, 16)
         unread = [s for s in range(self._shards) if s not in state.shards_read]
         self._rng.shuffle(unread)
@@ -545,7 +556,8 @@ class DhtExchange:
             unread = reread(state)
         batch = self._first_read(target, len(unread)) if first else max(1, len(unread))
         entries_read = shards_read = 0
-        while unread and state.directory_reads < reads_per_shard * self._shards:
+        budget = math.inf if reads_per_shard is None else reads_per_shard * self._shards
+        while unread and state.directory_reads < budget:
             shards, unread = unread[:batch], unread[batch:]
             keys = [self._directory_key(round, shard) for shard in shards]
             found = await _latest_many(node, keys)
