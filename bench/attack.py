@@ -125,8 +125,12 @@ def exchange(samples: list[RolloutSample], me: str, other: str, adversary: set[s
     with_other = sorted({s.round for s in external if s.source_peer == other})
     from_adversary = [s for s in external if s.source_peer in adversary]
     trained = [s for s in external if s.fate == "trained"]
+    # Rounds never wait: those before the feed brought any peer group (nobody had published yet) cannot receive one
+    fed = [r for r in rounds if external and r >= min(s.round for s in external)]
     return {
         "rounds_receiving_other": len(with_other), "rounds_played": len(rounds),
+        "rounds_since_first_peer_group": len(fed),
+        "rounds_receiving_other_since_first_peer_group": sum(r in fed for r in with_other),
         "groups_received": {"other": sum(s.source_peer == other for s in external), "adversary": len(from_adversary)},
         "slots": slots,
         "slots_taken": {"other": sum(s.source_peer == other for s in trained),
@@ -265,6 +269,9 @@ def summary(runs: list[list[dict]]) -> list[dict]:
     figures = {
         "rounds_receiving_other_share": lambda n: n["exchange"]["rounds_receiving_other"] / max(1, n["exchange"]
                                                                                                  ["rounds_played"]),
+        "rounds_receiving_other_share_once_fed": lambda n: (
+            n["exchange"]["rounds_receiving_other_since_first_peer_group"]
+            / max(1, n["exchange"]["rounds_since_first_peer_group"])),
         "adversary_slot_share": lambda n: n["exchange"]["adversary_slot_share"],
         "stored_mb": lambda n: (n["storage"]["max_bytes"] or 0) / 2**20,
         "largest_address_group_mb": lambda n: (n["storage"]["max_from_one_address_group"] or 0) / 2**20,
