@@ -124,7 +124,7 @@ def exchange(samples: list[RolloutSample], me: str, other: str, adversary: set[s
     rounds = sorted({s.round for s in samples if s.local})
     with_other = sorted({s.round for s in external if s.source_peer == other})
     from_adversary = [s for s in external if s.source_peer in adversary]
-    trained = [s for s in external if s.fate == "trained"]
+    trained = [s for s in external if s.fate.startswith("trained")]  # "trained" or "trained, no signal"
     # Rounds never wait: those before the feed brought any peer group (nobody had published yet) cannot receive one
     fed = [r for r in rounds if external and r >= min(s.round for s in external)]
     return {

@@ -20,6 +20,7 @@ from node.game.exchange import InMemoryGameHub, clock_value
 from node.game.prompts import CRITIQUE_SYSTEM, REVISE_SYSTEM
 from node.game.records import StageItem, StageRecord, encode_stage_record
 from node.learning.grpo import Completion, StepStats
+from node.swarm.records import MAX_ROUND
 from node.tasks.prompts import SYSTEM_PROMPT
 from node.tasks.source import TaskSource
 from tests.chain_helpers import VERSIONS, deployed, devchain, funded_account  # noqa: F401 - fixture
@@ -368,7 +369,8 @@ def test_a_late_joiner_enters_at_the_current_stage():
     for t in threads:
         t.start()
     deadline = time.monotonic() + 20
-    while max(hub.clock().values(), default=-1) < clock_value(0, 2) and time.monotonic() < deadline:
+    # both at the critique stage: the swarm's position is where most networks are (here: the slower of the two)
+    while (len(hub.clock()) < 2 or min(hub.clock().values()) < clock_value(0, 2)) and time.monotonic() < deadline:
         time.sleep(0.005)
     late, _, learner = player(hub, "peer-late", honest(questions, release=late_critiques))
     outcome = late.play_round(None, 0)
@@ -394,6 +396,23 @@ def test_stages_follow_the_swarm_and_the_chain_clock():
     chained, _, _ = player(InMemoryGameHub(), "me", honest(questions), chain_position=lambda: (9, 3))
     assert chained._entry(2) == (9, 3)
     assert chained._next_stage(9, 1) == 3
+
+
+def test_identities_from_one_network_cannot_move_the_game_ahead():
+    # Issue 28 for the game: its stage clock counted identities, and one far-future announcement moved every node.
+    questions = answers_of(0)
+    hub = InMemoryGameHub()
+    driver, _, _ = player(hub, "me", honest(questions))
+    hub.exchange("honest").announce(3, 2)
+    for i in range(10):  # free identities on one host announce the last stage of the last round
+        hub.exchange(f"sybil-{i}", network="203.0.113.0/24").announce(MAX_ROUND, 3)
+    assert driver._entry(None) == (3, 2)  # enters where the honest network is
+    assert driver._next_stage(3, 2) == 3  # and plays the round to its end
+    hub.exchange("honest").announce(4, 1)
+    assert driver._next_stage(3, 3) is None  # the honest network moving on still counts
+    for i in range(2):  # more honest networks than hostile ones: the lower median is honest
+        hub.exchange(f"other-{i}").announce(4, 1)
+    assert driver._entry(None) == (4, 1)
 
 
 def test_a_stage_without_reward_spread_runs_no_update():

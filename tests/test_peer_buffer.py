@@ -160,3 +160,42 @@ def test_one_peer_flooding_groups_takes_one_slot_while_other_peers_have_groups()
         taken = buf.take(4, random.Random(seed))
         assert sorted(item.peer_id for item in taken.chosen) == ["QmFlood", "QmHonest0", "QmHonest1", "QmHonest2"]
         assert taken.left == 19
+
+
+SYBIL_NETWORK = "203.0.113.0/24"
+
+
+def test_identities_from_one_network_share_one_share_of_the_buffer():
+    # 150 free identities on one host, one group each: under per-identity shares they filled the buffer and their
+    # turns in a round, and pushed the honest peer's groups out; as one network they are one peer among others.
+    buf, _ = buffer(max_bytes=40_000, max_per_peer=4)
+    for i in range(3):
+        assert buf.offer(group("QmHonest", i), published_at=time.time() - 5 + i, size=3000, network="198.51.100.0/24")
+    assert buf.wants("QmHonest", "198.51.100.0/24") == 1
+    for i in range(150):
+        peer = f"QmSybil{i}"
+        if buf.wants(peer, SYBIL_NETWORK):
+            buf.offer(group(peer, 0), published_at=time.time(), size=3000, network=SYBIL_NETWORK)
+    buf.verify_pending()
+    held = [item.source for item in buf.candidates()]
+    assert held.count(SYBIL_NETWORK) == 4 and held.count("198.51.100.0/24") == 3  # the network's share, no more
+    assert buf.wants("QmSybil999", SYBIL_NETWORK) == 0 and buf.wants("QmHonest", "198.51.100.0/24") == 1
+    for i in range(20):  # past the byte cap, the flood's network loses its oldest groups, never the honest ones
+        buf.offer(group(f"QmLate{i}", 0), published_at=time.time(), size=9000, network=SYBIL_NETWORK)
+    buf.verify_pending()
+    assert [item.source for item in buf.candidates()].count("198.51.100.0/24") == 3
+
+
+def test_a_round_takes_one_group_per_network_before_a_second_of_any():
+    buf, _ = buffer(max_per_peer=8)
+    buf.offer(group("QmHonest", 0), published_at=time.time(), size=1000, network="198.51.100.0/24")
+    for i in range(7):
+        buf.offer(group(f"QmSybil{i}", 0), published_at=time.time(), size=1000, network=SYBIL_NETWORK)
+    buf.verify_pending()
+    for seed in range(10):  # whatever the draw: the honest network's one group is among the two taken
+        trial, _ = buffer(max_per_peer=8)
+        for item in buf.candidates():
+            trial.offer(item.record, published_at=time.time(), size=1000, network=item.network)
+        trial.verify_pending()
+        chosen = trial.take(2, random.Random(seed)).chosen
+        assert sorted(item.source for item in chosen) == ["198.51.100.0/24", SYBIL_NETWORK]

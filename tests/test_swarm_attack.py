@@ -426,3 +426,19 @@ def test_a_connected_network_keeps_its_share_before_it_ever_published(tmp_path):
     swarm, state = _sampler(tmp_path, groups)
     swarm._addresses = SimpleNamespace(recent_groups=lambda: {"203.0.113.0/24", "198.51.100.0/24"})
     assert len(swarm._over_address_groups(list(groups), J, state)) == J // 2
+
+
+class _WantsAll:
+    def wants(self, peer_id, network=None):
+        return 8
+
+
+def test_the_feed_gives_each_network_a_turn_not_each_identity(tmp_path):
+    """The background feed's picks of one poll: the honest network's new groups take half the budget beside 30
+    identities of one network (picked one identity after another, the flood took all but one pick)."""
+    groups = {"honest": "203.0.113.0/24"} | {f"sybil{i}": "198.51.100.0/24" for i in range(30)}
+    swarm, state = _sampler(tmp_path, groups)
+    state.pool["honest"] = Pointer("honest", 1, 6, ())
+    for _ in range(20):
+        picks = list(swarm._new_groups(1, state, _WantsAll()).values())
+        assert len(picks) == 2 * J and sum(peer == "honest" for peer, _ in picks) == J

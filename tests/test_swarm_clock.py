@@ -52,11 +52,11 @@ class Sink:
     def __init__(self):
         self.groups = []
 
-    def offer(self, record, *, published_at, size):
+    def offer(self, record, *, published_at, size, network=None):
         self.groups.append(record)
         return True
 
-    def wants(self, peer_id):
+    def wants(self, peer_id, network=None):
         return 8
 
     def max_age_rounds(self):

@@ -5,9 +5,11 @@ Both implementations carry encoded bytes and decode them on the receiving side w
 network. Both guarantee what the DHT's owner signatures guarantee: an entry can only be written by its author, and
 a record that claims another author, round or stage than the slot it was found in is rejected.
 
-The swarm's stage clock: every node announces the (round, stage) it is playing; the furthest one announced by a
-live peer is the swarm's current position, where late joiners enter and where laggards catch up, and the others
-tell a node whose work of a stage is still to come.
+The swarm's stage clock: every node announces the (round, stage) it is playing. Identities are free, so the swarm's
+position is counted by network, not by identity (:meth:`GameExchange.network_positions`: the furthest position of
+each network address group, /24 or /48, ourselves left out), and the driver takes their lower median: where late joiners
+enter and where laggards catch up. Identities minted on one host are one network, one vote, and cannot move the
+game ahead of the honest networks. The positions of each peer tell a node whose work of a stage is still to come.
 """
 
 from __future__ import annotations
@@ -54,6 +56,9 @@ class GameExchange(Protocol):
     def positions(self) -> dict[str, Position]:
         """The (round, stage) each live peer, us included, announced last."""
 
+    def network_positions(self) -> list[Position]:
+        """The furthest (round, stage) other peers announced in each network address group, one per group, sorted."""
+
     def peers(self) -> int:
         """How many other members the swarm has now, announced or not (0: this node is alone)."""
 
@@ -95,6 +100,17 @@ def _collect(entries: list[tuple[str | None, object]], own: str, round: int, sta
     return StageGather(records=tuple(records), rejected=rejected, peers=frozenset(peers))
 
 
+def furthest_per_network(positions: dict[str, Position], network_of, own: str) -> list[Position]:
+    """The furthest of the other peers' ``positions`` in each network (``network_of(peer)``), sorted: a network is one
+    vote whatever the number of identities announcing from it."""
+    furthest: dict[str, Position] = {}
+    for peer, position in positions.items():
+        if peer != own:
+            network = network_of(peer)
+            furthest[network] = max(position, furthest.get(network, position))
+    return sorted(furthest.values())
+
+
 class InMemoryGameHub:
     """A swarm in one process: the shared storage behind each member's :class:`InMemoryGameExchange`."""
 
@@ -103,11 +119,19 @@ class InMemoryGameHub:
         self._entries: dict[Position, dict[str, bytes]] = {}
         self._clock: dict[str, int] = {}
         self._members: set[str] = set()
+        self._networks: dict[str, str] = {}
 
-    def exchange(self, peer_id: str) -> InMemoryGameExchange:
+    def exchange(self, peer_id: str, *, network: str | None = None) -> InMemoryGameExchange:
+        """A member's exchange; members given the same ``network`` stand for identities on one host (each member is
+        a network of its own otherwise)."""
         with self._lock:
             self._members.add(peer_id)
+            self._networks[peer_id] = network or peer_id
         return InMemoryGameExchange(self, peer_id)
+
+    def network_of(self, peer_id: str) -> str:
+        with self._lock:
+            return self._networks.get(peer_id, peer_id)
 
     def leave(self, peer_id: str) -> None:
         """The peer is gone, and so is its clock entry, as its DHT entry expires when it stops announcing."""
@@ -161,6 +185,9 @@ class InMemoryGameExchange:
     def positions(self) -> dict[str, Position]:
         return {peer: clock_position(value) for peer, value in self._hub.clock().items()}
 
+    def network_positions(self) -> list[Position]:
+        return furthest_per_network(self.positions(), self._hub.network_of, self._peer_id)
+
     def peers(self) -> int:
         return self._hub.others(self._peer_id)
 
@@ -203,6 +230,11 @@ class DhtGameExchange:
 
     def positions(self) -> dict[str, Position]:
         return {author: clock_position(value) for author, value in self._swarm.announced_positions().items()}
+
+    def network_positions(self) -> list[Position]:
+        positions = self.positions()
+        groups = self._swarm.address_groups(list(positions))
+        return furthest_per_network(positions, groups.__getitem__, self.peer_id)
 
     def peers(self) -> int:
         return max(self._swarm.peers_seen(), self._swarm.connected_peers())

@@ -5,12 +5,18 @@ with :meth:`PeerGroupBuffer.offer`, on the DHT loop, where only a deque append h
 group against the task we regenerate ourselves and grades it with our own verifier
 (:func:`node.sapo.scoring.verify_records`), so rewards and advantages are ours, never the peer's. A round then calls
 :meth:`PeerGroupBuffer.take`: J groups chosen at once among the fresh usable ones (SAPO's uniform choice, newest swarm
-round first, registered peers first, one group per peer before a second of any), or fewer when the buffer is short.
-Taken groups leave the buffer: a group is trained on at most once.
+round first, registered peers first, one group per network before a second of any), or fewer when the buffer is
+short. Taken groups leave the buffer: a group is trained on at most once.
+
+Identities are free, network addresses are not: each group carries the address group (/24, /48) of the peer that
+published it, as the feed saw it (:mod:`node.swarm.peer_addresses`; a group offered without one is its peer's own
+network), and a network is what takes turns, holds a share and gets pushed out, whatever the number of identities
+publishing from it.
 
 Bounds: the buffer (verified and pending alike) holds at most ``max_bytes`` of peer text and ``max_per_peer`` groups
-of any one peer; a peer over its share loses its oldest group, a full buffer drops the oldest group of the peer
-holding most. Groups older than ``max_age_s`` (or from a swarm round that old) are dropped, never trained on.
+of any one peer or network; a peer or network over its share loses its oldest group, a full buffer drops the oldest
+group of the network holding most. Groups older than ``max_age_s`` (or from a swarm round that old) are dropped,
+never trained on.
 """
 
 from __future__ import annotations
@@ -46,11 +52,17 @@ class Buffered:
     record: GroupRecord
     published_at: float
     size: int
+    network: str = ""  # the publisher's address group ("": its own peer id stands for it)
     group: ScoredGroup | None = None  # set once verified
 
     @property
     def peer_id(self) -> str:
         return self.record.peer_id
+
+    @property
+    def source(self) -> str:
+        """What takes turns and holds a share: the publisher's network."""
+        return self.network or self.record.peer_id
 
 
 @dataclass
@@ -115,27 +127,29 @@ class PeerGroupBuffer:
                 and self.clock.accepts(item.record.round, max_age_rounds=self.max_age_rounds(), now=round_now))
 
     # ------------------------------------------------------------------------------------- the feed's side
-    def offer(self, record: GroupRecord, *, published_at: float, size: int) -> bool:
-        """A peer group the feed fetched (cheap: called on the DHT loop). False if refused: stale or not ours to
-        hold (a group larger than the whole buffer)."""
+    def offer(self, record: GroupRecord, *, published_at: float, size: int, network: str | None = None) -> bool:
+        """A peer group the feed fetched (cheap: called on the DHT loop), with its publisher's address group. False
+        if refused: stale or not ours to hold (a group larger than the whole buffer)."""
         now = time.time()
-        item = Buffered(record, min(published_at, now), size)
+        item = Buffered(record, min(published_at, now), size, network or "")
         if size > self.max_bytes or not self._fresh(item, now, self.clock.now()):
             return False
         with self._lock:
             self._pending.append(item)
             self._bytes += size
             self._last_seen[record.peer_id] = now
-            self._enforce_bounds(record.peer_id)
+            self._enforce_bounds(item)
             self._lock.notify()
         return True
 
-    def wants(self, peer_id: str) -> int:
-        """How many more groups of this peer are worth fetching now: its free share, while usable groups are few."""
+    def wants(self, peer_id: str, network: str | None = None) -> int:
+        """How many more groups of this peer are worth fetching now: what is left of its share and of its network's
+        (identities from one network share one share, so a flood never keeps another network's groups out)."""
+        source = network or peer_id
         with self._lock:
-            usable = len(self._ready) + len(self._pending)
-            held = sum(1 for item in self._all() if item.peer_id == peer_id)
-        return max(0, self.max_per_peer - held) if usable < self.max_per_peer * 2 else 0
+            of_peer = sum(1 for item in self._all() if item.peer_id == peer_id)
+            of_network = sum(1 for item in self._all() if item.source == source)
+        return max(0, min(self.max_per_peer - of_peer, self.max_per_peer - of_network))
 
     def candidates(self) -> list[Buffered]:
         """The verified groups buffered now (a snapshot)."""
@@ -151,20 +165,22 @@ class PeerGroupBuffer:
         yield from self._pending
         yield from self._ready
 
-    def _enforce_bounds(self, peer_id: str) -> None:
-        """Under the lock: the peer's oldest group goes past its share; past the byte cap, the oldest group of the
-        peer holding the most bytes (so a flood pushes out its own groups first)."""
-        mine = [item for item in self._all() if item.peer_id == peer_id]
-        while len(mine) > self.max_per_peer:
-            oldest = min(mine, key=lambda item: item.published_at)
-            mine.remove(oldest)
-            self._discard(oldest)
+    def _enforce_bounds(self, new: Buffered) -> None:
+        """Under the lock: the oldest group of the new group's peer, then of its network, goes past their share;
+        past the byte cap, the oldest group of the network holding the most bytes (so a flood pushes out its own
+        groups first, whatever the number of identities it publishes under)."""
+        for belongs in (lambda item: item.peer_id == new.peer_id, lambda item: item.source == new.source):
+            mine = [item for item in self._all() if belongs(item)]
+            while len(mine) > self.max_per_peer:
+                oldest = min(mine, key=lambda item: item.published_at)
+                mine.remove(oldest)
+                self._discard(oldest)
         while self._bytes > self.max_bytes:
-            by_peer: Counter[str] = Counter()
+            by_source: Counter[str] = Counter()
             for item in self._all():
-                by_peer[item.peer_id] += item.size
-            biggest = by_peer.most_common(1)[0][0]
-            self._discard(min((i for i in self._all() if i.peer_id == biggest), key=lambda i: i.published_at))
+                by_source[item.source] += item.size
+            biggest = by_source.most_common(1)[0][0]
+            self._discard(min((i for i in self._all() if i.source == biggest), key=lambda i: i.published_at))
 
     def _discard(self, item: Buffered) -> None:
         if item in self._pending:
@@ -251,14 +267,14 @@ class PeerGroupBuffer:
         if preferred is not None:
             candidates.sort(key=lambda item: item.peer_id not in preferred)
         gone: list[Buffered] = []
-        per_peer: Counter[str] = Counter()
+        per_source: Counter[str] = Counter()  # one group per network before a second of any
         level = 0
         while len(taken.chosen) < count:
             progressed = False
             for item in candidates:
                 if len(taken.chosen) >= count:
                     break
-                if item in gone or per_peer[item.peer_id] != level:
+                if item in gone or per_source[item.source] != level:
                     continue
                 reason = keep(item.group)
                 gone.append(item)
@@ -267,7 +283,7 @@ class PeerGroupBuffer:
                     self._penalize(item.peer_id)
                     continue
                 taken.chosen.append(item)
-                per_peer[item.peer_id] += 1
+                per_source[item.source] += 1
                 progressed = True
             if not progressed:
                 break

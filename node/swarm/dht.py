@@ -39,8 +39,8 @@ import asyncio
 import atexit
 import dataclasses
 import hashlib
-import itertools
 import ipaddress
+import json
 import logging
 import math
 import random
@@ -226,6 +226,7 @@ class DhtExchange:
         self._round_window = round_window
         self._current_round: int | None = None  # the round we play: others' entries are stored only near it
         self._feed_clock: SwarmClock | None = None  # the swarm's clock, once the feed runs: "now" for storage too
+        self._storage_logged_round: int | None = None
         self._registered: Callable[[Iterable[str]], set[str]] = lambda peers: set()
         self._namespace = f"{swarm_name}/{PROTOCOL}/{directory_shards}"
 
@@ -487,6 +488,9 @@ class DhtExchange:
 
     async def _feed_once(self, node: DHTNode, sink: GroupSink, clock: SwarmClock) -> None:
         now = clock.now()
+        if now != self._storage_logged_round:  # once a swarm round: what peers make us hold (bench/attack.py reads it)
+            self._storage_logged_round = now
+            self._log_storage(node)
         for round_ in range(now, max(now - sink.max_age_rounds(), 0) - 1, -1):
             state = self._round_state(round_, keep=sink.max_age_rounds() + 2)
             if self._spent(state, feed=True):
@@ -497,9 +501,11 @@ class DhtExchange:
             picks = self._new_groups(round_, state, sink)
             if picks:
                 found = await self._fetch_groups(node, round_, state, picks, remember=False)
+                networks = self._address_groups([group.peer_id for group, _ in found])
                 for group, size in found:
                     seen = state.seen_at.get((group.peer_id, group.index), time.time())
-                    sink.offer(group, published_at=min(seen, clock.start_of(round_ + 1)), size=size)
+                    sink.offer(group, published_at=min(seen, clock.start_of(round_ + 1)), size=size,
+                               network=networks[group.peer_id])
 
     def _spent(self, state: _RoundGather, *, feed: bool = False) -> bool:
         """Whether the round's fetch budget is spent: a gather's, or the feed's (larger: a peer may publish several
@@ -621,37 +627,39 @@ class DhtExchange:
 
     def _new_groups(self, round: int, state: _RoundGather, sink: GroupSink) -> dict[str, tuple[str, int]]:
         """The feed's picks for one poll: groups not fetched yet of the peers ``sink`` wants more of, newest first
-        (those claiming spread before the others), one per peer in turn until ``2 J`` are picked; the peers' networks
-        take turns (:meth:`_address_groups`, as the address book last read them: no call to the daemon on this path),
-        peers in uniform random order within each."""
+        (those claiming spread before the others), until ``2 J`` are picked. Networks take turns, one group each
+        (identities from one network count as one peer: :meth:`_address_groups`, as the address book last read them,
+        no call to the daemon on this path), in random order; within a network its peers take turns, in uniform
+        random order."""
         budget = 2 * max(1, self._wanted)
         peers = self._banned(state, list(state.pool))
         self._rng.shuffle(peers)
-        # networks take turns (identities from one network count as one peer), in random order
         groups = self._address_groups(peers)
         lanes: dict[str, list[str]] = {}
-        for peer in peers:
-            lanes.setdefault(groups[peer], []).append(peer)
-        order = list(lanes.values())
-        self._rng.shuffle(order)
-        peers = [peer for turn in itertools.zip_longest(*order) for peer in turn if peer is not None]
-        queues = {}
+        queues: dict[str, list[int]] = {}
         for peer in peers:
             pointer, spread = state.pool[peer], set(state.pool[peer].spread)
             new = sorted((i for i in range(pointer.groups) if (peer, i) not in state.tried),
                          key=lambda i: (i in spread, i), reverse=True)
-            wanted = min(len(new), sink.wants(peer)) if new else 0
+            wanted = min(len(new), sink.wants(peer, groups[peer])) if new else 0
             if wanted:
                 queues[peer] = new[:wanted]
+                lanes.setdefault(groups[peer], []).append(peer)
+        order = list(lanes)
+        self._rng.shuffle(order)
         picks: dict[str, tuple[str, int]] = {}
-        while queues and len(picks) < budget:
-            for peer in list(queues):
+        while order and len(picks) < budget:
+            for network in list(order):
                 if len(picks) >= budget:
                     break
+                lane = lanes[network]
+                peer = lane.pop(0)
                 index = queues[peer].pop(0)
                 picks[self._group_key(round, peer, index)] = (peer, index)
-                if not queues[peer]:
-                    del queues[peer]
+                if queues[peer]:
+                    lane.append(peer)
+                if not lane:
+                    order.remove(network)
         return picks
 
     async def _fetch_groups(self, node: DHTNode, round: int, state: _RoundGather, picks: dict[str, tuple[str, int]],
@@ -748,6 +756,11 @@ class DhtExchange:
             except Exception:
                 logger.debug("Could not read the peers' addresses", exc_info=True)
 
+    def address_groups(self, peers: list[str]) -> dict[str, str]:
+        """Each peer's network address group (:mod:`node.swarm.peer_addresses`), or :data:`UNKNOWN`: identities from
+        one network count as one peer."""
+        return self._address_groups(peers)
+
     def _address_groups(self, peers: list[str]) -> dict[str, str]:
         """Each peer's address group: of our live connection to it, else of the peer that sent us its entries (we
         hold its directory pointer as a replica), else :data:`UNKNOWN`."""
@@ -821,6 +834,15 @@ class DhtExchange:
                     "refused_from": dict(storage.refused_from), "evicted": storage.evicted}
 
         return self._on_loop(usage()) or {}
+
+    def _log_storage(self, node: DHTNode) -> None:
+        """On the DHT loop, which alone changes the storage."""
+        storage = node.protocol.storage
+        usage = storage.usage()
+        logger.info("Swarm storage: %d bytes held for the swarm, at most %d from one address group and %d from one "
+                    "signer; refused %s, from %s; evicted %d", storage.measure(),
+                    max((v for k, v in usage["by_group"].items() if k != "self"), default=0), usage["largest_signer"],
+                    json.dumps(dict(storage.refused)), json.dumps(dict(storage.refused_from)), storage.evicted)
 
     def _stored_rounds(self) -> tuple[int, int] | None:
         current = self._feed_clock.now() if self._feed_clock is not None else self._current_round
