@@ -58,13 +58,16 @@ def _sample(round_, peer, *, local=False, fate="trained"):
 
 
 def test_whose_groups_a_node_received_and_trained_on_come_from_the_samples(bench):
-    samples = [_sample(r, "me", local=True) for r in range(3)]
-    samples += [_sample(0, "other"), _sample(0, "sybil1"), _sample(1, "sybil2", fate="rejected:payload_outside_answer"),
-                _sample(1, "sybil3"), _sample(2, "other", fate="dropped_equal_rewards")]
-    swap = bench.exchange(samples, "me", "other", {"sybil1", "sybil2", "sybil3"}, slots=6)
-    assert (swap["rounds_receiving_other"], swap["rounds_played"]) == (2, 3)
+    samples = [_sample(r, "me", local=True) for r in range(4)]
+    samples += [_sample(1, "other"), _sample(1, "sybil1", fate="trained, no signal"),
+                _sample(2, "sybil2", fate="rejected:payload_outside_answer"),
+                _sample(2, "sybil3"), _sample(3, "other", fate="dropped_equal_rewards")]
+    swap = bench.exchange(samples, "me", "other", {"sybil1", "sybil2", "sybil3"}, slots=8)
+    assert (swap["rounds_receiving_other"], swap["rounds_played"]) == (2, 4)
+    # round 0 came before any peer group arrived: rounds never wait, so it is left out of the second measure
+    assert (swap["rounds_receiving_other_since_first_peer_group"], swap["rounds_since_first_peer_group"]) == (2, 3)
     assert swap["groups_received"] == {"other": 2, "adversary": 3}
-    assert swap["slots_taken"] == {"other": 1, "adversary": 2} and swap["adversary_slot_share"] == 0.333
+    assert swap["slots_taken"] == {"other": 1, "adversary": 2} and swap["adversary_slot_share"] == 0.25
 
 
 def test_storage_and_refusals_come_from_the_nodes_log(bench):
@@ -81,7 +84,8 @@ def test_storage_and_refusals_come_from_the_nodes_log(bench):
 
 def test_the_summary_gives_median_and_range_over_runs(bench):
     def run(received, taken, refused):
-        node = {"exchange": {"rounds_receiving_other": received, "rounds_played": 6, "adversary_slot_share": taken},
+        node = {"exchange": {"rounds_receiving_other": received, "rounds_played": 6, "adversary_slot_share": taken,
+                             "rounds_since_first_peer_group": 6, "rounds_receiving_other_since_first_peer_group": received},
                 "storage": {"max_bytes": 2**20, "max_from_one_address_group": 2**19,
                             "refused_from": {"a": 0, "b": refused, "attacker": 9}},
                 "gather_s": {"p50": 1.0}, "max_round": 5}
@@ -90,6 +94,7 @@ def test_the_summary_gives_median_and_range_over_runs(bench):
     (row,) = bench.summary([run(6, 0.5, 0), run(3, 0.25, 1), run(5, 0.0, 0)])
     assert row["attack"] == "replay" and row["node"] == "a"
     assert row["rounds_receiving_other_share"] == {"median": 0.833, "min": 0.5, "max": 1.0}
+    assert row["rounds_receiving_other_share_once_fed"] == row["rounds_receiving_other_share"]
     assert row["adversary_slot_share"] == {"median": 0.25, "min": 0.0, "max": 0.5}
     assert row["entries_refused_from_honest_networks"] == {"median": 0, "min": 0, "max": 1}
     assert row["stored_mb"]["median"] == 1.0
