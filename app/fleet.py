@@ -86,9 +86,9 @@ class FleetNode:
     @property
     def connection(self) -> str:
         if self.link is None:
-            return "this computer"
+            return "Local"
         text = {"connecting": "Connecting…", "connected": "Connected", "closed": "Closed"}.get(self.link.state)
-        return text or f"Connection lost: {self.link.detail}"
+        return text or f"Lost: {self.link.detail}"
 
     @property
     def reachable(self) -> bool:
@@ -125,6 +125,9 @@ class FleetView(QWidget):
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         header.setSectionResizeMode(COLUMNS.index("Connection"), QHeaderView.ResizeMode.Stretch)
         self.table.itemSelectionChanged.connect(self._selected)
+        # Room for four rows even on a small screen; the picked node's dashboard takes the rest.
+        rows = self.table.verticalHeader().defaultSectionSize()
+        self.table.setMinimumHeight(header.sizeHint().height() + 4 * rows + 2 * self.table.frameWidth() + 4)
 
         self.add_button = QPushButton("Add remote node…")
         self.remove_button = QPushButton("Remove")
@@ -166,7 +169,8 @@ class FleetView(QWidget):
         splitter = QSplitter(Qt.Orientation.Vertical)
         splitter.addWidget(top)
         splitter.addWidget(bottom)
-        splitter.setStretchFactor(1, 3)
+        splitter.setStretchFactor(0, 0)
+        splitter.setStretchFactor(1, 1)
         layout = QVBoxLayout(self)
         layout.addWidget(splitter)
 
@@ -307,7 +311,9 @@ class FleetView(QWidget):
                 item = QTableWidgetItem()
                 self.table.setItem(row, column, item)
             item.setText(text)
-            item.setToolTip(node.detail if column == COLUMNS.index("State") else text)
+            tips = {COLUMNS.index("State"): node.detail,
+                    COLUMNS.index("Connection"): f"{text}. {node.link.hint}" if node.link and node.link.hint else text}
+            item.setToolTip(tips.get(column, text))
 
     def _selected(self) -> None:
         node = self.selected

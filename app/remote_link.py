@@ -39,6 +39,7 @@ class RemoteLink(QObject):
         self.backoff_s = tuple(backoff_s)
         self.state: LinkState = "closed"
         self.detail = ""
+        self.hint = ""  # what to do about a lost connection
         self.failures = 0
         self.attempts = 0
         self._process: NodeProcess | None = None
@@ -100,7 +101,8 @@ class RemoteLink(QObject):
         delay = self.backoff_s[min(self.failures, len(self.backoff_s) - 1)]
         self.failures += 1
         log.warning("%s: connection ended (%s); retrying in %g s", self.remote.name, error.message, delay)
-        self._set("lost", f"{error.message}; retrying in {delay:g} s. {error.hint}")
+        self.hint = error.hint
+        self._set("lost", f"{error.message}; retrying in {delay:g} s")
         self._retry.start(int(delay * 1000))
 
     def _set(self, state: LinkState, detail: str = "") -> None:

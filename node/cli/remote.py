@@ -143,8 +143,8 @@ class _Link:
     def connect_once(self, *, quiet: bool = False) -> bool:
         sock = control_socket.connect(self.run_dir)
         if sock is None:
-            if not quiet:
-                self._say("stopped", "no node is running this run")
+            if not quiet:  # dated when the node last wrote to its run folder: when it was last heard of
+                self._say("stopped", "no node is running this run", last_heard(self.run_dir))
             return False
         reader = sock.makefile("r", encoding="utf-8", errors="replace")
         sock.settimeout(None)
@@ -200,8 +200,20 @@ class _Link:
                 except OSError:
                     pass
 
-    def _say(self, state: str, detail: str) -> None:
-        self.inbox.put(("state", StateChanged(state=state, detail=detail).to_json()))
+    def _say(self, state: str, detail: str, at: float | None = None) -> None:
+        event = StateChanged(state=state, detail=detail, time=at or time.time())
+        self.inbox.put(("state", event.to_json()))
+
+
+def last_heard(run_dir: Path) -> float | None:
+    """When the run's node last wrote its log or history (None for a run that never ran)."""
+    times = []
+    for name in (LOG_FILE, "metrics.jsonl", "evaluations.jsonl"):
+        try:
+            times.append((run_dir / name).stat().st_mtime)
+        except OSError:
+            pass
+    return max(times, default=None)
 
 
 # ------------------------------------------------------------------------------------------------ start / stop
