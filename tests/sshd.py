@@ -69,6 +69,11 @@ class LoopbackSshd:
         self.process: subprocess.Popen | None = None
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # its privilege-separation folder
 
+    def only_allow(self, forced_command: str) -> None:
+        """Let the client's key run nothing but ``forced_command`` (authorized_keys ``command=...,restrict``)."""
+        key = self.client_key.with_suffix(".pub").read_text().strip()
+        (self.folder / "authorized_keys").write_text(f'command="{forced_command}",restrict {key}\n')
+
     def start(self, timeout_s: float = 20.0) -> LoopbackSshd:
         self.process = subprocess.Popen([sshd_binary(), "-D", "-e", "-f", str(self.config)],
                                         stdout=subprocess.DEVNULL, stderr=open(self.folder / "sshd.log", "ab"))

@@ -194,6 +194,19 @@ def test_ssh_failures_say_what_to_do(ssh_server, tmp_path):
     assert down.value.code == "ssh_connection"
 
 
+def test_a_key_restricted_to_the_nodes_commands_runs_them_and_nothing_else(ssh_server, tmp_path):
+    remote = node_over_ssh(ssh_server, tmp_path / "data")
+    python = f"env PYTHONPATH={ROOT} {sys.executable} -m node"
+    ssh_server.only_allow(f"{python} ssh-only")
+    with pytest.raises(NodeError, match="no run named 'default'"):  # the node's own `logs` ran, and answered
+        run_command(remote, "logs", timeout_s=120)
+    marker = tmp_path / "pwned"
+    argv = [*ssh_argv(remote, "logs")[:-1], f"touch {marker}"]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "may only run the node's remote commands" in result.stderr
+    assert not marker.exists()
+
+
 def test_nothing_new_listens_on_the_network(world_readable_dir):
     """The control socket is a Unix socket: no TCP or UDP port is opened for it."""
     import psutil

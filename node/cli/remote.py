@@ -10,7 +10,9 @@ When no node runs the run it says so (state ``stopped``) and attaches as soon as
 from __future__ import annotations
 
 import argparse
+import os
 import queue
+import shlex
 import subprocess
 import sys
 import threading
@@ -29,6 +31,7 @@ from node.logs import LOG_FILE
 HISTORY_SAMPLES = 300  # the gossip view's depth
 START_OUTPUT = "node.out"  # in the run folder: what a node started by `start` printed (its log is node.log)
 RECONNECT_S = 1.0  # while no node runs the run, how often attach looks for one
+REMOTE_COMMANDS = ("attach", "start", "stop", "logs")  # what `ssh-only` lets an SSH key run
 
 
 def add_commands(commands) -> None:
@@ -55,6 +58,29 @@ def add_commands(commands) -> None:
     _run_options(logs)
     logs.add_argument("--lines", type=int, default=200)
     logs.set_defaults(handler=_cmd_logs)
+
+
+    only = commands.add_parser(
+        "ssh-only", help="for ~/.ssh/authorized_keys: command=\"rl-swarm-node ssh-only\",restrict before a key lets "
+                         "that key run only attach, start, stop and logs")
+    only.set_defaults(handler=_cmd_ssh_only)
+
+
+def _cmd_ssh_only(args: argparse.Namespace) -> int:
+    """A forced SSH command: run the command the client asked for only when it is one of the node's remote
+    commands; the words before it (however the client's settings name the node's CLI) are ignored."""
+    from node.cli.main import main
+
+    asked = os.environ.get("SSH_ORIGINAL_COMMAND", "")
+    try:
+        words = shlex.split(asked)
+    except ValueError:
+        words = []
+    position = next((i for i, word in enumerate(words) if word in REMOTE_COMMANDS), None)
+    if position is None:
+        raise NodeError(f"this SSH key may only run the node's remote commands ({', '.join(REMOTE_COMMANDS)}), "
+                        f"not {asked[:200]!r}", hint="use this key from the RL Swarm app's fleet view")
+    return main(words[position:])
 
 
 def _run_options(parser: argparse.ArgumentParser) -> None:
