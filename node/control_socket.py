@@ -113,6 +113,7 @@ class ControlServer:
         self.actions = actions
         self._snapshot: dict[type, Event] = {}
         self._clients: list[queue.Queue[str | None]] = []
+        self._connections: dict[int, socket.socket] = {}  # id of a client's outbox -> its connection
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
 
@@ -144,9 +145,9 @@ class ControlServer:
         sock.close()
         self.path.unlink(missing_ok=True)
         with self._lock:
-            for client in self._clients:
-                _offer(client, None)
-            self._clients.clear()
+            clients = list(self._clients)
+        for client in clients:
+            self._drop(client)
 
     def publish(self, event: Event) -> None:
         line = event.to_json()
@@ -191,6 +192,7 @@ class ControlServer:
                         if kind in self._snapshot:
                             outbox.put(self._snapshot[kind].to_json())
                     self._clients.append(outbox)
+                    self._connections[id(outbox)] = conn
             if full:
                 log.warning("refused a control connection: %d clients attached already", MAX_CLIENTS)
                 conn.close()
@@ -237,7 +239,11 @@ class ControlServer:
         with self._lock:
             if outbox in self._clients:
                 self._clients.remove(outbox)
+            conn = self._connections.pop(id(outbox), None)
         _offer(outbox, None)
+        if conn is not None:  # a writer blocked on a client that stopped reading returns with an error
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
 
 
 def _offer(outbox: queue.Queue[str | None], line: str | None) -> bool:

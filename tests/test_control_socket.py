@@ -101,6 +101,7 @@ def test_a_killed_nodes_socket_is_replaced_and_a_slow_client_never_holds_the_nod
             server.publish(StateChanged(state="training", detail="x" * 200))  # the client never reads
         assert time.monotonic() - started < 10
         _until(lambda: server.clients == 0)
+        _until(lambda: not any(t.name == "control-write" for t in threading.enumerate()))  # its writer ended too
         client.close()
     finally:
         server.close()

@@ -24,7 +24,7 @@ from node.cli.event_output import add_event_options, event_stream
 from node.config import default_data_dir
 from node.errors import NodeError
 from node.events import (
-    EvalFinished, ErrorReported, EventDecodeError, RolloutSample, RoundFinished, StateChanged, decode_event,
+    EvalFinished, ErrorReported, EventDecodeError, NodeStarted, RolloutSample, RoundFinished, StateChanged, decode_event,
 )
 from node.logs import LOG_FILE
 
@@ -127,6 +127,9 @@ def _cmd_attach(args: argparse.Namespace) -> int:
                     event, _ = decode_event(line)
                 except EventDecodeError:
                     continue  # a newer node's event kind: the app would skip it too
+                if isinstance(event, NodeStarted) and event.resumed_from_round is not None:
+                    # it cut its history back to its checkpoint: the rounds after it are played again
+                    last = {kind: min(round_, event.resumed_from_round) for kind, round_ in last.items()}
                 if isinstance(event, (RoundFinished, EvalFinished, RolloutSample)) \
                         and event.round <= last.get(type(event), -1):
                     continue  # already sent from the history
