@@ -233,8 +233,6 @@ class FleetView(QWidget):
         return node
 
     def _link_changed(self, node: FleetNode) -> None:
-        if node.link is not None and node.link.state == "lost" and node.state not in ("unknown",):
-            node.detail = "last known state"
         self._changed(node)
 
     def close_links(self) -> None:
@@ -298,7 +296,7 @@ class FleetView(QWidget):
             node.name + (f" ({node.peer_name})" if node.peer_name else ""),
             node.where,
             node.connection,
-            status.label(node.state) if node.state != "unknown" else "-",
+            "-" if node.state == "unknown" else status.label(node.state) + ("" if node.reachable else " (last known)"),
             "-" if node.round is None else str(node.round),
             "-" if node.reward is None else f"{node.reward:.2f}",
             "-" if node.accuracy is None else f"{node.accuracy:.0%}",

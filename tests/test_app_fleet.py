@@ -117,6 +117,7 @@ def test_a_remote_node_is_started_watched_paused_survives_a_lost_connection_and_
     ssh_server.stop()  # the computer drops off the network
     qtbot.waitUntil(lambda: cell(fleet, "box", "Connection").startswith("Lost"), timeout=60_000)
     assert "retrying" in cell(fleet, "box", "Connection") and not fleet.stop_button.isEnabled()
+    assert cell(fleet, "box", "State") == "Paused (last known)"
     assert node.is_running() and node.status() != psutil.STATUS_ZOMBIE, "a lost connection never stops the node"
     attempts = fleet.node("box").link.attempts
     qtbot.waitUntil(lambda: fleet.node("box").link.attempts > attempts, timeout=30_000)  # retried, with backoff
