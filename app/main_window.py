@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import platform
 from pathlib import Path
 
 from PySide6.QtCore import QSettings, Qt, QTimer, Signal
@@ -18,6 +19,7 @@ from app.account_page import AccountPage
 from app.dashboard import Dashboard
 from app.elided_label import ElidedLabel
 from app.errors import Problem, error_dialog, sentence
+from app.fleet import FleetView, LocalControls
 from app.gossip import GossipView
 from app.header import StatusHeader
 from app.hub_panel import HubPanel
@@ -82,6 +84,9 @@ class MainWindow(QMainWindow):
         self.tabs.addTab(self.account, "Account")
         self.tabs.addTab(self.hub, "Hugging Face")
         self.tabs.addTab(self.logs, "Logs")
+        self.fleet = FleetView(config)  # this computer's node and the remote ones, over SSH
+        self.fleet.configChanged.connect(self.apply_config)
+        self.tabs.addTab(self.fleet, "Fleet")
         central = QWidget()
         layout = QVBoxLayout(central)
         self.platform_banner = QLabel()
@@ -150,6 +155,11 @@ class MainWindow(QMainWindow):
         supervisor.stateChanged.connect(self.on_state)
         supervisor.crashed.connect(self.on_crash)
         supervisor.gaveUp.connect(self.on_gave_up)
+        self.fleet.add_local(platform.node() or "this computer", LocalControls(
+            self.start_node, supervisor.pause, supervisor.resume, supervisor.stop,
+            lambda: self.config.run_dir / LOG_FILE), supervisor.state, [], [])
+        supervisor.event.connect(self.fleet.local_event)
+        supervisor.stateChanged.connect(self.fleet.local_state)
         self.load_run_history()
         self.on_state(supervisor.state, supervisor.detail)
 
@@ -186,6 +196,7 @@ class MainWindow(QMainWindow):
         self.gossip.clear()
         self.gossip.add_samples(store.samples(last=GOSSIP_HISTORY))
         self.logs.follow(self.config.run_dir / LOG_FILE, self.app_log)
+        self.fleet.local_history(metrics, self.dashboard.history.evaluations)
 
     def on_event(self, event: Event) -> None:
         self.account.on_event(event)
@@ -322,7 +333,8 @@ class MainWindow(QMainWindow):
 
     def apply_config(self, config: NodeConfig) -> None:
         """Save the new config; the node reads it at start, so offer a restart when it runs."""
-        node_changed = config.model_dump(exclude={"desktop"}) != self.config.model_dump(exclude={"desktop"})
+        app_only = {"desktop", "fleet"}  # settings of the app itself: the node needs no restart for them
+        node_changed = config.model_dump(exclude=app_only) != self.config.model_dump(exclude=app_only)
         run_moved = config.run_dir != self.config.run_dir
         config.save(self.config_path)
         if config.desktop.start_at_login != autostart.is_enabled():
@@ -331,6 +343,7 @@ class MainWindow(QMainWindow):
         self.hub.set_config(config)
         self.account.set_config(config)
         self.policies.apply(config.desktop)
+        self.fleet.set_config(config)
         if run_moved:  # another data folder: another run's history and logs
             self.load_run_history()
         if node_changed and self.supervisor.running:
@@ -411,6 +424,7 @@ class MainWindow(QMainWindow):
         if self._quit_done:
             return
         self._quit_done = True
+        self.fleet.close_links()  # only the SSH connections: remote nodes keep training
         if self.quit_dialog is not None:
             self.quit_dialog.close()
         if self.tray:

@@ -18,4 +18,5 @@ export QT_QPA_PLATFORM=xcb PYTHONPATH=$PWD
 for size in 1600x1000 1024x700; do
   "$PYTHON" bench/screenshots.py --out "$OUT" --size "$size"
   "$PYTHON" bench/screenshots.py --out "$OUT" --size "$size" --dark
+  "$PYTHON" bench/fleet_screenshot.py --out "$OUT" --size "$size"  # over a real sshd on loopback (root, sshd)
 done

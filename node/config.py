@@ -289,6 +289,35 @@ class UploadSettings(_Section):
     )
 
 
+class RemoteNodeSettings(_Section):
+    """A node on another computer that the app's fleet view watches over SSH (``ssh HOST rl-swarm-node attach``)."""
+
+    name: str = Field(pattern=NAME_PATTERN, description="what the fleet view calls it")
+    host: str = Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.@:%-]{0,253}$",
+                      description="SSH destination: a Host of your ~/.ssh/config, a host name, or user@host")
+    port: int | None = Field(None, ge=1, le=65535, description="SSH port; empty = as your SSH setup says")
+    run_name: str = Field("default", pattern=NAME_PATTERN, description="the run's name there ([run] run_name)")
+    data_dir: str | None = Field(None, pattern=r"^[^\x00-\x1f]{1,1024}$",
+                                 description="the node's data folder there; empty = its default")
+    node_command: str = Field("rl-swarm-node", pattern=r"^[^\x00-\x1f]{1,1024}$",
+                              description="how the node's CLI is run there, e.g. ~/rl-swarm/.venv/bin/rl-swarm-node")
+    ssh_config: Path | None = Field(None, description="an ssh_config file to use instead of ~/.ssh/config")
+
+
+class FleetSettings(_Section):
+    """The fleet view's saved remote nodes (this computer's node is always listed)."""
+
+    remotes: list[RemoteNodeSettings] = Field(default_factory=list, max_length=64)
+
+    @model_validator(mode="after")
+    def _names_unique(self) -> FleetSettings:
+        names = [remote.name for remote in self.remotes]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            raise ValueError(f"remote node names must be unique; {', '.join(twice)} is used twice: rename one")
+        return self
+
+
 class NodeConfig(_Section):
     training: TrainingSettings = Field(default_factory=TrainingSettings)
     swarm: SwarmSettings = Field(default_factory=SwarmSettings)
@@ -298,6 +327,7 @@ class NodeConfig(_Section):
     chain: ChainSettings = Field(default_factory=ChainSettings)
     desktop: DesktopSettings = Field(default_factory=DesktopSettings)
     upload: UploadSettings = Field(default_factory=UploadSettings)
+    fleet: FleetSettings = Field(default_factory=FleetSettings)
 
     @classmethod
     def build(cls, data: dict[str, Any] | None = None, *, source: str = "configuration") -> NodeConfig:

@@ -33,6 +33,7 @@ def make_window(qtbot, config: NodeConfig, *, tray: bool = False, **supervisor_o
 
 def _leave_quietly(window: MainWindow) -> None:
     """Teardown closes the window: no node left behind, and no "quit?" dialog waiting for a click."""
+    window.fleet.close_links()
     window.supervisor.kill()
     window.supervisor.wait_stopped(30)
     window.quitting = True

@@ -39,6 +39,7 @@ APP_MAY_IMPORT = {
     "node.chain.wallet",
     "node.chain.account", "node.chain.networks",  # the account page's read-only helper
     "node.cli.main",  # app.main: a frozen bundle re-enters itself as the node CLI
+    "node.remote",  # the SSH command lines of the fleet view's remote nodes
     "node.game",  # the game's stage names and reward maxima (constants only; its modules stay in the node)
 }
 

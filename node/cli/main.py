@@ -19,6 +19,7 @@ from typing import Any
 import psutil
 
 from node.cli import hub as cli_hub
+from node.cli import remote as cli_remote
 from node.cli.event_output import add_event_options, event_stream
 from node.clock import DEFAULT_EPOCH, DEFAULT_ROUND_SECONDS
 from node.config import UNSET, NodeConfig, default_data_dir
@@ -47,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
 
 # ------------------------------------------------------------------------------------------------------- run
 def _cmd_run(args: argparse.Namespace) -> int:
+    from node.control_socket import ControlServer
     from node.events import EventBus, JsonLinesWriter, NodeStarted
     from node.logs import setup_logging
     from node.runner import SwarmNode
@@ -74,6 +76,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     bus.subscribe(remember_invite)
     node = SwarmNode(config, bus=bus)
+    # `rl-swarm-node attach` (and the app's fleet view, over SSH) watches and steers the node through this socket.
+    control = ControlServer(config.run_dir, {"pause": node.pause, "resume": node.resume, "stop": node.stop}).start()
+    bus.subscribe(control.publish)
     _stop_on_signals(node)
     if args.control_stdin:
         threading.Thread(target=_read_controls, args=(node,), name="controls", daemon=True).start()
@@ -81,6 +86,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         node.run()
     finally:
         invite_path.unlink(missing_ok=True)
+        control.close()
     return 0
 
 
@@ -421,6 +427,7 @@ def _parser() -> argparse.ArgumentParser:
     invite.set_defaults(handler=_cmd_invite)
 
     cli_hub.add_commands(commands)  # upload, hf login|logout|whoami
+    cli_remote.add_commands(commands)  # attach, start, stop, logs: a headless node seen from elsewhere
 
     from node.cli.chain import add_commands as add_chain_commands
 
