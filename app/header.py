@@ -22,6 +22,7 @@ PRIVATE_NOTE = "Private swarm: Copy invite includes the swarm's secret. Share it
 LOOPBACK_NOTE = "The invite works on this computer only: this node listens on 127.0.0.1 (as the demo does)."
 LOOPBACK_PREFIXES = ("/ip4/127.", "/ip6/::1/")
 DEVICES = {"cpu": "CPU", "cuda": "NVIDIA GPU", "mps": "Apple GPU"}
+REACH_MORE, REACH_HIDE = "What friends can do \u25b8", "Hide \u25be"
 REACH_COLORS = {"reachable": "#2e7d32", "relayed": "#b26a00", "unreachable": "#c62828", "unknown": "#7f7f7f"}
 
 
@@ -69,6 +70,13 @@ class StatusHeader(QFrame):
         self.reach_note.setTextFormat(Qt.TextFormat.PlainText)
         self.reach_note.setWordWrap(True)
         self.reach_note.hide()
+        # The advice takes three lines at 1024 px: behind a button, so that the charts keep their room
+        self.reach_more = QToolButton()
+        self.reach_more.setObjectName("reachabilityMore")
+        self.reach_more.setAutoRaise(True)
+        self.reach_more.setCheckable(True)
+        self.reach_more.toggled.connect(self._show_reach_note)
+        self.reach_more.hide()
         self.counters = QLabel("")
         self.counters.setObjectName("counters")
         self.counters.setTextFormat(Qt.TextFormat.PlainText)
@@ -95,7 +103,11 @@ class StatusHeader(QFrame):
         grid.addWidget(self.progress, 2, 0)
         grid.addWidget(self.counters, 3, 0)
         grid.addWidget(self.invite_note, 4, 0)
-        grid.addWidget(self.reach, 5, 0)
+        reach_row = QHBoxLayout()
+        reach_row.addWidget(self.reach)
+        reach_row.addWidget(self.reach_more)
+        reach_row.addStretch(1)
+        grid.addLayout(reach_row, 5, 0)
         grid.addWidget(self.reach_note, 6, 0)
         self.set_state("stopped")
         self.set_totals(RunHistory())
@@ -133,7 +145,12 @@ class StatusHeader(QFrame):
         self.reach.setStyleSheet(f"QLabel#reachability {{ color: {color}; font-weight: bold; }}")
         self.reach.show()
         self.reach_note.setText(event.advice)
-        self.reach_note.setVisible(new_swarm or event.status != "reachable")
+        self.reach_more.setVisible(new_swarm or event.status != "reachable")
+        self._show_reach_note(self.reach_more.isChecked())
+
+    def _show_reach_note(self, shown: bool) -> None:
+        self.reach_more.setText(REACH_HIDE if shown else REACH_MORE)
+        self.reach_note.setVisible(shown and self.reach_more.isVisibleTo(self))
 
     def set_state(self, state: str, detail: str = "") -> None:
         color = status.COLORS.get(state, "#7f7f7f")
