@@ -41,6 +41,7 @@ if str(REPO) not in sys.path:
 from node.events import RolloutSample, RoundFinished  # noqa: E402
 from node.logs import LOG_FILE  # noqa: E402
 from node.runstore import RunStore  # noqa: E402
+from node.sapo.scoring import NO_SIGNAL, TRAINED, UPDATE_SKIPPED  # noqa: E402
 from node.swarm.dht import DhtExchange  # noqa: E402
 from node.swarm.identity import load_or_create  # noqa: E402
 from tests.nodes import NodeProcess  # noqa: E402
@@ -124,7 +125,8 @@ def exchange(samples: list[RolloutSample], me: str, other: str, adversary: set[s
     rounds = sorted({s.round for s in samples if s.local})
     with_other = sorted({s.round for s in external if s.source_peer == other})
     from_adversary = [s for s in external if s.source_peer in adversary]
-    trained = [s for s in external if s.fate.startswith("trained")]  # "trained" or "trained, no signal"
+    # given to the update, whatever it made of them (a random model's equal rewards skip the update)
+    trained = [s for s in external if s.fate in (TRAINED, NO_SIGNAL, UPDATE_SKIPPED)]
     # Rounds never wait: those before the feed brought any peer group (nobody had published yet) cannot receive one
     fed = [r for r in rounds if external and r >= min(s.round for s in external)]
     return {

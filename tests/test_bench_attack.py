@@ -59,9 +59,9 @@ def _sample(round_, peer, *, local=False, fate="trained"):
 
 def test_whose_groups_a_node_received_and_trained_on_come_from_the_samples(bench):
     samples = [_sample(r, "me", local=True) for r in range(4)]
-    samples += [_sample(1, "other"), _sample(1, "sybil1", fate="trained, no signal"),
+    samples += [_sample(1, "other"), _sample(1, "sybil1", fate="update_skipped"),
                 _sample(2, "sybil2", fate="rejected:payload_outside_answer"),
-                _sample(2, "sybil3"), _sample(3, "other", fate="dropped_equal_rewards")]
+                _sample(2, "sybil3", fate="no_signal"), _sample(3, "other", fate="dropped_equal_rewards")]
     swap = bench.exchange(samples, "me", "other", {"sybil1", "sybil2", "sybil3"}, slots=8)
     assert (swap["rounds_receiving_other"], swap["rounds_played"]) == (2, 4)
     # round 0 came before any peer group arrived: rounds never wait, so it is left out of the second measure
