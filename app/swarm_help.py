@@ -83,7 +83,8 @@ def swarm_help_text(g: SwarmGiven) -> str:
     if not g.peer_groups_received and not g.peer_groups_trained:
         return f"{QUESTION} Not yet: no peer group has reached this node {over}, so {own}."
     if not g.peers_with_spread:
-        return (f"{QUESTION} Not yet: peers shared {_count(g.peer_groups_received, 'group')} {over}, but none it "
+        shared = _count(max(g.peer_groups_received, g.peer_groups_trained), "group")
+        return (f"{QUESTION} Not yet: peers shared {shared} {over}, but none it "
                 f"could train on had reward spread (every answer to a question scored the same), so they taught it "
                 f"nothing and {own}.")
     taught = (f"{g.peer_share:.0%} of the groups this node learned from came from peers "
