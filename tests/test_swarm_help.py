@@ -74,3 +74,14 @@ def test_family_rows_compare_the_latest_evaluation_with_the_first():
                             evaluation(10, {"products": 0.5, "chain_sum": 0.5}, {"products": 8, "chain_sum": 4})])
     assert [(r.family, r.first, r.last, r.questions, r.change) for r in rows] == [
         ("products", 0.25, 0.5, 8, 0.25), ("chain_sum", None, 0.5, 4, None)]
+
+
+def test_the_headless_node_prints_the_peer_groups_with_spread_ours_lacked(capsys, tmp_path):
+    from node.cli.main import _HumanProgress
+
+    progress = _HumanProgress(tmp_path / "node.log")
+    progress(rnd(4, received=3, used=2, own=0, peers=2, lacked=1))
+    progress(rnd(5, own=None, peers=None, lacked=None))  # not measured (the game): nothing claimed
+    first, second = capsys.readouterr().out.splitlines()
+    assert "used 2/2 (1 with spread ours lacked) rejected 0" in first
+    assert "used 0/2 rejected 0" in second and "lacked" not in second
