@@ -90,8 +90,8 @@ def swarm_help_text(g: SwarmGiven) -> str:
     taught = (f"{g.peer_share:.0%} of the groups this node learned from came from peers "
               f"({g.peers_with_spread} of {g.own_with_spread + g.peers_with_spread} with reward spread, {over})")
     if not g.rounds_peers_filled_a_gap:
-        return (f"{QUESTION} A little: {taught}, all on tasks where its own questions had spread too: more of the "
-                f"same signal, none it lacked.")
+        return (f"{QUESTION} A little: {taught}, but none on a task where its own questions had none: more signal, "
+                f"none it lacked.")
     gap = []
     if g.spread_we_lacked:
         gap.append(f"{g.spread_we_lacked} had spread on a task where its own questions had none")
