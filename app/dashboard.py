@@ -6,6 +6,7 @@ learning model changes instead (well-formed answers, groups with reward spread, 
 
 from __future__ import annotations
 
+import math
 import re
 
 import numpy as np
@@ -14,7 +15,9 @@ from PySide6.QtCore import QEvent, Qt
 from PySide6.QtWidgets import QGridLayout, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from app.charts import Chart
+from app.family_table import FamilyTable
 from app.history import FATES, MOVING_AVERAGE_ROUNDS, PHASES, RunHistory
+from app.swarm_help import swarm_help_text
 from node.events import EvalFinished, RoundFinished
 from node.game import STAGES
 
@@ -24,6 +27,7 @@ COLORS = {"local": "#0072B2", "external": "#E69F00", "average": "#009E73", "accu
           "spread": "#0072B2", "advantage": "#D55E00", "grad_norm": "#E69F00", "entropy": "#56B4E9",
           "generate": "#0072B2", "share": "#F0E442", "gather": "#E69F00", "train": "#009E73",
           "used": "#009E73", "dropped": "#999999", "not_needed": "#56B4E9", "rejected": "#D55E00", "peers": "#CC79A7",
+          "lacked": "#0072B2",
           "stage_answer": "#56B4E9", "stage_critique": "#CC79A7", "stage_revise": "#D55E00",
           "accuracy_answer": "#0072B2", "accuracy_swarm_final": "#009E73"}
 SKIPPED_SHADE = (128, 128, 128, 45)  # rounds not played: a light grey on dark and light themes alike
@@ -54,7 +58,8 @@ EXPLAIN = {
               "Zero means the round had nothing to learn from and the update was skipped.",
     "groups": "Peer groups received each round, by what happened to them: trained on, dropped because every "
               "completion scored the same, not needed (enough were taken), or rejected (failed our checks). "
-              "The line is the number of peers seen.",
+              "The line is the number of peers seen; the diamonds count the groups trained on that had reward "
+              "spread on a task family where this node's own questions of the round had none.",
     "seconds": "Wall-clock seconds of each round, split by phase.",
     "length": "Mean number of tokens per completion; it usually drops as the model learns to answer briefly.",
 }
@@ -112,13 +117,21 @@ class Dashboard(QWidget):
         for fate in FATES:
             self._bars(groups, fate, FATE_LABELS[fate])
         self._curve(groups, "peers", "peers", COLORS["peers"], symbol="s")
+        self._curve(groups, "lacked", "spread ours lacked", COLORS["lacked"], symbol="d", width=0)
+        self.curves["lacked"].setSymbolSize(10)
+        self.curves["lacked"].setSymbolPen(pg.mkPen("w", width=1.5))  # a blue diamond on the bars stands out
         seconds = self._chart("seconds", "Seconds per round")
         for phase in PHASES:
             self._bars(seconds, phase, PHASE_LABELS[phase])
 
         grid = QGridLayout()
         grid.setSpacing(6)
-        grid.addWidget(accuracy, 0, 0, 1, 3)
+        self.families = FamilyTable()
+        top_left = QHBoxLayout()
+        top_left.setSpacing(6)
+        top_left.addWidget(accuracy, 1)
+        top_left.addWidget(self.families)
+        grid.addLayout(top_left, 0, 0, 1, 3)
         grid.addWidget(reward, 0, 3, 1, 3)
         for column, name in enumerate(("wellformed", "spread", "update")):
             grid.addWidget(self.charts[name], 1, column * 2, 1, 2)
@@ -139,11 +152,27 @@ class Dashboard(QWidget):
         self.summary.setWordWrap(True)
         self.summary.setObjectName("roundSummary")
         self.summary.setTextFormat(Qt.TextFormat.PlainText)
+        # "Is the swarm helping?", from what peers' groups added to this node's updates (app.swarm_help)
+        self.swarm_help = QLabel("")
+        self.swarm_help.setObjectName("swarmHelp")
+        self.swarm_help.setWordWrap(True)
+        self.swarm_help.setTextFormat(Qt.TextFormat.PlainText)
+        self.swarm_help.setToolTip(
+            "Counted over this run's rounds. A group teaches the model only when its answers got different rewards "
+            "(reward spread). A peer group had spread this node lacked when the round also asked this node a "
+            "question of the same task family and every one of its own answers there scored the same. In a round where "
+            "peers gave all of the signal, none of this node's own groups had spread: without the peers' groups it "
+            "would have skipped its update. Nothing here compares with a run alone, which this node did not make.")
+        self.swarm_help.hide()
         self.reset_button = QPushButton("Reset zoom")
         self.reset_button.setToolTip("Drag to pan, scroll or right-drag to zoom; this fits every chart again")
         self.reset_button.clicked.connect(self.reset_zoom)
         bottom = QHBoxLayout()
-        bottom.addWidget(self.summary, 1)
+        lines = QVBoxLayout()
+        lines.setSpacing(2)
+        lines.addWidget(self.summary)
+        lines.addWidget(self.swarm_help)
+        bottom.addLayout(lines, 1)
         bottom.addWidget(self.reset_button, 0, Qt.AlignmentFlag.AlignRight)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -189,6 +218,7 @@ class Dashboard(QWidget):
             "local": h.reward_local, "external": h.reward_external, "local_avg": h.reward_local_average(),
             "wellformed": h.wellformed, "correct": h.accuracy_local, "spread": h.groups_with_spread,
             "advantage": h.mean_abs_advantage, "grad_norm": h.grad_norm, "peers": h.peers,
+            "lacked": [math.nan if n == 0 else n for n in h.peer_spread_lacked],  # only rounds where peers filled a gap
         }
         series.update({f"stage_{stage}": values for stage, values in h.stage_rewards.items()})
         series.update({f"accuracy_{key}": values for key, values in h.stage_accuracy.items()})
@@ -210,6 +240,7 @@ class Dashboard(QWidget):
                 "baseline", f"baseline {h.baseline.accuracy_greedy:.0%} (round {h.baseline.round})")
         self.baseline.setVisible(h.baseline is not None)
         self.charts["accuracy"].set_empty(not evals)
+        self.families.show_evaluations(evals)
         self._stack(self.charts["groups"], x, {fate: h.groups[fate] for fate in FATES})
         self._stack(self.charts["seconds"], x, h.seconds)
         for name in ("reward", "wellformed", "spread", "update", "seconds"):
@@ -220,6 +251,8 @@ class Dashboard(QWidget):
         self._mark_skipped(h.skipped_rounds())
         if h.last is not None:
             self.summary.setText(self._summary())
+        self.swarm_help.setText(_glue_figures(swarm_help_text(h.given)))
+        self.swarm_help.setVisible(bool(self.swarm_help.text()))
 
     def _summary(self) -> str:
         h, m = self.history, self.history.last

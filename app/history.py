@@ -6,6 +6,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 
+from app.swarm_help import SwarmGiven
 from node.events import EvalFinished, RoundFinished
 from node.game import STAGE_MAX_REWARD, STAGES
 
@@ -57,6 +58,10 @@ class RunHistory:
     peer_age_s_max: list[float] = field(default_factory=list)
     evaluations: list[EvalFinished] = field(default_factory=list)
     last: RoundFinished | None = None
+    # SAPO: peer groups trained on with reward spread on a family where this node's own groups had none; NaN in
+    # rounds that did not count it (the game, older run folders)
+    peer_spread_lacked: list[float] = field(default_factory=list)
+    given: SwarmGiven = field(default_factory=SwarmGiven)  # what the swarm gave over the run (app.swarm_help)
 
     @classmethod
     def from_metrics(cls, metrics: list[RoundFinished], evaluations: list[EvalFinished] = ()) -> RunHistory:
@@ -92,6 +97,8 @@ class RunHistory:
         self.totals.update(shared=m.groups_shared, received=m.groups_received, rounds=1, **fates)
         self.peer_age_s.append(_nan(m.peer_group_age_s_mean))
         self.peer_age_s_max.append(_nan(m.peer_group_age_s_max))
+        self.peer_spread_lacked.append(_nan(m.peer_groups_spread_we_lacked))
+        self.given = self.given.plus(m)
         if m.external_groups_wanted:
             self.totals.update(j_rounds=1, j_filled=int(m.groups_used >= m.external_groups_wanted))
         self.last = m

@@ -115,6 +115,12 @@ class RoundFinished(Event):
     stage_accuracy: dict[str, float] = field(default_factory=dict)
     # With a chain: how many of groups_used came from peers registered on its coordinator (picked first).
     groups_from_registered: int | None = None
+    # What the swarm gave this round (node.sapo.scoring.peer_signal; None in the game and in runs older than these
+    # figures): groups of the update with reward spread, ours and peers', and of the peers' ones those on a task family
+    # that this round's own groups drew and got no spread from (every answer of ours scored the same there).
+    local_groups_with_spread: int | None = None
+    peer_groups_with_spread: int | None = None
+    peer_groups_spread_we_lacked: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -168,6 +174,7 @@ class EvalFinished(Event):
     score_mean: float  # mean reasoning-gym score (partial credit included) of the sampled completions
     wellformed_rate: float
     per_family: dict[str, float] = field(default_factory=dict)  # greedy exact accuracy by family
+    per_family_questions: dict[str, int] = field(default_factory=dict)  # held-out questions of each family
     seconds: float = 0.0
 
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
-from node.events import EventBus, JsonLinesWriter, ErrorReported, RolloutSample, RoundFinished, StateChanged, event_from_json
+from node.events import (
+    EvalFinished, EventBus, JsonLinesWriter, ErrorReported, RolloutSample, RoundFinished, StateChanged, event_from_json,
+)
 from node.runstore import RunStore
 
 
@@ -67,3 +70,24 @@ def test_store_appends_reads_skips_torn_lines_and_truncates(tmp_path):
     assert {s.round for s in store.samples()} == {0, 1, 2}
     store.truncate_after(None)
     assert store.metrics() == [] and store.samples() == []
+
+
+SWARM_FIGURES = ("local_groups_with_spread", "peer_groups_with_spread", "peer_groups_spread_we_lacked")
+
+
+def test_a_run_folder_written_before_the_swarm_figures_still_loads(tmp_path):
+    store = RunStore(tmp_path / "run")
+    new = dataclasses.replace(metrics(1), local_groups_with_spread=1, peer_groups_with_spread=2,
+                              peer_groups_spread_we_lacked=1)
+    old_round = {key: value for key, value in json.loads(metrics(0).to_json()).items() if key not in SWARM_FIGURES}
+    evaluation = EvalFinished(round=0, rounds_trained=0, questions=4, accuracy_greedy=0.5, exact_mean=0.5,
+                              score_mean=0.5, wellformed_rate=1.0, per_family={"products": 0.5},
+                              per_family_questions={"products": 4})
+    old_evaluation = {k: v for k, v in json.loads(evaluation.to_json()).items() if k != "per_family_questions"}
+    store.metrics_path.write_text(json.dumps(old_round) + "\n" + new.to_json() + "\n")
+    store.evaluations_path.write_text(json.dumps(old_evaluation) + "\n")
+    old, loaded = store.metrics()
+    assert all(getattr(old, name) is None for name in SWARM_FIGURES)  # not measured, never a false zero
+    assert loaded == new
+    (evaluation_read,) = store.evaluations()
+    assert evaluation_read.per_family == {"products": 0.5} and evaluation_read.per_family_questions == {}

@@ -34,6 +34,15 @@ class _SpreadParts(RoundParts):
         return Grade(reward, reward > 0.5, reward, True, "correct" if reward > 0.5 else "wrong_value")
 
 
+class _FlatOwnParts(_SpreadParts):
+    """Every completion of this node's own questions scores 0 (no spread); its peers' get the hash's spread."""
+
+    def grade(self, task: Task, text: str, finished: bool) -> Grade:
+        if task.ref.seed == self.tasks.seed:
+            return Grade(0.0, False, 0.0, True, "wrong_value")
+        return super().grade(task, text, finished)
+
+
 class _Registry:
     def __init__(self, registered: set[str]) -> None:
         self.registered, self.asked = registered, set()
@@ -151,6 +160,31 @@ def test_a_round_never_waits_for_a_peer_and_a_late_peers_groups_are_used_later(t
 
 
 @pytest.mark.slow
+def test_a_round_counts_the_peer_groups_that_brought_spread_its_own_groups_lacked(tiny_model_dir, tmp_path):
+    board = InMemoryBoard()
+    a = _parts(tiny_model_dir, tmp_path, board, "QmStuck", seed=1, cls=_FlatOwnParts, members=["QmHelper"])
+    b = _parts(tiny_model_dir, tmp_path, board, "QmHelper", seed=2, cls=_SpreadParts, members=["QmStuck"])
+    _connect(a, b)
+    results: dict = {}
+    _play(b, 0, results, [])
+    a.buffer.verify_pending()
+    _play(a, 0, results, [])
+    m, samples = results["QmStuck"].metrics, results["QmStuck"].samples
+    own_families = {s.family for s in samples if s.local}
+    from_peers = [s for s in samples if not s.local and s.fate == "trained"]
+    assert m.groups_used == len(from_peers) >= 1
+    # none of our groups had spread, so every peer group trained on supplied the round's whole signal
+    assert m.local_groups_with_spread == 0 and m.peer_groups_with_spread == len(from_peers)
+    assert not m.update_skipped and a.learner.global_step == 1
+    assert m.peer_groups_spread_we_lacked == sum(s.family in own_families for s in from_peers)
+    # the helper's own groups had spread; it took nothing from the stuck node (all equal rewards, dropped)
+    helper = results["QmHelper"].metrics
+    assert helper.local_groups_with_spread >= 1 and helper.peer_groups_with_spread == 0
+    assert helper.peer_groups_spread_we_lacked == 0
+    disconnect_peers(a), disconnect_peers(b)
+
+
+@pytest.mark.slow
 def test_a_round_without_reward_spread_skips_the_update(tiny_model_dir, tmp_path):
     board = InMemoryBoard()
     solo = _parts(tiny_model_dir, tmp_path, board, "QmSolo", seed=3)  # real verifier: a random model scores 0
@@ -183,6 +217,9 @@ def test_build_node_plays_rounds_and_evaluates_over_an_in_memory_exchange(tiny_m
     assert [e.rounds_trained for e in evaluations] == [0, 1, 2]  # baseline, every round, and after the last one
     assert kinds.index("eval_finished") < kinds.index("round_finished")
     assert all(e.questions == 5 and e.seconds > 0 for e in evaluations)
+    # per family: how many held-out questions each accuracy rests on, and the accuracy itself
+    assert all(sum(e.per_family_questions.values()) == 5 and set(e.per_family_questions) == set(e.per_family)
+               for e in evaluations)
     assert RunStore(config.run_dir).evaluations() == evaluations
     assert [e.round for e in events if e.kind == "round_finished"] == [0, 1]
     assert len(board.records) >= 1 and all(r > 1_000_000 for r in board.records)  # published under the swarm clock

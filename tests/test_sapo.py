@@ -5,9 +5,10 @@ from __future__ import annotations
 import dataclasses
 import random
 
-from node.sapo.scoring import trained_fate, verify_records
+from node.sapo.scoring import ScoredGroup, peer_signal, trained_fate, verify_records
 from node.swarm.records import RoundRecord, SharedGroup, decode_record, encode_record
-from node.tasks.source import TaskSource, grade
+from node.tasks.source import Grade, Task, TaskSource, grade
+from node.tasks.taskref import TaskRef
 
 G = 4
 
@@ -123,3 +124,31 @@ def test_text_in_an_answer_block_nobody_grades_counts_as_outside_text():
 
     text = "a <answer>x</answer> b </answer>"
     assert answer_span(text) == (2, 20) and extract_answer(text) == "x"
+
+
+def _scored(family: str, rewards, *, local: bool) -> ScoredGroup:
+    task = Task(ref=TaskRef(family=family, config_id="0" * 12, seed=1, index=len(rewards)), question="q", answer="1",
+                entry={})
+    grades = tuple(Grade(r, r == 1.0, r, True, "correct" if r == 1.0 else "wrong_value") for r in rewards)
+    return ScoredGroup("QmMe" if local else "QmPeer", 0, local, task, ("t",) * len(rewards), (True,) * len(rewards),
+                       grades)
+
+
+def test_peer_spread_counts_as_lacked_only_on_a_family_where_every_own_group_was_flat():
+    flat, spread = (0.0, 0.0, 0.0, 0.0), (1.0, 0.0, 0.0, 1.0)
+    local = [_scored("products", flat, local=True), _scored("chain_sum", spread, local=True),
+             _scored("chain_sum", flat, local=True)]
+    peers = [
+        _scored("products", spread, local=False),          # we drew products and got no spread: lacked
+        _scored("products", (1.0, 1.0, 1.0, 1.0), local=False),  # no spread of its own: no signal at all
+        _scored("chain_sum", spread, local=False),         # one of our chain sums had spread: more of the same
+        _scored("basic_arithmetic", spread, local=False),  # a family we did not draw: not counted as lacked
+    ]
+    signal = peer_signal(local, peers)
+    assert (signal.local_with_spread, signal.peers_with_spread, signal.spread_we_lacked) == (1, 3, 1)
+    # every own group flat: each peer group with spread on a family we drew is spread we lacked
+    signal = peer_signal([_scored("chain_sum", flat, local=True), _scored("products", flat, local=True)], peers)
+    assert (signal.local_with_spread, signal.peers_with_spread, signal.spread_we_lacked) == (0, 3, 2)
+    # no peers, or peers without spread: nothing given
+    assert peer_signal(local, []) == peer_signal(local, peers[1:2])
+    assert peer_signal(local, []).peers_with_spread == 0 and peer_signal(local, []).spread_we_lacked == 0

@@ -164,10 +164,13 @@ class _HumanProgress:
                       f"  rl-swarm-node run --join '{invite}'")
         elif kind == "round_finished":
             external = "-" if event.reward_external is None else f"{event.reward_external:.3f}"
+            lacked = "" if event.peer_groups_spread_we_lacked is None else \
+                f" ({event.peer_groups_spread_we_lacked} with spread ours lacked)"
             print(
                 f"round {event.round:>5} | reward local {event.reward_local:.3f} ext {external} | "
                 f"loss {event.loss:+.4f} | peers {event.peers_seen} | groups shared {event.groups_shared} "
-                f"received {event.groups_received} used {event.groups_used}/{event.external_groups_wanted} rejected {event.groups_rejected} | "
+                f"received {event.groups_received} used {event.groups_used}/{event.external_groups_wanted}{lacked} "
+                f"rejected {event.groups_rejected} | "
                 f"gen {event.seconds_generate:.1f}s ({event.generation_tokens_per_s:.0f} tok/s) "
                 f"gather {event.seconds_gather:.1f}s train {event.seconds_train:.1f}s",
                 flush=True,

@@ -85,6 +85,7 @@ class Evaluator:
             accuracy_greedy=_mean(greedy_exact), exact_mean=_mean(sampled_exact), score_mean=_mean(scores),
             wellformed_rate=_mean(wellformed),
             per_family={family: _mean(values) for family, values in sorted(by_family.items())},
+            per_family_questions={family: len(values) for family, values in sorted(by_family.items())},
             seconds=time.perf_counter() - started,
         )
 

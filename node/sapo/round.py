@@ -31,7 +31,8 @@ from node.learning.grpo import Completion, GrpoLearner, Policy, StepStats, Train
 from node.sapo.peer_buffer import Buffered, PeerGroupBuffer, Taken
 from node.sapo.peer_text import outside_text_limit, within_limit
 from node.sapo.scoring import (
-    DROPPED_EQUAL_REWARDS, RejectedGroup, ScoredGroup, Verification, score_group, trained_fate, verify_records,
+    DROPPED_EQUAL_REWARDS, RejectedGroup, ScoredGroup, Verification, peer_signal, score_group, trained_fate,
+    verify_records,
 )
 from node.swarm.exchange import Exchange
 from node.swarm.identity import peer_name
@@ -198,6 +199,7 @@ def play_round(
     rejected = Counter(r.reason for r in taken.rejected)
     ages = _ages(parts.clock, taken.chosen)
     registered = None if parts.registry is None else parts.registry.registered_peers(g.peer_id for g in chosen)
+    signal = peer_signal(local, chosen)
     seconds_total = time.perf_counter() - started
     if parts.buffer is not None:
         parts.buffer.round_took(seconds_total)
@@ -236,6 +238,9 @@ def play_round(
         groups_from_registered=None if registered is None else sum(g.peer_id in registered for g in chosen),
         external_groups_wanted=s.external_groups,
         peer_groups_buffered=taken.left,
+        local_groups_with_spread=signal.local_with_spread,
+        peer_groups_with_spread=signal.peers_with_spread,
+        peer_groups_spread_we_lacked=signal.spread_we_lacked,
         **ages,
     )
     fates = {id(g): trained_fate(g.rewards, update_run=bool(with_spread)) for g in trained}
@@ -246,11 +251,13 @@ def play_round(
     for group in chosen:
         rewards_by_peer.setdefault(group.peer_id, []).extend(group.rewards)
     log.info(
-        "round %d: reward %.3f, exact %.2f, well-formed %.2f | %d peers | peer groups: %d of %d trained (age %s), "
+        "round %d: reward %.3f, exact %.2f, well-formed %.2f | %d peers | peer groups: %d of %d trained (age %s; "
+        "%d with spread our own groups lacked), "
         "%d arrived, %d equal rewards, %d rejected (%s), %d stale, %d buffered | %s | %.1f s",
         number, metrics.reward_local, metrics.accuracy_local, metrics.wellformed_rate, metrics.peers_seen,
         metrics.groups_used, s.external_groups,
         "-" if metrics.peer_group_age_s_max is None else f"max {metrics.peer_group_age_s_max:.1f} s",
+        signal.spread_we_lacked,
         metrics.groups_received, metrics.groups_zero_advantage, metrics.groups_rejected,
         ", ".join(f"{k} {v}" for k, v in rejected.items()) or "-", metrics.groups_not_needed, taken.left,
         "update skipped: no group with reward spread" if metrics.update_skipped

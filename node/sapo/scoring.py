@@ -74,6 +74,34 @@ def score_group(
 
 
 @dataclass(frozen=True)
+class PeerSignal:
+    """What the swarm gave one round's update, counted in groups with reward spread (the ones that give a gradient)."""
+
+    local_with_spread: int  # our own groups with spread
+    peers_with_spread: int  # peer groups in the update with spread
+    spread_we_lacked: int  # of those, the ones on a family where every own group of the round had equal rewards
+
+
+def peer_signal(local: Iterable[ScoredGroup], peers: Iterable[ScoredGroup]) -> PeerSignal:
+    """Count the reward spread a round's peer groups brought that its own groups lacked.
+
+    A peer group brings spread we lacked when its rewards differ and this round drew at least one question of the same
+    task family for itself, all of whose groups scored every completion the same (all right or all wrong): there the
+    peer's group gives a gradient on a family where ours gave none. A family the round did not draw for itself does
+    not count, so the figure never credits peers merely for covering other questions.
+    """
+    local, peers = list(local), list(peers)
+    ours_with_spread = {g.task.ref.family for g in local if not g.zero_advantage}
+    ours_flat = {g.task.ref.family for g in local} - ours_with_spread
+    with_spread = [g for g in peers if not g.zero_advantage]
+    return PeerSignal(
+        local_with_spread=sum(not g.zero_advantage for g in local),
+        peers_with_spread=len(with_spread),
+        spread_we_lacked=sum(g.task.ref.family in ours_flat for g in with_spread),
+    )
+
+
+@dataclass(frozen=True)
 class RejectedGroup:
     peer_id: str
     round: int

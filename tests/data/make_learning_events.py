@@ -64,7 +64,8 @@ def main() -> None:
             events.append(EvalFinished(time=now, round=round_, rounds_trained=round_, questions=64,
                                        accuracy_greedy=acc, exact_mean=acc * 0.8, score_mean=acc * 0.9 + 0.05,
                                        wellformed_rate=min(0.97, 0.35 + round_ * 0.03),
-                                       per_family={"products": acc + 0.1, "gcd": acc - 0.05}, seconds=40.0))
+                                       per_family={"products": acc + 0.1, "gcd": acc - 0.05},
+                                       per_family_questions={"products": 32, "gcd": 32}, seconds=40.0))
             now += 40
         if round_ == ROUNDS:
             break
@@ -117,6 +118,10 @@ def main() -> None:
                                         if phase == "waiting_for_peers" else ""))
             now += 9
         trained_groups = 2 + fates["used"]
+        # what the swarm gave (node.sapo.scoring.peer_signal), counted before the fates of flat groups are renamed
+        own = [s for s in samples if s.local]
+        own_flat = {s.family for s in own} - {s.family for s in own if len(set(s.group_rewards)) > 1}
+        from_peers = [s for s in samples if not s.local and s.fate == "trained"]
         spread = sum(len(set(s.group_rewards)) > 1 for s in samples if s.fate == "trained") / trained_groups
         # what the node says of a group given to the update that taught nothing (node.sapo.scoring.trained_fate)
         samples = [dataclasses.replace(s, fate="update_skipped" if spread == 0 else "no_signal")
@@ -138,7 +143,10 @@ def main() -> None:
             groups_not_needed=fates["not_needed"], wellformed_rate=sum(wellformed) / 8,
             accuracy_local=sum(r == 1.0 for r in local_rewards) / 8, groups_with_spread=spread,
             mean_abs_advantage=0.8 * spread, grad_norm=None if spread == 0 else 0.6 + rng.random() * 0.5 + spread,
-            entropy=1.2 - 0.5 * skill, update_skipped=spread == 0, difficulty={"products": 1 + round_ // 12}))
+            entropy=1.2 - 0.5 * skill, update_skipped=spread == 0, difficulty={"products": 1 + round_ // 12},
+            external_groups_wanted=2, local_groups_with_spread=sum(len(set(s.group_rewards)) > 1 for s in own),
+            peer_groups_with_spread=len(from_peers),
+            peer_groups_spread_we_lacked=sum(s.family in own_flat for s in from_peers)))
         now += 2
     events.append(RoundProgress(time=now, round=ROUNDS, phase="generating", done=16, total=48,
                                 detail="2 questions x 4 completions"))
