@@ -127,9 +127,9 @@ def test_a_cpu_with_native_bf16_samples_in_bf16_and_says_so():
     native = replace(CPU_LAPTOP, cpu_bf16_units=("AVX512-BF16",))
     rec = recommend(native)
     assert (rec.train_dtype, rec.generation_dtype) == ("float32", "bfloat16")
-    assert "native bfloat16 (AVX512-BF16): completions are sampled in bfloat16" in native.describe()
+    assert "native bfloat16 (AVX512-BF16): samples completions in bfloat16" in native.describe()
     assert recommend(CPU_LAPTOP).generation_dtype == "float32"
-    assert "no native bfloat16: completions are sampled in float32" in CPU_LAPTOP.describe()
+    assert "no native bfloat16: samples completions in float32" in CPU_LAPTOP.describe()
     # the GPU decides where there is one: a pre-Ampere GPU samples in float32, MPS keeps float32
     for hw in (GTX_1060, MAC_16):
         assert recommend(replace(hw, cpu_bf16_units=("AMX-BF16",))).generation_dtype == "float32"

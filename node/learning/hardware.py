@@ -90,8 +90,8 @@ class HardwareInfo:
 
     def cpu_bf16_description(self) -> str:
         if self.cpu_bf16_units:
-            return f"native bfloat16 ({', '.join(self.cpu_bf16_units)}): completions are sampled in bfloat16"
-        return "no native bfloat16: completions are sampled in float32"
+            return f"native bfloat16 ({', '.join(self.cpu_bf16_units)}): samples completions in bfloat16"
+        return "no native bfloat16: samples completions in float32"
 
     def to_dict(self) -> dict:
         return {**asdict(self), "description": self.describe()}
