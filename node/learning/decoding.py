@@ -63,7 +63,7 @@ def supports(causal_lm) -> bool:
         and generation.cache_implementation is None
         and not sliding
         and set(getattr(config, "layer_types", None) or ["full_attention"]) == {"full_attention"}
-        and "position_ids" in inspect.signature(causal_lm.forward).parameters
+        and {"position_ids", "logits_to_keep"} <= set(inspect.signature(causal_lm.forward).parameters)
         and all(getattr(generation, name, None) in neutral for name, neutral in _NEUTRAL_SETTINGS.items())
     )
 
