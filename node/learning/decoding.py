@@ -48,8 +48,8 @@ _NEUTRAL_SETTINGS = {
 }
 
 
-# The forward's name for the cache (``past_key_values`` warns from transformers 5.2x on)
-_CACHE_KWARG = "cache" if "cache" in getattr(generation_utils, "ALL_CACHE_NAMES", ()) else "past_key_values"
+# generate()'s and the forward's name for a key/value cache (``past_key_values`` warns from transformers 5.2x on)
+CACHE_KWARG = "cache" if "cache" in getattr(generation_utils, "ALL_CACHE_NAMES", ()) else "past_key_values"
 
 
 def supports(causal_lm) -> bool:
@@ -153,7 +153,7 @@ def sample(
     positions = (attention.cumsum(-1) - 1).masked_fill(attention == 0, 0)
     if width > 1:
         causal_lm.base_model(input_ids=input_ids[:, :-1], attention_mask=attention[:, :-1],
-                             position_ids=positions[:, :-1], use_cache=True, **{_CACHE_KWARG: cache})
+                             position_ids=positions[:, :-1], use_cache=True, **{CACHE_KWARG: cache})
     step_ids = input_ids[:, -1:].repeat_interleave(copies, dim=0)
     step_positions = positions[:, -1:].repeat_interleave(copies, dim=0)
     is_sampled = (torch.arange(rows, device=device) % copies) >= greedy
@@ -165,7 +165,7 @@ def sample(
     produced = 0
     for step in range(max_new_tokens):
         logits = causal_lm(input_ids=step_ids, attention_mask=mask[:, : width + step], position_ids=step_positions,
-                           use_cache=True, logits_to_keep=1, **{_CACHE_KWARG: cache}).logits[:, -1, :]
+                           use_cache=True, logits_to_keep=1, **{CACHE_KWARG: cache}).logits[:, -1, :]
         scores = logits.to(dtype=torch.float32, copy=True)
         if not sampled:
             chosen = scores.argmax(-1)

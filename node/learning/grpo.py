@@ -23,7 +23,6 @@ from pathlib import Path
 import torch
 from datasets import Dataset
 from transformers import StoppingCriteria, StoppingCriteriaList
-from transformers.generation import utils as generation_utils
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 from accelerate.utils import is_peft_model  # noqa: E402
@@ -44,8 +43,6 @@ def silence_known_deprecations() -> None:
 
 
 silence_known_deprecations()
-# generate()'s name for a prefilled key/value cache (``past_key_values`` warns from transformers 5.2x on)
-_CACHE_KWARG = "cache" if "cache" in getattr(generation_utils, "ALL_CACHE_NAMES", ()) else "past_key_values"
 
 # The trainer is stepped by hand, one optimizer step per round, so no schedule length is needed; a constant
 # learning rate keeps a swarm's late joiners and early members on the same footing.
@@ -237,7 +234,7 @@ class Policy:
         width = input_ids.size(1)
         shared = {}
         if cache is not None:
-            shared[_CACHE_KWARG] = cache
+            shared[decoding.CACHE_KWARG] = cache
             input_ids = input_ids.repeat_interleave(num_generations, dim=0)
             attention = attention.repeat_interleave(num_generations, dim=0)
         torch.manual_seed(seed)
