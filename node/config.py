@@ -67,7 +67,8 @@ class TrainingSettings(_Section):
         "auto", description="bfloat16 = mixed precision with fp32 master weights; auto picks by hardware"
     )
     generation_dtype: Literal["auto", "float32", "bfloat16"] = Field(
-        "auto", description="dtype of the copy of the policy that samples completions"
+        "auto", description="dtype completions are sampled in (a copy of the policy); auto = bfloat16 on CUDA and on "
+        "CPUs with native bfloat16 (AVX512-BF16, AMX), float32 elsewhere; float32 turns reduced precision off"
     )
     local_questions: int = Field(2, ge=1, le=64, description="I: questions sampled locally per round")
     external_groups: int = Field(2, ge=0, le=64, description="J: peer groups trained on per round (0 = solo)")

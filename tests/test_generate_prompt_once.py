@@ -152,7 +152,7 @@ def test_a_sliding_window_model_samples_on_the_plain_path(tiny_model_dir, tmp_pa
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_greedy_and_sampled_answers_share_one_prefill(tiny_model_dir, dtype):
     """Held-out evaluation answers each question greedily and G times sampled: both from one prefill of the prompts,
-    and exactly the completions of a greedy and a sampled generate()."""
+    in one batch, and exactly the completions of a greedy and a sampled generate()."""
     policy = _policy(tiny_model_dir, dtype)
     prompts = _prompts(policy)
     embedded = _Embedded(policy.model)
@@ -163,7 +163,7 @@ def test_greedy_and_sampled_answers_share_one_prefill(tiny_model_dir, dtype):
         embedded.remove()
     width = max(map(len, prompts))
     assert embedded.shapes[0] == (len(prompts), width - 1)  # the one prefill, all but the last prompt token
-    assert set(embedded.shapes[1:]) == {(len(prompts), 1), (len(prompts) * G, 1)}  # then one token a row
+    assert set(embedded.shapes[1:]) == {(len(prompts) * (1 + G), 1)}  # then one token a row, greedy and sampled
     assert greedy == [group[0] for group in policy.generate(prompts, num_generations=1, max_new_tokens=MAX_NEW_TOKENS,
                                                             temperature=1.0, top_p=1.0, seed=0, greedy=True)]
     assert sampled == _reference(policy, prompts, greedy=False)

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from node.errors import NodeError
 from node.learning.hardware import (
-    PROMPT_TOKENS, GpuInfo, HardwareInfo, catalog_fits, detect, recommend, sequences_per_pass,
+    PROMPT_TOKENS, GpuInfo, HardwareInfo, catalog_fits, cpu_bf16_units, detect, recommend, sequences_per_pass,
 )
 from node.learning.limits import apply_resource_limits
 from node.learning.models import (
@@ -107,6 +107,43 @@ def test_describe_names_the_gpu():
     assert "MPS" in MAC_16.describe()
 
 
+ZEN4_FLAGS = "fpu vme sse2 avx2 avx512f avx512bw avx512_bf16 avx512_vnni"
+SAPPHIRE_RAPIDS_FLAGS = "fpu sse2 avx2 avx512f avx512_bf16 amx_bf16 amx_tile amx_int8"
+
+
+@pytest.mark.parametrize(("flags", "units"), [
+    (ZEN4_FLAGS, ("AVX512-BF16",)),
+    (SAPPHIRE_RAPIDS_FLAGS, ("AMX-BF16", "AVX512-BF16")),
+    ("fpu sse2 avx avx2 fma f16c", ()),
+])
+def test_cpu_bf16_units_are_read_from_the_cpu_flags(tmp_path, flags, units):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(f"processor\t: 0\nmodel name\t: some CPU\nflags\t\t: {flags}\n\nprocessor\t: 1\n")
+    assert cpu_bf16_units(cpuinfo) == units
+    assert cpu_bf16_units(tmp_path / "missing") == ()
+
+
+def test_a_cpu_with_native_bf16_samples_in_bf16_and_says_so():
+    native = replace(CPU_LAPTOP, cpu_bf16_units=("AVX512-BF16",))
+    rec = recommend(native)
+    assert (rec.train_dtype, rec.generation_dtype) == ("float32", "bfloat16")
+    assert "native bfloat16 (AVX512-BF16): samples completions in bfloat16" in native.describe()
+    assert recommend(CPU_LAPTOP).generation_dtype == "float32"
+    assert "no native bfloat16: samples completions in float32" in CPU_LAPTOP.describe()
+    # the GPU decides where there is one: a pre-Ampere GPU samples in float32, MPS keeps float32
+    for hw in (GTX_1060, MAC_16):
+        assert recommend(replace(hw, cpu_bf16_units=("AMX-BF16",))).generation_dtype == "float32"
+
+
+def test_generation_dtype_float32_turns_bf16_sampling_off():
+    from node.runner import _pick_bf16
+
+    native = replace(CPU_LAPTOP, cpu_bf16_units=("AMX-BF16",))
+    assert _pick_bf16("auto", "cpu", native, sampling=True)
+    assert not _pick_bf16("float32", "cpu", native, sampling=True)
+    assert not _pick_bf16("auto", "cpu", native, sampling=False)  # training stays float32 on a CPU
+
+
 # --- recommend -----------------------------------------------------------------------------------------------
 
 
@@ -114,7 +151,8 @@ def test_recommends_the_bundled_model_for_this_cpu():
     hw = this_cpu()
     rec = recommend(hw)
     assert (rec.model, rec.device, rec.train_dtype) == (BUNDLED, "cpu", "float32")
-    assert rec.generation_dtype == "float32"  # bf16 sampling on a CPU was measured slower than float32
+    # bf16 sampling where the CPU has bf16 matrix instructions; emulated bf16 was measured slower than float32
+    assert rec.generation_dtype == ("bfloat16" if hw.cpu_bf16_units else "float32")
     assert rec.micro_batch_groups == 0
     assert (rec.num_generations, rec.local_questions, rec.external_groups, rec.max_new_tokens) == (4, 2, 2, 48)
     assert rec.threads == max(1, hw.physical_cores - 1)

@@ -23,12 +23,13 @@ from pathlib import Path
 import torch
 from datasets import Dataset
 from transformers import StoppingCriteria, StoppingCriteriaList
-from transformers.generation import utils as generation_utils
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 from accelerate.utils import is_peft_model  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 from trl.kernels import ChunkedLogProbFunction  # noqa: E402
+
+from node.learning import decoding  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +43,6 @@ def silence_known_deprecations() -> None:
 
 
 silence_known_deprecations()
-# generate()'s name for a prefilled key/value cache (``past_key_values`` warns from transformers 5.2x on)
-_CACHE_KWARG = "cache" if "cache" in getattr(generation_utils, "ALL_CACHE_NAMES", ()) else "past_key_values"
 
 # The trainer is stepped by hand, one optimizer step per round, so no schedule length is needed; a constant
 # learning rate keeps a swarm's late joiners and early members on the same footing.
@@ -105,8 +104,12 @@ class Policy:
     copy kept alive would sit in memory through the training step, the round's peak.
     """
 
-    def __init__(self, model, tokenizer, *, generation_dtype: torch.dtype, max_prompt_tokens: int) -> None:
+    def __init__(self, model, tokenizer, *, generation_dtype: torch.dtype, max_prompt_tokens: int,
+                 preallocated_cache: bool = True) -> None:
+        """``preallocated_cache=False`` samples through ``generate()`` for every model (the reference path that
+        :mod:`node.learning.decoding` is checked and measured against)."""
         self.model = model
+        self.preallocated_cache = preallocated_cache
         self.tokenizer = tokenizer
         self.max_prompt_tokens = max_prompt_tokens
         if tokenizer.pad_token_id is None:
@@ -131,8 +134,9 @@ class Policy:
         self, prompts: list[tuple[int, ...]], *, num_generations: int, max_new_tokens: int, temperature: float,
         top_p: float, seed: int, should_stop: Callable[[], bool] = lambda: False, greedy: bool = False,
     ) -> list[list[Completion]]:
-        """All G completions of all prompts in one batched, left-padded ``generate`` call, each prompt run once
-        where the model allows it (:func:`_prompt_sharing_is_exact`).
+        """All G completions of all prompts in one batch, each prompt run once: over a cache allocated once
+        (:func:`node.learning.decoding.sample`) where the model allows it, else in one left-padded ``generate`` call
+        (each prompt run once where :func:`_prompt_sharing_is_exact`).
 
         ``should_stop`` is polled after every token, so a cancelled node does not sit out a long generation.
         ``greedy`` decodes the most likely token instead of sampling (held-out evaluation's pass@1).
@@ -140,6 +144,10 @@ class Policy:
         sampler = self.sampling_model()
         try:
             input_ids, attention = self._padded(prompts, sampler)
+            if self._preallocates(sampler):
+                copies = (num_generations, 0) if greedy else (0, num_generations)
+                return self._sample(sampler, input_ids, attention, *copies, max_new_tokens, temperature, top_p, seed,
+                                    should_stop)
             cache = None
             if num_generations > 1 and _shares_prompts(sampler, input_ids):
                 # generate() repeats each prompt G times before its prefill, so every prompt would run G times; here
@@ -157,13 +165,17 @@ class Policy:
         seed: int, should_stop: Callable[[], bool] = lambda: False,
     ) -> tuple[list[Completion], list[list[Completion]]]:
         """Each prompt's greedy answer and ``samples`` sampled ones: what a greedy and a sampled :meth:`generate`
-        return, with the prompts prefilled once for both where the model allows it (held-out evaluation answers every
-        question both ways)."""
+        return, with the prompts prefilled once for both where the model allows it, in one batch where
+        :func:`node.learning.decoding.supports` it (held-out evaluation answers every question both ways)."""
         if samples < 1:
             raise ValueError("greedy_and_sampled needs at least one sample a prompt; use generate(greedy=True)")
         sampler = self.sampling_model()
         try:
             input_ids, attention = self._padded(prompts, sampler)
+            if self._preallocates(sampler):  # one batch: each prompt's greedy row, then its sampled ones
+                rows = self._sample(sampler, input_ids, attention, 1, samples, max_new_tokens, temperature, top_p,
+                                    seed, should_stop)
+                return [group[0] for group in rows], [group[1:] for group in rows]
             greedy_cache = sampled_cache = None
             if _shares_prompts(sampler, input_ids):
                 greedy_cache = _prompt_cache(sampler, input_ids, attention)
@@ -190,6 +202,22 @@ class Policy:
         _merge_adapters(sampler, self.model)
         return sampler.eval()
 
+    def _preallocates(self, sampler) -> bool:
+        return self.preallocated_cache and decoding.supports(sampler)
+
+    def _sample(self, sampler, input_ids, attention, greedy, sampled, max_new_tokens, temperature, top_p, seed,
+                should_stop) -> list[list[Completion]]:
+        """Each padded prompt's ``greedy`` + ``sampled`` completions from :func:`node.learning.decoding.sample`."""
+        torch.manual_seed(seed)
+        result = decoding.sample(
+            sampler, input_ids, attention, greedy=greedy, sampled=sampled, max_new_tokens=max_new_tokens,
+            temperature=temperature, top_p=top_p, eos_ids=self.eos_ids, pad_id=self.tokenizer.pad_token_id,
+            should_stop=should_stop,
+        )
+        rows, copies = result.tokens.tolist(), greedy + sampled
+        return [[self._completion(row) for row in rows[start : start + copies]]
+                for start in range(0, len(rows), copies)]
+
     def _padded(self, prompts: list[tuple[int, ...]], sampler) -> tuple[torch.Tensor, torch.Tensor]:
         """The prompts as one left-padded batch: token ids and attention mask."""
         device = next(sampler.parameters()).device
@@ -206,7 +234,7 @@ class Policy:
         width = input_ids.size(1)
         shared = {}
         if cache is not None:
-            shared[_CACHE_KWARG] = cache
+            shared[decoding.CACHE_KWARG] = cache
             input_ids = input_ids.repeat_interleave(num_generations, dim=0)
             attention = attention.repeat_interleave(num_generations, dim=0)
         torch.manual_seed(seed)

@@ -1,0 +1,205 @@
+"""Batched sampling over a key/value cache allocated once per generation.
+
+transformers' default cache grows by ``torch.cat`` at every step, copying every layer's keys and values each time
+(a quadratic cost that was a fifth of a decode step on the bundled model). Here each layer writes into buffers
+sized for the whole generation and attends to the filled part only, a view: nothing is copied and no empty slot is
+attended. The sampling itself is ``generate()``'s: the same logits warpers, the same ``torch.multinomial`` draw from
+the same generator, so a seeded generation samples the same tokens as ``generate()`` wherever the logits agree.
+
+Used for decoder-only models whose every layer attends to all earlier tokens (:func:`supports`); anything else
+(sliding windows, linear attention, generation settings that add logits processors) keeps ``generate()``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from transformers import TemperatureLogitsWarper, TopPLogitsWarper
+from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
+from transformers.generation import utils as generation_utils
+
+# Generation settings whose neutral value adds no logits processor: with any other value generate() would change
+# the distribution in a way this loop does not, so the model keeps generate().
+_NEUTRAL_SETTINGS = {
+    "repetition_penalty": (None, 1.0),
+    "encoder_repetition_penalty": (None, 1.0),
+    "no_repeat_ngram_size": (None, 0),
+    "encoder_no_repeat_ngram_size": (None, 0),
+    "bad_words_ids": (None,),
+    "min_length": (None, 0),
+    "min_new_tokens": (None, 0),
+    "typical_p": (None, 1.0),
+    "epsilon_cutoff": (None, 0.0),
+    "eta_cutoff": (None, 0.0),
+    "min_p": (None, 0.0),
+    "top_h": (None,),
+    "suppress_tokens": (None,),
+    "begin_suppress_tokens": (None,),
+    "forced_bos_token_id": (None,),
+    "forced_eos_token_id": (None,),
+    "sequence_bias": (None,),
+    "guidance_scale": (None, 1.0),
+    "exponential_decay_length_penalty": (None,),
+    "renormalize_logits": (None, False),
+    "watermarking_config": (None,),
+}
+
+
+# generate()'s and the forward's name for a key/value cache (``past_key_values`` warns from transformers 5.2x on)
+CACHE_KWARG = "cache" if "cache" in getattr(generation_utils, "ALL_CACHE_NAMES", ()) else "past_key_values"
+
+
+def supports(causal_lm) -> bool:
+    """Whether :func:`sample` generates what ``generate()`` would for this model as it is configured."""
+    config = causal_lm.config.get_text_config()
+    sliding = getattr(config, "sliding_window", None) is not None and getattr(config, "use_sliding_window", True)
+    generation = causal_lm.generation_config
+    return (
+        not causal_lm.config.is_encoder_decoder
+        and causal_lm._supports_default_dynamic_cache()
+        and generation.cache_implementation is None
+        and not sliding
+        and set(getattr(config, "layer_types", None) or ["full_attention"]) == {"full_attention"}
+        and {"position_ids", "logits_to_keep"} <= set(inspect.signature(causal_lm.forward).parameters)
+        and all(getattr(generation, name, None) in neutral for name, neutral in _NEUTRAL_SETTINGS.items())
+    )
+
+
+class PreallocatedLayer(DynamicLayer):
+    """One layer's keys and values in buffers of ``capacity`` positions for ``rows`` sequences, filled in place.
+
+    ``keys``/``values`` are views of the filled part, so everything that reads a dynamic layer (its length, the
+    attention mask's size, the attention itself) sees exactly the tokens written so far. A first update with fewer
+    rows (the shared prompts) is written to each of its ``rows // batch`` copies, row i's copies next to each other.
+    """
+
+    def __init__(self, capacity: int, rows: int) -> None:
+        super().__init__()
+        self.capacity, self.rows, self.length = capacity, rows, 0
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        heads, dim = key_states.shape[1], key_states.shape[3]
+        self._key_buffer = key_states.new_empty(self.rows, heads, self.capacity, dim)
+        self._value_buffer = value_states.new_empty(self.rows, heads, self.capacity, value_states.shape[3])
+        self.device = key_states.device
+        self.is_initialized = True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        end = self.length + key_states.shape[-2]
+        if end > self.capacity:
+            raise RuntimeError(f"the key/value cache holds {self.capacity} positions, {end} were written")
+        for buffer, states in ((self._key_buffer, key_states), (self._value_buffer, value_states)):
+            batch = states.shape[0]
+            target = buffer.view(batch, self.rows // batch, *buffer.shape[1:])[:, :, :, self.length : end]
+            target.copy_(states[:, None])
+        self.length = end
+        self.keys = self._key_buffer[:, :, :end]
+        self.values = self._value_buffer[:, :, :end]
+        # The shared prompts attend to their own rows: the first copy of each.
+        copies = self.rows // key_states.shape[0]
+        return self.keys[::copies], self.values[::copies]
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def reset(self) -> None:
+        self.length = 0
+        super().reset()
+
+
+class PreallocatedCache(DynamicCache):
+    """A dynamic cache of :class:`PreallocatedLayer` s: ``capacity`` positions for ``rows`` sequences per layer."""
+
+    def __init__(self, causal_lm, *, capacity: int, rows: int) -> None:
+        layers = causal_lm.config.get_text_config().num_hidden_layers
+        Cache.__init__(self, layers=[PreallocatedLayer(capacity, rows) for _ in range(layers)])
+
+
+@dataclass(frozen=True)
+class Sampled:
+    tokens: torch.Tensor  # [rows, new tokens]; pad after a row's end-of-sequence token
+    logprobs: torch.Tensor  # [rows, new tokens] float32: each token's log-prob under the distribution it was drawn from
+
+
+@torch.inference_mode()
+def sample(
+    causal_lm, input_ids: torch.Tensor, attention: torch.Tensor, *, greedy: int, sampled: int, max_new_tokens: int,
+    temperature: float, top_p: float, eos_ids: tuple[int, ...], pad_id: int,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> Sampled:
+    """``greedy`` most-likely and then ``sampled`` sampled continuations of each left-padded prompt, one batch, a
+    prompt's rows next to each other. Each prompt but its last token runs once; its cache serves all its rows.
+
+    The greedy rows are ``generate(do_sample=False)``'s; the sampled rows are what ``generate(do_sample=True,
+    temperature, top_p, top_k=0, num_return_sequences=sampled)`` samples from the global torch generator: the draws
+    are made for the sampled rows alone, in their order, as if the greedy rows were not there. A row ends at an
+    ``eos_ids`` token; generation stops when every row has ended, after ``max_new_tokens``, or after a token at which
+    ``should_stop()`` is true.
+    """
+    prompts, width = input_ids.shape
+    copies = greedy + sampled
+    rows = prompts * copies
+    device = input_ids.device
+    cache = PreallocatedCache(causal_lm, capacity=width + max_new_tokens, rows=rows)
+    # The attention mask of the whole generation, prompt padding included; each step reads its filled part.
+    mask = attention.new_ones(rows, width + max_new_tokens)
+    mask[:, :width] = attention.repeat_interleave(copies, dim=0)
+    # Positions count a row's real tokens, as generate() numbers them, so left padding does not shift them.
+    positions = (attention.cumsum(-1) - 1).masked_fill(attention == 0, 0)
+    if width > 1:
+        causal_lm.base_model(input_ids=input_ids[:, :-1], attention_mask=attention[:, :-1],
+                             position_ids=positions[:, :-1], use_cache=True, **{CACHE_KWARG: cache})
+    step_ids = input_ids[:, -1:].repeat_interleave(copies, dim=0)
+    step_positions = positions[:, -1:].repeat_interleave(copies, dim=0)
+    is_sampled = (torch.arange(rows, device=device) % copies) >= greedy
+    warpers = _warpers(temperature, top_p)
+    tokens = torch.full((rows, max_new_tokens), pad_id, dtype=torch.long, device=device)
+    logprobs = torch.zeros(rows, max_new_tokens, dtype=torch.float32, device=device)
+    unfinished = torch.ones(rows, dtype=torch.bool, device=device)
+    eos = torch.tensor(eos_ids, device=device)
+    produced = 0
+    for step in range(max_new_tokens):
+        logits = causal_lm(input_ids=step_ids, attention_mask=mask[:, : width + step], position_ids=step_positions,
+                           use_cache=True, logits_to_keep=1, **{CACHE_KWARG: cache}).logits[:, -1, :]
+        scores = logits.to(dtype=torch.float32, copy=True)
+        if not sampled:
+            chosen = scores.argmax(-1)
+        elif not greedy:
+            scores = _warp(warpers, scores)
+            chosen = torch.multinomial(scores.softmax(-1), num_samples=1)[:, 0]
+        else:
+            chosen = scores.argmax(-1)
+            drawn = _warp(warpers, scores[is_sampled])
+            scores[is_sampled] = drawn
+            chosen[is_sampled] = torch.multinomial(drawn.softmax(-1), num_samples=1)[:, 0]
+        chosen = torch.where(unfinished, chosen, pad_id)
+        tokens[:, step] = chosen
+        logprobs[:, step] = scores.log_softmax(-1).gather(1, chosen[:, None])[:, 0].masked_fill(~unfinished, 0.0)
+        produced = step + 1
+        unfinished &= ~torch.isin(chosen, eos)
+        if not bool(unfinished.any()) or should_stop():
+            break
+        step_ids = chosen[:, None]
+        step_positions = step_positions + 1
+    return Sampled(tokens[:, :produced], logprobs[:, :produced])
+
+
+def _warp(warpers: list, scores: torch.Tensor) -> torch.Tensor:
+    for warper in warpers:
+        scores = warper(None, scores)
+    return scores
+
+
+def _warpers(temperature: float, top_p: float) -> list:
+    """generate()'s warpers for these settings, in its order (a neutral value adds none, as there)."""
+    warpers = []
+    if temperature != 1.0:
+        warpers.append(TemperatureLogitsWarper(temperature))
+    if top_p < 1.0:
+        warpers.append(TopPLogitsWarper(top_p))
+    return warpers

@@ -1,0 +1,95 @@
+"""The node's own decode loop (:mod:`node.learning.decoding`) against transformers' ``generate()``: the same
+completions, greedy and sampled with the same seed (left-padded prompts of different lengths, rows ending mid-batch,
+float32 and the bfloat16 sampling copy), from key/value buffers allocated once per generation, of which each step
+attends to the filled part only."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from node.learning import decoding
+from node.learning.grpo import Policy
+from tests.test_generate_prompt_once import G, MAX_NEW_TOKENS, _end_mid_completion, _prompts, _sharpen
+
+
+def _policies(model_dir, dtype) -> tuple[Policy, Policy]:
+    """The loop's policy and generate()'s, on one model."""
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    _sharpen(model)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    return (Policy(model, tokenizer, generation_dtype=dtype, max_prompt_tokens=256),
+            Policy(model, tokenizer, generation_dtype=dtype, max_prompt_tokens=256, preallocated_cache=False))
+
+
+@pytest.mark.parametrize("greedy", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_loop_samples_what_generate_samples(tiny_model_dir, dtype, greedy):
+    loop, reference = _policies(tiny_model_dir, dtype)
+    assert decoding.supports(loop.sampling_model())
+    prompts = _prompts(loop)
+    _end_mid_completion(loop, prompts, greedy=greedy)
+    reference.eos_ids = loop.eos_ids
+    kwargs = {"num_generations": G, "max_new_tokens": MAX_NEW_TOKENS, "temperature": 1.0, "top_p": 1.0, "seed": 7,
+              "greedy": greedy}
+    groups = loop.generate(prompts, **kwargs)
+    assert groups == reference.generate(prompts, **kwargs)
+    assert {c.finished for group in groups for c in group} == {True, False}  # rows ended at different steps
+    if not greedy:
+        assert loop.generate(prompts, **{**kwargs, "seed": 8}) != groups  # the seed mattered
+
+
+def test_temperature_and_top_p_draw_as_generate_draws(tiny_model_dir):
+    loop, reference = _policies(tiny_model_dir, torch.float32)
+    prompts = _prompts(loop)
+    kwargs = {"num_generations": G, "max_new_tokens": MAX_NEW_TOKENS, "temperature": 0.7, "top_p": 0.9, "seed": 3}
+    assert loop.generate(prompts, **kwargs) == reference.generate(prompts, **kwargs)
+    assert loop.generate(prompts, **kwargs) != loop.generate(prompts, **{**kwargs, "top_p": 1.0, "temperature": 1.3})
+
+
+def test_greedy_and_sampled_rows_in_one_batch_match_generate(tiny_model_dir):
+    loop, reference = _policies(tiny_model_dir, torch.float32)
+    prompts = _prompts(loop)
+    kwargs = {"samples": G, "max_new_tokens": MAX_NEW_TOKENS, "temperature": 1.0, "top_p": 1.0, "seed": 5}
+    assert loop.greedy_and_sampled(prompts, **kwargs) == reference.greedy_and_sampled(prompts, **kwargs)
+
+
+def test_buffers_are_allocated_once_and_only_filled_slots_are_attended(tiny_model_dir, monkeypatch):
+    """Every layer's keys and values live in one storage for the whole generation, and what a step attends to is
+    exactly the prompt's (padded) width plus the tokens generated before it: no copy per step, no empty slot."""
+    loop, _ = _policies(tiny_model_dir, torch.float32)
+    prompts = _prompts(loop)
+    seen: dict[int, list[tuple[int, int, int]]] = {}
+    update = decoding.PreallocatedLayer.update
+
+    def recording(layer, keys, values, *args, **kwargs):
+        attended_keys, attended_values = update(layer, keys, values, *args, **kwargs)
+        seen.setdefault(id(layer), []).append((layer.keys.untyped_storage().data_ptr(),
+                                               layer.values.untyped_storage().data_ptr(), attended_keys.shape[-2]))
+        assert attended_values.shape[-2] == attended_keys.shape[-2]
+        return attended_keys, attended_values
+
+    monkeypatch.setattr(decoding.PreallocatedLayer, "update", recording)
+    loop.eos_ids = (len(loop.tokenizer) + 1,)  # no row ends: every step runs
+    loop.generate(prompts, num_generations=G, max_new_tokens=MAX_NEW_TOKENS, temperature=1.0, top_p=1.0, seed=1)
+    width = max(map(len, prompts))
+    assert len(seen) == loop.model.config.num_hidden_layers
+    for calls in seen.values():
+        assert len({(k, v) for k, v, _ in calls}) == 1  # one key and one value storage a layer, never reallocated
+        # the prefill (all but the last prompt token), then one more position a step
+        assert [length for *_, length in calls] == [width - 1 + step for step in range(1 + MAX_NEW_TOKENS)]
+
+
+def test_a_write_past_the_buffers_is_refused():
+    layer = decoding.PreallocatedLayer(capacity=4, rows=2)
+    layer.update(torch.zeros(1, 2, 3, 8), torch.zeros(1, 2, 3, 8))
+    with pytest.raises(RuntimeError, match="holds 4 positions"):
+        layer.update(torch.zeros(2, 2, 2, 8), torch.zeros(2, 2, 2, 8))
+
+
+def test_generation_settings_that_add_logits_processors_keep_generate(tiny_model_dir):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    assert decoding.supports(model)
+    model.generation_config.repetition_penalty = 1.3
+    assert not decoding.supports(model)
