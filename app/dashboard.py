@@ -40,6 +40,7 @@ GAME_CURVES = {
 }
 FATE_LABELS = {"used": "trained on", "dropped": "dropped (equal rewards)", "not_needed": "not needed",
                "rejected": "rejected"}
+WAITED_S = 0.5  # a round's time taking peer groups above this was spent waiting (SAPO takes them in milliseconds)
 PHASE_LABELS = {"generate": "generating", "share": "sharing", "gather": "waiting for peers", "train": "training"}
 
 EXPLAIN = {
@@ -121,8 +122,9 @@ class Dashboard(QWidget):
         self.curves["lacked"].setSymbolSize(10)
         self.curves["lacked"].setSymbolPen(pg.mkPen("w", width=1.5))  # a blue diamond on the bars stands out
         seconds = self._chart("seconds", "Seconds per round")
-        for phase in PHASES:
-            self._bars(seconds, phase, PHASE_LABELS[phase])
+        for phase in PHASES:  # SAPO rounds never wait: "waiting for peers" joins the legend once a round did
+            self._bars(seconds, phase, PHASE_LABELS[phase], legend=phase != "gather")
+        self._waiting_shown = False
 
         grid = QGridLayout()
         grid.setSpacing(6)
@@ -243,6 +245,9 @@ class Dashboard(QWidget):
         self.families.show_evaluations(evals)
         self._stack(self.charts["groups"], x, {fate: h.groups[fate] for fate in FATES})
         self._stack(self.charts["seconds"], x, h.seconds)
+        if not self._waiting_shown and max(h.seconds["gather"], default=0.0) >= WAITED_S:
+            self._waiting_shown = True  # a game's stage barrier, or a run of the synchronous versions
+            self.charts["seconds"].add_entry(COLORS["gather"], PHASE_LABELS["gather"])
         for name in ("reward", "wellformed", "spread", "update", "seconds"):
             self.charts[name].set_empty(not h.rounds)
         self.charts["groups"].set_empty(not any(h.groups["received"]) and not any(h.peers))
@@ -325,11 +330,12 @@ class Dashboard(QWidget):
         self.curves[key] = chart.item.plot([], [], pen=pen, **options)
         chart.add_entry(color, label)
 
-    def _bars(self, chart: Chart, key: str, label: str) -> None:
+    def _bars(self, chart: Chart, key: str, label: str, *, legend: bool = True) -> None:
         bar = pg.BarGraphItem(x=[], height=[], width=0.8, brush=COLORS[key], pen=None)
         chart.item.addItem(bar)
         self.bars[key] = bar
-        chart.add_entry(COLORS[key], label)
+        if legend:
+            chart.add_entry(COLORS[key], label)
 
     def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (Qt naming)
         if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange):

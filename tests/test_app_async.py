@@ -33,6 +33,11 @@ def test_the_dashboard_shows_the_age_of_peer_groups_and_how_often_j_was_filled(q
     window.supervisor.feed(RoundProgress(round=3, phase="sharing", done=0, total=2))
     window.supervisor.feed(RoundProgress(round=3, phase="training", done=0, total=4))
     assert "Waiting" not in window.header.progress.label.text()
+    # nor in the seconds per round: the legend names the phases the rounds spent time in
+    seconds = window.dashboard.charts["seconds"]
+    assert "waiting for peers" not in seconds.entries and "training" in seconds.entries
+    window.supervisor.feed(dataclasses.replace(_round(3, used=2), seconds_gather=6.0))  # a game's stage barrier
+    assert "waiting for peers" in seconds.entries
 
 
 def test_a_solo_run_says_nothing_about_peer_groups(qtbot, tmp_path):
