@@ -233,7 +233,15 @@ class RunSettings(_Section):
     run_name: str = Field("default", pattern=NAME_PATTERN)
     identity_file: Path | None = Field(None, description="libp2p peer key; empty = <data_dir>/identity/swarm.key")
     rounds: int | None = Field(None, ge=1, description="stop after this many rounds; empty = run until stopped")
-    checkpoint_every: int = Field(5, ge=1, description="save model, optimizer and round every N rounds")
+    checkpoint_minutes: float = Field(
+        20.0, ge=0.5, le=1440.0,
+        description="save model, optimizer and round after this many minutes of training; a checkpoint is also "
+        "saved on pause, stop and quit, and before an upload",
+    )
+    checkpoint_every_rounds: int | None = Field(
+        None, ge=1, description="also save every N rounds (each save of the bundled model writes ~1 GB); empty = by "
+        "time and event only",
+    )
     threads: int | None = Field(None, ge=1, le=1024, description="CPU threads for torch; empty = cores - 1")
     gpu_memory_fraction: float | None = Field(None, gt=0.0, le=1.0)
     seed: int = Field(0, ge=0, description="sampling and training seed")
@@ -356,7 +364,11 @@ class NodeConfig(_Section):
 
 
 # Settings earlier versions wrote into config files that mean nothing any more: dropped on load, not refused
-_RETIRED = {"swarm": ("round_quorum", "round_quorum_fraction", "max_round_jump")}  # the quorum round clock
+_RETIRED = {
+    "swarm": ("round_quorum", "round_quorum_fraction", "max_round_jump"),  # the quorum round clock
+    # checkpoints every N rounds wrote ~30 GB an hour with the bundled model: now by time (checkpoint_minutes)
+    "run": ("checkpoint_every",),
+}
 
 
 def _without_retired(data: dict[str, Any]) -> dict[str, Any]:

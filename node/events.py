@@ -208,6 +208,7 @@ class CheckpointSaved(Event):
     round: int
     path: str
     seconds: float
+    reason: str = ""  # time, rounds, pause, stop, upload, requested (node.checkpoint_policy)
 
 
 @dataclass(frozen=True, kw_only=True)
