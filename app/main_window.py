@@ -38,6 +38,7 @@ from node.events import (
 )
 from node.hub.auth import PASSPHRASE_ENV
 from node.logs import LOG_FILE
+from node.notify import NotificationRules, Webhook
 from node.platform_support import check_platform, install_wsl_node
 from node.runstore import RunStore
 from node.swarm import admission as swarm_secret
@@ -286,6 +287,10 @@ class MainWindow(QMainWindow):
             "the Logs tab shows the last lines. Then press Start.",
             message)
         self.notify("RL Swarm: the node keeps crashing", problem.summary, critical=True)
+        if self.config.notify.webhook_url:  # only the supervisor sees a crash loop: the node cannot tell it
+            hook = Webhook(self.config.notify.webhook_url)
+            NotificationRules(hook.send).crash_loop(message.split("\n", 1)[0])
+            hook.close(timeout_s=0)  # delivered by its own thread; the window never waits for it
         self.crash_box = self._show_box("crashLoopBox", "The node keeps crashing", problem)
 
     def _show_box(self, name: str, title: str, problem: Problem) -> QMessageBox:

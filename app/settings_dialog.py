@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import psutil
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox, QComboBox, QDialog, QDialogButtonBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QLabel,
     QLineEdit, QPushButton, QSpinBox, QVBoxLayout, QWidget,
@@ -18,12 +18,15 @@ from app.node_query import NodeQuery
 from node.api import HardwareReport, default_threads
 from node.config import NodeConfig
 from node.errors import NodeError
+from node.notify import Notification, Webhook
 
 FIT_COLORS = {"fits": "#009E73", "tight": "#E69F00", "won't fit": "#D55E00", "unknown": "#7f7f7f"}
 
 
 class SettingsDialog(QDialog):
     """Edits a copy of the config; ``result_config`` is the validated new one after OK."""
+
+    _webhookResult = Signal(bool)  # from the test notification's thread to the GUI thread
 
     def __init__(self, config: NodeConfig, *, idle_supported: bool, hardware: HardwareReport | dict | None = None,
                  parent: QWidget | None = None) -> None:
@@ -82,6 +85,18 @@ class SettingsDialog(QDialog):
         wizard = QPushButton("Run the setup wizard again…")
         wizard.setToolTip("Change identity, model or swarm")
         wizard.clicked.connect(self._wizard)
+        self.webhook_url = QLineEdit(config.notify.webhook_url or "")
+        self.webhook_url.setObjectName("settingsWebhook")
+        self.webhook_url.setPlaceholderText("https://ntfy.sh/your-topic, a Discord or Slack webhook URL… (optional)")
+        self.webhook_url.setEchoMode(QLineEdit.EchoMode.PasswordEchoOnEdit)  # such a URL often is the password
+        self.no_peers = QSpinBox(minimum=0, maximum=100_000, suffix=" rounds", value=config.notify.no_peers_rounds)
+        self.no_peers.setSpecialValueText("never")
+        self.webhook_test = QPushButton("Send a test notification")
+        self.webhook_test.setObjectName("settingsWebhookTest")
+        self.webhook_test.clicked.connect(self._test_webhook)
+        self.webhook_status = QLabel("")
+        self.webhook_status.setObjectName("settingsWebhookStatus")
+        self._webhookResult.connect(self._webhook_tested)
         self.error = ErrorLabel()
         self.error.setObjectName("settingsError")
 
@@ -113,12 +128,22 @@ class SettingsDialog(QDialog):
         data_row.addWidget(self.data_dir, 1)
         data_row.addWidget(browse)
         form.addRow("Data folder", _wrap(data_row))
+        notify_box = QGroupBox("Notifications on your phone or chat, when the node stops, keeps crashing, sees no "
+                               "peers, or finished an upload")
+        notify_form = QFormLayout(notify_box)
+        notify_form.addRow("Webhook URL", self.webhook_url)
+        notify_form.addRow("No peers for", self.no_peers)
+        test_row = QHBoxLayout()
+        test_row.addWidget(self.webhook_test)
+        test_row.addWidget(self.webhook_status, 1)
+        notify_form.addRow("", _wrap(test_row))
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
         layout = QVBoxLayout(self)
         layout.addWidget(model_box)
         layout.addLayout(form)
+        layout.addWidget(notify_box)
         layout.addWidget(wizard)
         layout.addWidget(self.error)
         layout.addWidget(buttons)
@@ -191,6 +216,28 @@ class SettingsDialog(QDialog):
         if folder:
             self.data_dir.setText(folder)
 
+    def _test_webhook(self) -> None:
+        try:
+            url = self.config.update({"notify": {"webhook_url": self.webhook_url.text().strip() or None}}) \
+                .notify.webhook_url
+        except NodeError as exc:
+            self.error.show_problem(Problem.of(exc))
+            return
+        if url is None:
+            self.webhook_status.setText("Paste a webhook URL first.")
+            return
+        self.webhook_test.setEnabled(False)
+        self.webhook_status.setText("Sending…")
+        hook = Webhook(url, retries=0, on_result=lambda _n, delivered: self._webhookResult.emit(delivered))
+        hook.send(Notification(kind="test", title="RL Swarm test notification",
+                               message="notifications from this computer arrive here"))
+        hook.close(timeout_s=0)  # the thread ends after this one; the dialog never waits for it
+
+    def _webhook_tested(self, delivered: bool) -> None:
+        self.webhook_test.setEnabled(True)
+        self.webhook_status.setText("Delivered." if delivered else
+                                    "Not delivered: check the URL (the Logs tab says what the endpoint answered).")
+
     def _wizard(self) -> None:
         self.wizard_requested = True
         self.reject()
@@ -211,6 +258,7 @@ class SettingsDialog(QDialog):
             "desktop": {"pause_on_battery": self.battery.isChecked(), "pause_when_user_active": self.active.isChecked(),
                         "idle_minutes": self.idle.value(), "start_at_login": self.login.isChecked(),
                         "start_training_on_launch": self.on_launch.isChecked()},
+            "notify": {"webhook_url": self.webhook_url.text().strip() or None, "no_peers_rounds": self.no_peers.value()},
         }
         try:
             self.result_config = self.config.update(overrides)

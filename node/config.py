@@ -1,7 +1,7 @@
 """The node's one typed configuration, shared by the CLI, the GUI and the config file.
 
 A config file is TOML with the sections ``[training]``, ``[swarm]``, ``[tasks]``, ``[evaluation]``, ``[run]``,
-``[upload]``, ``[chain]`` and ``[desktop]`` (the app's own settings); every field below is a key of its section.
+``[upload]``, ``[chain]``, ``[notify]``, ``[schedule]``, ``[heat]`` and ``[desktop]`` (the app's own settings); every field below is a key of its section.
 The CLI's flags override single fields; those flags are generated from the fields below (name, type, description,
 bounds; see :mod:`node.cli.main`). The CLI and the app's dialogs change a config through the one
 :meth:`NodeConfig.update`. Validation happens once, in :func:`NodeConfig.build`, and every problem is reported as a
@@ -297,6 +297,19 @@ class UploadSettings(_Section):
     )
 
 
+class NotifySettings(_Section):
+    """Notifications off the machine: a webhook told when something needs the user (see node/notify.py)."""
+
+    webhook_url: str | None = Field(
+        None, pattern=r"^https?://[^\s/]+(/\S*)?$",
+        description="a URL that takes a JSON POST (ntfy, Discord, Slack, your own); told when the node stops, keeps "
+        "crashing, sees no peers, or finished an upload; empty = off",
+    )
+    no_peers_rounds: int = Field(
+        10, ge=0, le=100_000, description="notify once no peer was seen for this many rounds in a row; 0 = never"
+    )
+
+
 class NodeConfig(_Section):
     training: TrainingSettings = Field(default_factory=TrainingSettings)
     swarm: SwarmSettings = Field(default_factory=SwarmSettings)
@@ -306,6 +319,7 @@ class NodeConfig(_Section):
     chain: ChainSettings = Field(default_factory=ChainSettings)
     desktop: DesktopSettings = Field(default_factory=DesktopSettings)
     upload: UploadSettings = Field(default_factory=UploadSettings)
+    notify: NotifySettings = Field(default_factory=NotifySettings)
 
     @classmethod
     def build(cls, data: dict[str, Any] | None = None, *, source: str = "configuration") -> NodeConfig:

@@ -35,6 +35,7 @@ from node.learning import hardware, limits, models
 from node.learning.checkpoint import ADAPTER, Checkpointer, CheckpointState
 from node.learning.evaluation import EvalCancelled, EvalSettings, Evaluator
 from node.learning.grpo import GrpoLearner, LoraSettings, Policy
+from node.notify import NotificationRules, Webhook
 from node.runstore import RunStore
 from node.sapo.round import RoundCancelled, RoundParts, RoundSettings, connect_peers, disconnect_peers, play_round
 from node.swarm import known_peers, admission as swarm_secret
@@ -106,6 +107,18 @@ class SwarmNode:
 
     # ------------------------------------------------------------------------------------------------ running
     def run(self) -> None:
+        webhook = None
+        if self.config.notify.webhook_url:  # told from the node's own events, so a headless node notifies too
+            webhook = Webhook(self.config.notify.webhook_url)
+            rules = NotificationRules(webhook.send, no_peers_rounds=self.config.notify.no_peers_rounds)
+            self.bus.subscribe(rules.observe)
+        try:
+            self._run()
+        finally:
+            if webhook is not None:
+                webhook.close()  # a few seconds at most for the "stopped" notification
+
+    def _run(self) -> None:
         self._set_state("starting")
         try:
             self._setup()
