@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from node.clock import DEFAULT_EPOCH, DEFAULT_ROUND_SECONDS
 from node.errors import NodeError
+from node import schedule as resource_schedule
 from node.swarm import admission as swarm_secret
 
 # A swarm or run name: it becomes part of DHT keys, invites and folder names.
@@ -310,6 +311,61 @@ class NotifySettings(_Section):
     )
 
 
+class ProfileSettings(_Section):
+    """One resource profile: on these days, between these local times, use this many threads or pause."""
+
+    days: str = Field("daily", description="mon-fri, sat,sun, daily, weekdays, weekends")
+    start: str = Field("00:00", description="local time HH:MM it begins")
+    end: str = Field("24:00", description="local time HH:MM it ends; before start = past midnight")
+    threads: int | None = Field(None, ge=1, le=1024, description="CPU threads meanwhile")
+    paused: bool = Field(False, description="no training meanwhile")
+
+    @model_validator(mode="after")
+    def _valid(self) -> ProfileSettings:
+        resource_schedule.parse_days(self.days)
+        resource_schedule.parse_time(self.start)
+        resource_schedule.parse_time(self.end)
+        if self.threads is None and not self.paused:
+            raise ValueError("a profile sets threads = N or paused = true (otherwise it changes nothing)")
+        return self
+
+    def profile(self) -> resource_schedule.Profile:
+        return resource_schedule.Profile(
+            days=resource_schedule.parse_days(self.days), start=resource_schedule.parse_time(self.start),
+            end=resource_schedule.parse_time(self.end),
+            threads=self.threads, paused=self.paused,
+        )
+
+
+class ScheduleSettings(_Section):
+    """When the node trains at full speed, slowed down, or not at all (by the computer's local time)."""
+
+    profiles: list[ProfileSettings] = Field(
+        default_factory=list,
+        description="e.g. [{days = \"mon-fri\", start = \"09:00\", end = \"18:00\", threads = 1}]; outside them "
+        "the node uses [run] threads; empty = always",
+    )
+
+
+class HeatSettings(_Section):
+    """Slow down when the computer runs hot (CPU and GPU sensors, where the system lets programs read them)."""
+
+    max_celsius: float | None = Field(
+        90.0, ge=40.0, le=120.0,
+        description="above this temperature the node slows down (threads_when_hot, a pause between rounds); "
+        "empty = never",
+    )
+    resume_celsius: float = Field(80.0, ge=30.0, le=115.0, description="full speed again below this")
+    threads_when_hot: int = Field(1, ge=1, le=1024, description="CPU threads while too hot")
+    cooldown_s: float = Field(30.0, ge=0.0, le=3600.0, description="pause between rounds while too hot")
+
+    @model_validator(mode="after")
+    def _hysteresis(self) -> HeatSettings:
+        if self.max_celsius is not None and self.resume_celsius >= self.max_celsius:
+            raise ValueError(f"resume_celsius ({self.resume_celsius}) must be below max_celsius ({self.max_celsius})")
+        return self
+
+
 class NodeConfig(_Section):
     training: TrainingSettings = Field(default_factory=TrainingSettings)
     swarm: SwarmSettings = Field(default_factory=SwarmSettings)
@@ -320,6 +376,8 @@ class NodeConfig(_Section):
     desktop: DesktopSettings = Field(default_factory=DesktopSettings)
     upload: UploadSettings = Field(default_factory=UploadSettings)
     notify: NotifySettings = Field(default_factory=NotifySettings)
+    schedule: ScheduleSettings = Field(default_factory=ScheduleSettings)
+    heat: HeatSettings = Field(default_factory=HeatSettings)
 
     @classmethod
     def build(cls, data: dict[str, Any] | None = None, *, source: str = "configuration") -> NodeConfig:

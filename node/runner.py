@@ -15,6 +15,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from datetime import datetime
 from functools import partial
 
 import torch
@@ -35,6 +36,8 @@ from node.learning import hardware, limits, models
 from node.learning.checkpoint import ADAPTER, Checkpointer, CheckpointState
 from node.learning.evaluation import EvalCancelled, EvalSettings, Evaluator
 from node.learning.grpo import GrpoLearner, LoraSettings, Policy
+from node.governor import ResourceGovernor
+from node.heat import HeatGuard, read_temperatures
 from node.notify import NotificationRules, Webhook
 from node.runstore import RunStore
 from node.sapo.round import RoundCancelled, RoundParts, RoundSettings, connect_peers, disconnect_peers, play_round
@@ -85,6 +88,9 @@ class SwarmNode:
         self._peer_last_seen: dict[str, int] = {}
         self.uploader: AutoUploader | None = None
         self.game: GameDriver | None = None  # set up when the swarm plays the multi-stage game
+        self.governor: ResourceGovernor | None = None  # the schedule's and the heat's limits, checked every round
+        self.now = datetime.now  # local time for the schedule (tests replace it)
+        self.read_temperatures = read_temperatures  # the heat guard's sensors (tests replace them)
 
     # ----------------------------------------------------------------------------------------------- controls
     def pause(self) -> None:
@@ -156,6 +162,14 @@ class SwarmNode:
             threads=cfg.run.threads, gpu_memory_fraction=cfg.run.gpu_memory_fraction, device=device
         )
         log.info("hardware: %s; limits: %s", hw.describe(), applied)
+        configured_threads = applied["threads"]
+        heat = cfg.heat
+        self.governor = ResourceGovernor(
+            [p.profile() for p in cfg.schedule.profiles],
+            HeatGuard(heat.max_celsius, heat.resume_celsius, read=self.read_temperatures),
+            threads_when_hot=heat.threads_when_hot, cooldown_s=heat.cooldown_s, emit=self.bus.emit, now=self.now,
+            set_threads=lambda threads: torch.set_num_threads(threads or configured_threads),
+        )
         mixed_bf16 = _pick_bf16(train.train_dtype, device, hw, sampling=False)
         generation_dtype = torch.bfloat16 if _pick_bf16(train.generation_dtype, device, hw, sampling=True) else torch.float32
 
@@ -308,6 +322,13 @@ class SwarmNode:
     def _loop(self) -> None:
         rounds_wanted = self.config.run.rounds
         while not self.stopping and (rounds_wanted is None or self.rounds_trained < rounds_wanted):
+            assert self.governor is not None
+            if self.governor.check().paused:
+                self._set_state("paused", self.governor.summary)
+                if self.checkpoints.unsaved:
+                    self._checkpoint("pause")
+            if self.governor.hold(self._stop.wait):
+                break
             if not self._resume.is_set():
                 self._set_state("paused")
                 if self.checkpoints.unsaved:  # a paused node may be quit, or the computer shut down, any moment
