@@ -34,7 +34,7 @@ from node.errors import NodeError
 from node.events import (
     CheckpointSaved, EvalFinished, Event, ErrorReported, NodeStarted, PeerJoined, PeerLeft, ReachabilityChanged,
     RolloutSample, RoundFinished,
-    RoundProgress, UploadFailed, UploadFinished,
+    RoundProgress, UploadFailed, UploadFinished, ResourceLimitChanged, TemperaturesRead,
 )
 from node.hub.auth import PASSPHRASE_ENV
 from node.logs import LOG_FILE
@@ -226,6 +226,10 @@ class MainWindow(QMainWindow):
             self.statusBar().showMessage(f"Checkpoint saved after round {event.round}", 5000)
         elif isinstance(event, ReachabilityChanged):
             self.header.set_reachability(event, new_swarm=not self.config.swarm.initial_peers)
+        elif isinstance(event, ResourceLimitChanged):
+            self.header.set_resource_limit(event)
+        elif isinstance(event, TemperaturesRead):
+            self.header.set_temperatures(event)
 
     def _admission_secret(self, swarm_name: str) -> tuple[str | None, str]:
         """A private swarm's secret for the header's invite, read from the secret store as the node reads it (with the
@@ -251,6 +255,7 @@ class MainWindow(QMainWindow):
         self.status_label.setText(status.label(shown, "" if shown == "pausing" else detail))
         if state in status.ENDED:
             self.header.progress.idle()
+            self.header.set_resource_limit(None)  # a stopped node is not slowed down by anything
         elif state == "paused":
             self.header.progress.idle("Paused between rounds")
         if self.tray:

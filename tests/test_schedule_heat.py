@@ -168,3 +168,59 @@ def test_a_node_reports_its_schedule_and_temperatures_as_events(tiny_model_dir, 
     assert torch_threads == [1, 1]
     temperatures = [e for e in events if e.kind == "temperatures"]
     assert len(temperatures) == 1 and temperatures[0].celsius == {} and "no temperature" in temperatures[0].note
+
+
+def test_settings_edit_a_schedule_and_the_heat_limit_by_clicking(qtbot, tmp_path):
+    from PySide6.QtCore import Qt, QTime
+    from PySide6.QtWidgets import QDialogButtonBox
+
+    from app.settings_dialog import SettingsDialog
+
+    config = NodeConfig.build({"run": {"data_dir": str(tmp_path)}, "schedule": {"profiles": [
+        {"days": "weekends", "paused": True}, {"days": "daily", "start": "22:00", "end": "06:00", "threads": 4}]}})
+    dialog = SettingsDialog(config, idle_supported=False, hardware={})
+    qtbot.addWidget(dialog)
+    assert dialog.schedule_on.isChecked() and dialog.schedule_threads.text() == "paused"
+    assert "1 more profile" in dialog.schedule_note.text()
+    dialog.schedule_days.setCurrentIndex(dialog.schedule_days.findData("mon-fri"))
+    dialog.schedule_start.setTime(QTime(9, 0))
+    dialog.schedule_end.setTime(QTime(18, 0))
+    dialog.schedule_threads.setValue(1)
+    dialog.heat_max.setValue(85)
+    ok = dialog.findChild(QDialogButtonBox).button(QDialogButtonBox.StandardButton.Ok)
+    qtbot.mouseClick(ok, Qt.MouseButton.LeftButton)
+    new = dialog.result_config
+    assert [p.model_dump() for p in new.schedule.profiles] == [
+        {"days": "mon-fri", "start": "09:00", "end": "18:00", "threads": 1, "paused": False},
+        {"days": "daily", "start": "22:00", "end": "06:00", "threads": 4, "paused": False}]
+    assert new.heat.max_celsius == 85 and new.heat.resume_celsius == 75  # the gap of 10 °C is kept
+
+    dialog = SettingsDialog(new, idle_supported=False, hardware={})
+    qtbot.addWidget(dialog)
+    dialog.show()  # laid out, so the click lands on the check box's label
+    qtbot.waitExposed(dialog)
+    qtbot.mouseClick(dialog.schedule_on, Qt.MouseButton.LeftButton)  # off: the profile it edits goes
+    assert not dialog.schedule_start.isEnabled()
+    dialog.heat_max.setValue(dialog.heat_max.minimum())
+    assert dialog.heat_max.text() == "never"
+    qtbot.mouseClick(dialog.findChild(QDialogButtonBox).button(QDialogButtonBox.StandardButton.Ok),
+                     Qt.MouseButton.LeftButton)
+    assert [p.days for p in dialog.result_config.schedule.profiles] == ["daily"]
+    assert dialog.result_config.heat.max_celsius is None
+
+
+def test_the_header_says_what_slows_training_down_and_how_hot_it_is(qtbot, tmp_path):
+    from tests.apphelpers import make_window
+
+    window = make_window(qtbot, NodeConfig.build({"run": {"data_dir": str(tmp_path)}}))
+    header = window.header
+    window.supervisor.feed(ResourceLimitChanged(reason="schedule", threads=1, paused=False, until=None,
+                                                summary="slowed down by schedule until 18:00 (1 thread)"))
+    assert header.limit.isVisibleTo(window) and header.limit.text() == "Slowed down by schedule until 18:00 (1 thread)"
+    window.supervisor.feed(TemperaturesRead(celsius={}, note="this computer exposes no temperature sensors"))
+    assert header.temperatures.text() == "Temperatures: not readable here"
+    assert "no temperature sensors" in header.temperatures.toolTip()
+    window.supervisor.feed(TemperaturesRead(celsius={"cpu": 93.4, "gpu0": 71.0}, hot=True))
+    assert header.temperatures.text() == "CPU 93 °C · GPU0 71 °C" and "#c62828" in header.temperatures.styleSheet()
+    window.supervisor.feed(ResourceLimitChanged(reason="", threads=None, paused=False, until=None, summary=""))
+    assert not header.limit.isVisibleTo(window)
