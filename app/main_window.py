@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import QSettings, Qt, QTimer, Signal
@@ -74,6 +75,8 @@ class MainWindow(QMainWindow):
         self.hub.settingsChanged.connect(self.apply_config)
         self.hub.uploadFinished.connect(self._upload_finished)
         self.hub.uploadFailed.connect(self._upload_failed)
+        self.hub.before_upload = self._checkpoint_before_upload
+        self._after_checkpoint: Callable[[], None] | None = None
         # Automatic uploads run in the node: it needs the passphrase too (environment only, never a file).
         self.hub.unlocked.connect(lambda passphrase: supervisor.environment.update({PASSPHRASE_ENV: passphrase}))
         self.tabs = QTabWidget()
@@ -224,6 +227,7 @@ class MainWindow(QMainWindow):
             self._upload_failed(event)
         elif isinstance(event, CheckpointSaved):
             self.statusBar().showMessage(f"Checkpoint saved after round {event.round}", 5000)
+            self._checkpoint_ready()
         elif isinstance(event, ReachabilityChanged):
             self.header.set_reachability(event, new_swarm=not self.config.swarm.initial_peers)
         elif isinstance(event, ResourceLimitChanged):
@@ -253,6 +257,8 @@ class MainWindow(QMainWindow):
         shown = "pausing" if held and state in ("starting", "training", "waiting_for_peers") else state
         self.header.set_state(shown, detail)
         self.status_label.setText(status.label(shown, "" if shown == "pausing" else detail))
+        if state in status.ENDED or state == "paused":  # a paused or ended node has saved its last rounds
+            self._checkpoint_ready()
         if state in status.ENDED:
             self.header.progress.idle()
             self.header.set_resource_limit(None)  # a stopped node is not slowed down by anything
@@ -305,6 +311,18 @@ class MainWindow(QMainWindow):
         box.show()
         self.problem_box = box
         return box
+
+    def _checkpoint_before_upload(self, upload: Callable[[], None]) -> None:
+        """A manual upload reads the latest checkpoint: a training node saves its rounds since the last one first."""
+        if getattr(self, "state", "stopped") in ("training", "waiting_for_peers") and self.supervisor.request_checkpoint():
+            self._after_checkpoint = upload
+        else:
+            upload()
+
+    def _checkpoint_ready(self) -> None:
+        upload, self._after_checkpoint = self._after_checkpoint, None
+        if upload is not None:
+            upload()
 
     def _upload_finished(self, event: UploadFinished) -> None:
         self.notify("Upload finished", f"Round {event.round} is on the Hub: {event.url}")

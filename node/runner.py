@@ -324,15 +324,15 @@ class SwarmNode:
         while not self.stopping and (rounds_wanted is None or self.rounds_trained < rounds_wanted):
             assert self.governor is not None
             if self.governor.check().paused:
-                self._set_state("paused", self.governor.summary)
-                if self.checkpoints.unsaved:
+                if self.checkpoints.unsaved:  # saved before "paused" is told: paused means safe to quit
                     self._checkpoint("pause")
+                self._set_state("paused", self.governor.summary)
             if self.governor.hold(self._stop.wait):
                 break
             if not self._resume.is_set():
-                self._set_state("paused")
                 if self.checkpoints.unsaved:  # a paused node may be quit, or the computer shut down, any moment
                     self._checkpoint("pause")
+                self._set_state("paused")
                 self._resume.wait()
                 if self.stopping:
                     break

@@ -12,6 +12,7 @@ from node.events import EventBus
 from node.learning.checkpoint import Checkpointer
 from node.runner import SwarmNode
 from tests.nodes import tiny_config
+from tests.test_app_hub import hub  # noqa: F401 - fixture: the loopback Hub
 
 
 def test_a_checkpoint_is_due_after_minutes_of_training_not_after_rounds():
@@ -81,3 +82,37 @@ def test_a_node_saves_on_pause_on_request_and_on_stop_not_every_few_rounds(tiny_
     assert [p.name for p in older] == ["round-00000002", "round-00000006"]
     assert not (older[0] / "optimizer").exists()  # the fallback keeps the weights only
     assert (older[0] / "model" / "model.safetensors").is_file()
+
+
+@pytest.mark.slow
+def test_a_manual_upload_from_the_app_first_saves_the_rounds_a_training_node_has_not_saved(qtbot, tmp_path,
+                                                                                          tiny_model_dir, hub):
+    from PySide6.QtCore import Qt
+
+    from tests.apphelpers import make_window
+    from tests.test_hub_upload import WRITE
+
+    config = tiny_config(tiny_model_dir, tmp_path / "data", run={"checkpoint_every_rounds": None},
+                         evaluation={"every_rounds": 0}, upload={"endpoint": hub.url, "repo_id": "alice/manual"})
+    window = make_window(qtbot, config)
+    panel = window.hub
+    panel.passphrase.setText("correct horse battery")
+    panel.token.setText(WRITE)
+    qtbot.mouseClick(panel.login_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: panel.account is not None, timeout=30_000)
+    events, finished = [], []
+    window.supervisor.event.connect(events.append)
+    panel.uploadFinished.connect(finished.append)
+    window.supervisor.start()
+    qtbot.waitUntil(lambda: window.dashboard.history.totals["rounds"] >= 2, timeout=180_000)
+    assert not [e for e in events if e.kind == "checkpoint_saved"]  # 20 minutes of training are far off
+
+    rounds_before = window.dashboard.history.last.round
+    qtbot.mouseClick(panel.upload_button, Qt.MouseButton.LeftButton)
+    assert "saving a checkpoint" in panel.progress.format()
+    qtbot.waitUntil(lambda: bool(finished) or "not uploaded" in panel.progress.format(), timeout=240_000)
+    saved = [e for e in events if e.kind == "checkpoint_saved"]
+    assert [e.reason for e in saved] == ["requested"] and saved[0].round >= rounds_before
+    assert finished and finished[0].round == saved[0].round, panel.result.text()
+    window.supervisor.stop()
+    qtbot.waitUntil(lambda: window.supervisor.state == "stopped", timeout=120_000)
