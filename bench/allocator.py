@@ -70,9 +70,12 @@ def run(name: str, env_vars: dict[str, str], args: argparse.Namespace) -> dict:
                "--max-new-tokens", str(args.max_new_tokens), "--micro-batch-groups", "1", "--lora-rank", "16",
                "--cache-dir", args.cache_dir, "--generation-dtype", "float32", "--optimizer-states", "auto",
                "--max-minutes", "0"]
-    out = subprocess.run(command, env=env, capture_output=True, text=True)
-    for leftover in Path(tempfile.gettempdir()).glob("rl-swarm-memory-*"):  # the child's TRL output folder
-        shutil.rmtree(leftover, ignore_errors=True)
+    scratch = Path(tempfile.mkdtemp(prefix="rl-swarm-allocator-"))
+    env["TMPDIR"] = str(scratch)  # the child's TRL output folder lands here, and goes with it
+    try:
+        out = subprocess.run(command, env=env, capture_output=True, text=True)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     if out.returncode:
         raise RuntimeError(f"{name} failed: {out.stderr[-2000:]}")
     rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
