@@ -178,6 +178,8 @@ class _HumanProgress:
             print(f"{event.peer_name} {'joined' if kind == 'peer_joined' else 'left'}", flush=True)
         elif kind == "reachability":
             print(f"{event.summary}. {event.advice}", flush=True)
+        elif kind == "resource_limit":
+            print(f"[{event.summary or 'full speed again'}]", flush=True)
 
 
 def _stop_on_signals(node) -> None:
