@@ -30,12 +30,13 @@ if str(ROOT) not in sys.path:
 
 RESULTS = ROOT / "bench" / "results" / "allocator.json"
 MIB = 2**20
-GLIBC_VARS = ("MALLOC_ARENA_MAX", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_")
+GLIBC_VARS = ("MALLOC_ARENA_MAX", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "LD_PRELOAD",
+              "MALLOC_CONF")
 JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
 
 
 def candidates() -> dict[str, dict[str, str]]:
-    from node.allocator import MALLOC_ENV
+    from node.allocator import JEMALLOC_CONF, MALLOC_ENV
 
     def tuned(threshold_mib: int) -> dict[str, str]:
         return {"MALLOC_ARENA_MAX": "2", "MALLOC_MMAP_THRESHOLD_": str(threshold_mib * MIB),
@@ -46,8 +47,7 @@ def candidates() -> dict[str, dict[str, str]]:
         "current": dict(MALLOC_ENV),  # node.allocator: every block >= 128 KiB its own mmap
         "tuned-4m": tuned(4),
         "tuned-32m": tuned(32),
-        "jemalloc": {"LD_PRELOAD": JEMALLOC, "MALLOC_CONF": "background_thread:true,dirty_decay_ms:2000,"
-                     "muzzy_decay_ms:0,narenas:2"},
+        "jemalloc": {"LD_PRELOAD": JEMALLOC, "MALLOC_CONF": JEMALLOC_CONF},  # node.allocator's choice
     }
 
 
@@ -94,6 +94,12 @@ def run(name: str, env_vars: dict[str, str], args: argparse.Namespace) -> dict:
     return result
 
 
+def save(command: str, args: argparse.Namespace, runs: dict[str, list[dict]]) -> None:
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps({"command": command.strip(), "model": args.model, "rounds": args.rounds,
+                                   "threads": args.threads, "runs": runs}, indent=1) + "\n", encoding="utf-8")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--candidates", nargs="+", default=None)
@@ -110,9 +116,11 @@ def main() -> None:
         print("jemalloc not installed (Debian: libjemalloc2): left out", file=sys.stderr)
     names = args.candidates or list(table)
     runs: dict[str, list[dict]] = {name: [] for name in names}
+    command = "python bench/allocator.py " + " ".join(sys.argv[1:])
     for _ in range(args.repeats):
         for name in names:  # alternating, so the shared machine's drift hits every candidate alike
             runs[name].append(run(name, table[name], args))
+            save(command, args, runs)  # after every run: a bench cut short still leaves what it measured
     print(f"\n{args.model}, {args.rounds} rounds, {args.threads} thread(s), median (range) of {args.repeats} runs\n")
     print("| candidate | system share of CPU time | minor page faults (M) | kept RSS growth, round 2 to last (GB) "
           "| max RSS (GB) | s per round |")
@@ -130,10 +138,6 @@ def main() -> None:
               f"| {cell([r['kept_growth_gb'] for r in results], '{:+.3f}')} "
               f"| {cell([r['max_rss_kb'] / 1e6 for r in results], '{:.2f}')} "
               f"| {cell([r['seconds_per_round'] for r in results], '{:.1f}')} |")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    command = "python bench/allocator.py " + " ".join(sys.argv[1:])
-    RESULTS.write_text(json.dumps({"command": command.strip(), "model": args.model, "rounds": args.rounds,
-                                   "threads": args.threads, "runs": runs}, indent=1) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":
