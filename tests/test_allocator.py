@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -49,7 +50,7 @@ def test_jemalloc_is_preloaded_where_installed_unless_the_user_chose_otherwise()
     assert allocator.allocator_env({}, exists=lambda path: False) == allocator.MALLOC_ENV  # not installed
 
 
-@pytest.mark.skipif(not any(__import__("os").path.isfile(p) for p in allocator.JEMALLOC_PATHS),
+@pytest.mark.skipif(not any(os.path.isfile(p) for p in allocator.JEMALLOC_PATHS),
                     reason="jemalloc is not installed here (Debian: libjemalloc2)")
 def test_a_node_child_really_runs_on_jemalloc_where_installed(monkeypatch):
     monkeypatch.delenv(allocator.CHOICE_ENV, raising=False)
