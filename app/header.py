@@ -11,7 +11,7 @@ from app import status
 from app.elided_label import ElidedLabel
 from app.history import RunHistory
 from app.progress import RoundProgressView
-from node.events import NodeStarted, ReachabilityChanged
+from node.events import NodeStarted, ReachabilityChanged, ResourceLimitChanged, TemperaturesRead
 from node.swarm.invite import format_invite
 
 COPIED_MS = 2000
@@ -23,6 +23,8 @@ LOOPBACK_NOTE = "The invite works on this computer only: this node listens on 12
 LOOPBACK_PREFIXES = ("/ip4/127.", "/ip6/::1/")
 DEVICES = {"cpu": "CPU", "cuda": "NVIDIA GPU", "mps": "Apple GPU"}
 REACH_MORE, REACH_HIDE = "What friends can do \u25b8", "Hide \u25be"
+LIMIT_COLOR = "#b26a00"
+HOT_COLOR = "#c62828"
 REACH_COLORS = {"reachable": "#2e7d32", "relayed": "#b26a00", "unreachable": "#c62828", "unknown": "#7f7f7f"}
 
 
@@ -77,6 +79,16 @@ class StatusHeader(QFrame):
         self.reach_more.setCheckable(True)
         self.reach_more.toggled.connect(self._show_reach_note)
         self.reach_more.hide()
+        # What slows training down now (node.governor: the schedule, heat), and the temperatures the node can read
+        self.limit = QLabel("")
+        self.limit.setObjectName("resourceLimit")
+        self.limit.setTextFormat(Qt.TextFormat.PlainText)
+        self.limit.setStyleSheet(f"QLabel#resourceLimit {{ color: {LIMIT_COLOR}; font-weight: bold; }}")
+        self.limit.hide()
+        self.temperatures = QLabel("")
+        self.temperatures.setObjectName("temperatures")
+        self.temperatures.setTextFormat(Qt.TextFormat.PlainText)
+        self.temperatures.hide()
         self.counters = QLabel("")
         self.counters.setObjectName("counters")
         self.counters.setTextFormat(Qt.TextFormat.PlainText)
@@ -109,6 +121,11 @@ class StatusHeader(QFrame):
         reach_row.addStretch(1)
         grid.addLayout(reach_row, 5, 0)
         grid.addWidget(self.reach_note, 6, 0)
+        machine = QHBoxLayout()
+        machine.addWidget(self.limit)
+        machine.addStretch(1)
+        machine.addWidget(self.temperatures)
+        grid.addLayout(machine, 7, 0)
         self.set_state("stopped")
         self.set_totals(RunHistory())
 
@@ -151,6 +168,27 @@ class StatusHeader(QFrame):
     def _show_reach_note(self, shown: bool) -> None:
         self.reach_more.setText(REACH_HIDE if shown else REACH_MORE)
         self.reach_note.setVisible(shown and self.reach_more.isVisibleTo(self))
+
+    def set_resource_limit(self, event: ResourceLimitChanged | None) -> None:
+        """"Slowed down by schedule until 18:00 (1 thread)"; hidden at full speed or without a node."""
+        summary = event.summary if event is not None else ""
+        self.limit.setText(summary[:1].upper() + summary[1:])
+        self.limit.setVisible(bool(summary))
+
+    def set_temperatures(self, event: TemperaturesRead | None) -> None:
+        if event is None:
+            self.temperatures.hide()
+            return
+        if event.celsius:
+            text = " · ".join(f"{name.upper()} {value:.0f} °C" for name, value in sorted(event.celsius.items()))
+            tip = "Temperatures the node reads before every round"
+        else:
+            text, tip = "Temperatures: not readable here", event.note
+        self.temperatures.setText(text)
+        self.temperatures.setToolTip(tip)
+        color = HOT_COLOR if event.hot else "palette(window-text)"
+        self.temperatures.setStyleSheet(f"QLabel#temperatures {{ color: {color}; }}")
+        self.temperatures.show()
 
     def set_state(self, state: str, detail: str = "") -> None:
         color = status.COLORS.get(state, "#7f7f7f")

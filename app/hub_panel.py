@@ -7,6 +7,7 @@ The token check runs in a worker thread (a network call); the upload itself runs
 from __future__ import annotations
 
 import html
+from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import Signal, Slot
@@ -41,6 +42,8 @@ class HubPanel(QWidget):
         self.account: HubAccount | None = None
         self.peer_name = ""
         self.process: NodeProcess | None = None
+        # Set by the window while a node trains: asks it for a checkpoint, then calls back (the upload reads the latest)
+        self.before_upload: Callable[[Callable[[], None]], None] | None = None
         self._uploadEvent.connect(self._on_upload_event)
         self._uploadExited.connect(self._finished)
         self.worker = Worker()
@@ -217,6 +220,17 @@ class HubPanel(QWidget):
     # -- upload --------------------------------------------------------------------------------------------
 
     def upload(self) -> None:
+        """Upload the latest checkpoint; with ``before_upload`` set (a running node), it saves one first."""
+        if self.before_upload is None:
+            self._start_upload()
+            return
+        self.upload_button.setEnabled(False)
+        self.progress.setRange(0, 0)
+        self.progress.setFormat("saving a checkpoint of the latest rounds first…")
+        self.result.setText("")
+        self.before_upload(self._start_upload)
+
+    def _start_upload(self) -> None:
         args = ["upload", "--config", str(self.config_path), "--private" if self.private.isChecked() else "--public"]
         if self.repo.text().strip():
             args += ["--repo", self.repo.text().strip()]

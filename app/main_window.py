@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import platform
+from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import QSettings, Qt, QTimer, Signal
@@ -36,10 +37,11 @@ from node.errors import NodeError
 from node.events import (
     CheckpointSaved, EvalFinished, Event, ErrorReported, NodeStarted, PeerJoined, PeerLeft, ReachabilityChanged,
     RolloutSample, RoundFinished,
-    RoundProgress, UploadFailed, UploadFinished,
+    RoundProgress, UploadFailed, UploadFinished, ResourceLimitChanged, TemperaturesRead,
 )
 from node.hub.auth import PASSPHRASE_ENV
 from node.logs import LOG_FILE
+from node.notify import NotificationRules, Webhook
 from node.platform_support import check_platform, install_wsl_node
 from node.runstore import RunStore
 from node.swarm import admission as swarm_secret
@@ -75,6 +77,8 @@ class MainWindow(QMainWindow):
         self.hub.settingsChanged.connect(self.apply_config)
         self.hub.uploadFinished.connect(self._upload_finished)
         self.hub.uploadFailed.connect(self._upload_failed)
+        self.hub.before_upload = self._checkpoint_before_upload
+        self._after_checkpoint: Callable[[], None] | None = None
         # Automatic uploads run in the node: it needs the passphrase too (environment only, never a file).
         self.hub.unlocked.connect(lambda passphrase: supervisor.environment.update({PASSPHRASE_ENV: passphrase}))
         self.tabs = QTabWidget()
@@ -234,8 +238,13 @@ class MainWindow(QMainWindow):
             self._upload_failed(event)
         elif isinstance(event, CheckpointSaved):
             self.statusBar().showMessage(f"Checkpoint saved after round {event.round}", 5000)
+            self._checkpoint_ready()
         elif isinstance(event, ReachabilityChanged):
             self.header.set_reachability(event, new_swarm=not self.config.swarm.initial_peers)
+        elif isinstance(event, ResourceLimitChanged):
+            self.header.set_resource_limit(event)
+        elif isinstance(event, TemperaturesRead):
+            self.header.set_temperatures(event)
 
     def _admission_secret(self, swarm_name: str) -> tuple[str | None, str]:
         """A private swarm's secret for the header's invite, read from the secret store as the node reads it (with the
@@ -259,8 +268,11 @@ class MainWindow(QMainWindow):
         shown = "pausing" if held and state in ("starting", "training", "waiting_for_peers") else state
         self.header.set_state(shown, detail)
         self.status_label.setText(status.label(shown, "" if shown == "pausing" else detail))
+        if state in status.ENDED or state == "paused":  # a paused or ended node has saved its last rounds
+            self._checkpoint_ready()
         if state in status.ENDED:
             self.header.progress.idle()
+            self.header.set_resource_limit(None)  # a stopped node is not slowed down by anything
         elif state == "paused":
             self.header.progress.idle("Paused between rounds")
         if self.tray:
@@ -297,6 +309,10 @@ class MainWindow(QMainWindow):
             "the Logs tab shows the last lines. Then press Start.",
             message)
         self.notify("RL Swarm: the node keeps crashing", problem.summary, critical=True)
+        if self.config.notify.webhook_url:  # only the supervisor sees a crash loop: the node cannot tell it
+            hook = Webhook(self.config.notify.webhook_url)
+            NotificationRules(hook.send).crash_loop(message.split("\n", 1)[0])
+            hook.close(timeout_s=0)  # delivered by its own thread; the window never waits for it
         self.crash_box = self._show_box("crashLoopBox", "The node keeps crashing", problem)
 
     def _show_box(self, name: str, title: str, problem: Problem) -> QMessageBox:
@@ -306,6 +322,18 @@ class MainWindow(QMainWindow):
         box.show()
         self.problem_box = box
         return box
+
+    def _checkpoint_before_upload(self, upload: Callable[[], None]) -> None:
+        """A manual upload reads the latest checkpoint: a training node saves its rounds since the last one first."""
+        if getattr(self, "state", "stopped") in ("training", "waiting_for_peers") and self.supervisor.request_checkpoint():
+            self._after_checkpoint = upload
+        else:
+            upload()
+
+    def _checkpoint_ready(self) -> None:
+        upload, self._after_checkpoint = self._after_checkpoint, None
+        if upload is not None:
+            upload()
 
     def _upload_finished(self, event: UploadFinished) -> None:
         self.notify("Upload finished", f"Round {event.round} is on the Hub: {event.url}")

@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import psutil
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, QTime, Signal
 from PySide6.QtWidgets import (
     QCheckBox, QComboBox, QDialog, QDialogButtonBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QLabel,
-    QLineEdit, QPushButton, QSpinBox, QVBoxLayout, QWidget,
+    QLineEdit, QPushButton, QSpinBox, QTimeEdit, QVBoxLayout, QWidget,
 )
 
 from app import fit
@@ -18,12 +18,17 @@ from app.node_query import NodeQuery
 from node.api import HardwareReport, default_threads
 from node.config import NodeConfig
 from node.errors import NodeError
+from node.notify import Notification, Webhook
 
+HEAT_NEVER = 39  # the spin box's lowest value reads "never"; the lowest limit the config takes is 40 °C
+SCHEDULE_DAYS = (("on weekdays", "mon-fri"), ("every day", "daily"), ("at weekends", "sat-sun"))
 FIT_COLORS = {"fits": "#009E73", "tight": "#E69F00", "won't fit": "#D55E00", "unknown": "#7f7f7f"}
 
 
 class SettingsDialog(QDialog):
     """Edits a copy of the config; ``result_config`` is the validated new one after OK."""
+
+    _webhookResult = Signal(bool)  # from the test notification's thread to the GUI thread
 
     def __init__(self, config: NodeConfig, *, idle_supported: bool, hardware: HardwareReport | dict | None = None,
                  parent: QWidget | None = None) -> None:
@@ -82,6 +87,52 @@ class SettingsDialog(QDialog):
         wizard = QPushButton("Run the setup wizard again…")
         wizard.setToolTip("Change identity, model or swarm")
         wizard.clicked.connect(self._wizard)
+        # The schedule: the dialog edits the first profile; further ones (config file) are kept as they are
+        profiles = config.schedule.profiles
+        first = profiles[0] if profiles else None
+        self.schedule_on = QCheckBox("Slow down or pause")
+        self.schedule_on.setObjectName("settingsScheduleOn")
+        self.schedule_on.setChecked(first is not None)
+        self.schedule_days = QComboBox()
+        for label, days in SCHEDULE_DAYS:
+            self.schedule_days.addItem(label, days)
+        if first is not None and self.schedule_days.findData(first.days) < 0:
+            self.schedule_days.addItem(f"on {first.days}", first.days)
+        self.schedule_days.setCurrentIndex(max(0, self.schedule_days.findData(first.days if first else "mon-fri")))
+        self.schedule_start = QTimeEdit(_qtime(first.start if first else "09:00"), displayFormat="HH:mm")
+        self.schedule_end = QTimeEdit(_qtime(first.end if first else "18:00"), displayFormat="HH:mm")
+        self.schedule_threads = QSpinBox(minimum=0, maximum=max(1, psutil.cpu_count() or 1), suffix=" threads")
+        self.schedule_threads.setSpecialValueText("paused")
+        self.schedule_threads.valueChanged.connect(
+            lambda n: self.schedule_threads.setSuffix(" thread" if n == 1 else " threads"))
+        self.schedule_threads.setValue(2)  # a value other than the one set next, so the suffix follows it
+        self.schedule_threads.setValue(0 if first is not None and first.paused else (first.threads if first else 1))
+        self.schedule_note = QLabel(f"{len(profiles) - 1} more profile(s) from the config file are kept as they are"
+                                    if len(profiles) > 1 else "")
+        self.schedule_note.setObjectName("settingsScheduleNote")
+        self.schedule_note.setVisible(len(profiles) > 1)
+        for widget in (self.schedule_days, self.schedule_start, self.schedule_end, self.schedule_threads):
+            widget.setEnabled(self.schedule_on.isChecked())
+            self.schedule_on.toggled.connect(widget.setEnabled)
+        self.heat_max = QSpinBox(minimum=HEAT_NEVER, maximum=120, suffix=" °C")
+        self.heat_max.setObjectName("settingsHeatMax")
+        self.heat_max.setSpecialValueText("never")
+        self.heat_max.setValue(round(config.heat.max_celsius or HEAT_NEVER))
+        self.heat_max.setToolTip("Above it the node uses one thread and pauses between rounds, until the computer "
+                                 f"is {config.heat.max_celsius - config.heat.resume_celsius if config.heat.max_celsius else 10:g}"
+                                 " °C cooler; only where the system lets programs read temperatures")
+        self.webhook_url = QLineEdit(config.notify.webhook_url or "")
+        self.webhook_url.setObjectName("settingsWebhook")
+        self.webhook_url.setPlaceholderText("https://ntfy.sh/your-topic, a Discord or Slack webhook URL… (optional)")
+        self.webhook_url.setEchoMode(QLineEdit.EchoMode.PasswordEchoOnEdit)  # such a URL often is the password
+        self.no_peers = QSpinBox(minimum=0, maximum=100_000, suffix=" rounds", value=config.notify.no_peers_rounds)
+        self.no_peers.setSpecialValueText("never")
+        self.webhook_test = QPushButton("Send a test notification")
+        self.webhook_test.setObjectName("settingsWebhookTest")
+        self.webhook_test.clicked.connect(self._test_webhook)
+        self.webhook_status = QLabel("")
+        self.webhook_status.setObjectName("settingsWebhookStatus")
+        self._webhookResult.connect(self._webhook_tested)
         self.error = ErrorLabel()
         self.error.setObjectName("settingsError")
 
@@ -109,16 +160,34 @@ class SettingsDialog(QDialog):
         form.addRow("", _wrap(active_row))
         form.addRow("", self.on_launch)
         form.addRow("", self.login)
+        schedule_row = QHBoxLayout()
+        for widget in (self.schedule_on, self.schedule_days, QLabel("from"), self.schedule_start, QLabel("to"),
+                       self.schedule_end, QLabel("use"), self.schedule_threads):
+            schedule_row.addWidget(widget)
+        schedule_row.addStretch(1)
+        form.addRow("Schedule", _wrap(schedule_row))
+        form.addRow("", self.schedule_note)
+        form.addRow("Slow down above", self.heat_max)
         data_row = QHBoxLayout()
         data_row.addWidget(self.data_dir, 1)
         data_row.addWidget(browse)
         form.addRow("Data folder", _wrap(data_row))
+        notify_box = QGroupBox("Notifications on your phone or chat, when the node stops, keeps crashing, sees no "
+                               "peers, or finished an upload")
+        notify_form = QFormLayout(notify_box)
+        notify_form.addRow("Webhook URL", self.webhook_url)
+        notify_form.addRow("No peers for", self.no_peers)
+        test_row = QHBoxLayout()
+        test_row.addWidget(self.webhook_test)
+        test_row.addWidget(self.webhook_status, 1)
+        notify_form.addRow("", _wrap(test_row))
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
         layout = QVBoxLayout(self)
         layout.addWidget(model_box)
         layout.addLayout(form)
+        layout.addWidget(notify_box)
         layout.addWidget(wizard)
         layout.addWidget(self.error)
         layout.addWidget(buttons)
@@ -191,6 +260,46 @@ class SettingsDialog(QDialog):
         if folder:
             self.data_dir.setText(folder)
 
+    def _test_webhook(self) -> None:
+        try:
+            url = self.config.update({"notify": {"webhook_url": self.webhook_url.text().strip() or None}}) \
+                .notify.webhook_url
+        except NodeError as exc:
+            self.error.show_problem(Problem.of(exc))
+            return
+        if url is None:
+            self.webhook_status.setText("Paste a webhook URL first.")
+            return
+        self.webhook_test.setEnabled(False)
+        self.webhook_status.setText("Sending…")
+        hook = Webhook(url, retries=0, on_result=lambda _n, delivered: self._webhookResult.emit(delivered))
+        hook.send(Notification(kind="test", title="RL Swarm test notification",
+                               message="notifications from this computer arrive here"))
+        hook.close(timeout_s=0)  # the thread ends after this one; the dialog never waits for it
+
+    def _webhook_tested(self, delivered: bool) -> None:
+        self.webhook_test.setEnabled(True)
+        self.webhook_status.setText("Delivered." if delivered else
+                                    "Not delivered: check the URL (the Logs tab says what the endpoint answered).")
+
+    def _profiles(self) -> list[dict]:
+        kept = [p.model_dump() for p in self.config.schedule.profiles[1:]]
+        if not self.schedule_on.isChecked():
+            return kept
+        threads = self.schedule_threads.value()
+        edited = {"days": self.schedule_days.currentData(), "start": self.schedule_start.time().toString("HH:mm"),
+                  "end": self.schedule_end.time().toString("HH:mm"), "threads": threads or None,
+                  "paused": threads == 0}
+        return [edited, *kept]
+
+    def _heat(self) -> dict:
+        heat = self.config.heat
+        if self.heat_max.value() == HEAT_NEVER:
+            return {"max_celsius": None}
+        gap = heat.max_celsius - heat.resume_celsius if heat.max_celsius is not None else 10.0
+        return {"max_celsius": float(self.heat_max.value()),
+                "resume_celsius": max(30.0, self.heat_max.value() - gap)}
+
     def _wizard(self) -> None:
         self.wizard_requested = True
         self.reject()
@@ -211,6 +320,9 @@ class SettingsDialog(QDialog):
             "desktop": {"pause_on_battery": self.battery.isChecked(), "pause_when_user_active": self.active.isChecked(),
                         "idle_minutes": self.idle.value(), "start_at_login": self.login.isChecked(),
                         "start_training_on_launch": self.on_launch.isChecked()},
+            "notify": {"webhook_url": self.webhook_url.text().strip() or None, "no_peers_rounds": self.no_peers.value()},
+            "schedule": {"profiles": self._profiles()},
+            "heat": self._heat(),
         }
         try:
             self.result_config = self.config.update(overrides)
@@ -218,6 +330,11 @@ class SettingsDialog(QDialog):
             self.error.show_problem(Problem.of(exc))
             return
         super().accept()
+
+
+def _qtime(text: str) -> QTime:
+    hours, minutes = (int(part) for part in text.split(":"))
+    return QTime(hours % 24, minutes)  # 24:00, the end of the day, shows as 00:00 (the same moment)
 
 
 def _wrap(layout) -> QWidget:

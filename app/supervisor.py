@@ -126,6 +126,10 @@ class NodeSupervisor(QObject):
     def pause(self) -> None:
         self.hold("user", True)
 
+    def request_checkpoint(self) -> bool:
+        """Ask the running node to save a checkpoint after its current round; False when no node can be asked."""
+        return self._process is not None and self._process.send("checkpoint")
+
     def resume(self) -> None:
         self.hold("user", False)
 

@@ -77,7 +77,7 @@ def _config(work: Path, name: str, *, tokens: int, external: int, join: list[str
                   "peer_text_ratio": 100.0},
         "tasks": {"weights": {family: 1.0 for family in FAMILIES}},
         "evaluation": {"every_rounds": 0},
-        "run": {"data_dir": str(work / name), "threads": 1, "checkpoint_every": 1000},
+        "run": {"data_dir": str(work / name), "threads": 1, "checkpoint_every_rounds": 1000},
     }
     path = work / f"{name}.toml"
     path.write_text(tomli_w.dumps(data), encoding="utf-8")

@@ -69,7 +69,7 @@ def main() -> int:
     config = NodeConfig.build({
         "training": {"model": model, "max_new_tokens": 64},
         "swarm": {"host": "127.0.0.1", "gather_timeout_s": 0},
-        "run": {"data_dir": str(data), "rounds": args.rounds, "checkpoint_every": 100},
+        "run": {"data_dir": str(data), "rounds": args.rounds, "checkpoint_every_rounds": 100},
     })
     config_path = data / "config.toml"
     config.save(config_path)

@@ -107,7 +107,7 @@ def node_config(args: argparse.Namespace, work: Path, sapo: Sapo, seed: int, ind
         "evaluation": {"every_rounds": args.eval_every, "questions": args.eval_questions,
                        "samples": args.eval_samples, "seed": args.eval_seed},
         # The bench stops each node after the evaluation that follows its last round (see _Run._follow).
-        "run": {"run_name": name, "threads": 1, "seed": seed, "rounds": args.rounds + 1, "checkpoint_every": 10**6,
+        "run": {"run_name": name, "threads": 1, "seed": seed, "rounds": args.rounds + 1, "checkpoint_every_rounds": 10**6,
                 "identity_file": str(work / "identities" / f"{name}.key")},
     }
     for item in args.set or []:

@@ -1,7 +1,7 @@
 """The node's one typed configuration, shared by the CLI, the GUI and the config file.
 
 A config file is TOML with the sections ``[training]``, ``[swarm]``, ``[tasks]``, ``[evaluation]``, ``[run]``,
-``[upload]``, ``[chain]`` and ``[desktop]`` (the app's own settings); every field below is a key of its section.
+``[upload]``, ``[chain]``, ``[notify]``, ``[schedule]``, ``[heat]`` and ``[desktop]`` (the app's own settings); every field below is a key of its section.
 The CLI's flags override single fields; those flags are generated from the fields below (name, type, description,
 bounds; see :mod:`node.cli.main`). The CLI and the app's dialogs change a config through the one
 :meth:`NodeConfig.update`. Validation happens once, in :func:`NodeConfig.build`, and every problem is reported as a
@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from node.clock import DEFAULT_EPOCH, DEFAULT_ROUND_SECONDS
 from node.errors import NodeError
+from node import schedule as resource_schedule
 from node.swarm import admission as swarm_secret
 
 # A swarm or run name: it becomes part of DHT keys, invites and folder names.
@@ -234,7 +235,15 @@ class RunSettings(_Section):
     run_name: str = Field("default", pattern=NAME_PATTERN)
     identity_file: Path | None = Field(None, description="libp2p peer key; empty = <data_dir>/identity/swarm.key")
     rounds: int | None = Field(None, ge=1, description="stop after this many rounds; empty = run until stopped")
-    checkpoint_every: int = Field(5, ge=1, description="save model, optimizer and round every N rounds")
+    checkpoint_minutes: float = Field(
+        20.0, ge=0.5, le=1440.0,
+        description="save model, optimizer and round after this many minutes of training; a checkpoint is also "
+        "saved on pause, stop and quit, and before an upload",
+    )
+    checkpoint_every_rounds: int | None = Field(
+        None, ge=1, description="also save every N rounds (each save of the bundled model writes ~1 GB); empty = by "
+        "time and event only",
+    )
     threads: int | None = Field(None, ge=1, le=1024, description="CPU threads for torch; empty = cores - 1")
     gpu_memory_fraction: float | None = Field(None, gt=0.0, le=1.0)
     seed: int = Field(0, ge=0, description="sampling and training seed")
@@ -319,6 +328,74 @@ class FleetSettings(_Section):
         return self
 
 
+class NotifySettings(_Section):
+    """Notifications off the machine: a webhook told when something needs the user (see node/notify.py)."""
+
+    webhook_url: str | None = Field(
+        None, pattern=r"^https?://[^\s/]+(/\S*)?$",
+        description="a URL that takes a JSON POST (ntfy, Discord, Slack, your own); told when the node stops, keeps "
+        "crashing, sees no peers, or finished an upload; empty = off",
+    )
+    no_peers_rounds: int = Field(
+        10, ge=0, le=100_000, description="notify once no peer was seen for this many rounds in a row; 0 = never"
+    )
+
+
+class ProfileSettings(_Section):
+    """One resource profile: on these days, between these local times, use this many threads or pause."""
+
+    days: str = Field("daily", description="mon-fri, sat,sun, daily, weekdays, weekends")
+    start: str = Field("00:00", description="local time HH:MM it begins")
+    end: str = Field("24:00", description="local time HH:MM it ends; before start = past midnight")
+    threads: int | None = Field(None, ge=1, le=1024, description="CPU threads meanwhile")
+    paused: bool = Field(False, description="no training meanwhile")
+
+    @model_validator(mode="after")
+    def _valid(self) -> ProfileSettings:
+        resource_schedule.parse_days(self.days)
+        resource_schedule.parse_time(self.start)
+        resource_schedule.parse_time(self.end)
+        if self.threads is None and not self.paused:
+            raise ValueError("a profile sets threads = N or paused = true (otherwise it changes nothing)")
+        return self
+
+    def profile(self) -> resource_schedule.Profile:
+        return resource_schedule.Profile(
+            days=resource_schedule.parse_days(self.days), start=resource_schedule.parse_time(self.start),
+            end=resource_schedule.parse_time(self.end),
+            threads=self.threads, paused=self.paused,
+        )
+
+
+class ScheduleSettings(_Section):
+    """When the node trains at full speed, slowed down, or not at all (by the computer's local time)."""
+
+    profiles: list[ProfileSettings] = Field(
+        default_factory=list,
+        description="e.g. [{days = \"mon-fri\", start = \"09:00\", end = \"18:00\", threads = 1}]; outside them "
+        "the node uses [run] threads; empty = always",
+    )
+
+
+class HeatSettings(_Section):
+    """Slow down when the computer runs hot (CPU and GPU sensors, where the system lets programs read them)."""
+
+    max_celsius: float | None = Field(
+        90.0, ge=40.0, le=120.0,
+        description="above this temperature the node slows down (threads_when_hot, a pause between rounds); "
+        "empty = never",
+    )
+    resume_celsius: float = Field(80.0, ge=30.0, le=115.0, description="full speed again below this")
+    threads_when_hot: int = Field(1, ge=1, le=1024, description="CPU threads while too hot")
+    cooldown_s: float = Field(30.0, ge=0.0, le=3600.0, description="pause between rounds while too hot")
+
+    @model_validator(mode="after")
+    def _hysteresis(self) -> HeatSettings:
+        if self.max_celsius is not None and self.resume_celsius >= self.max_celsius:
+            raise ValueError(f"resume_celsius ({self.resume_celsius}) must be below max_celsius ({self.max_celsius})")
+        return self
+
+
 class NodeConfig(_Section):
     training: TrainingSettings = Field(default_factory=TrainingSettings)
     swarm: SwarmSettings = Field(default_factory=SwarmSettings)
@@ -329,6 +406,9 @@ class NodeConfig(_Section):
     desktop: DesktopSettings = Field(default_factory=DesktopSettings)
     upload: UploadSettings = Field(default_factory=UploadSettings)
     fleet: FleetSettings = Field(default_factory=FleetSettings)
+    notify: NotifySettings = Field(default_factory=NotifySettings)
+    schedule: ScheduleSettings = Field(default_factory=ScheduleSettings)
+    heat: HeatSettings = Field(default_factory=HeatSettings)
 
     @classmethod
     def build(cls, data: dict[str, Any] | None = None, *, source: str = "configuration") -> NodeConfig:
@@ -387,7 +467,11 @@ class NodeConfig(_Section):
 
 
 # Settings earlier versions wrote into config files that mean nothing any more: dropped on load, not refused
-_RETIRED = {"swarm": ("round_quorum", "round_quorum_fraction", "max_round_jump")}  # the quorum round clock
+_RETIRED = {
+    "swarm": ("round_quorum", "round_quorum_fraction", "max_round_jump"),  # the quorum round clock
+    # checkpoints every N rounds wrote ~30 GB an hour with the bundled model: now by time (checkpoint_minutes)
+    "run": ("checkpoint_every",),
+}
 
 
 def _without_retired(data: dict[str, Any]) -> dict[str, Any]:

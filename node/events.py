@@ -215,6 +215,7 @@ class CheckpointSaved(Event):
     round: int
     path: str
     seconds: float
+    reason: str = ""  # time, rounds, pause, stop, upload, requested (node.checkpoint_policy)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -296,12 +297,34 @@ class UploadFailed(Event):
     code: str = "error"
 
 
+@dataclass(frozen=True, kw_only=True)
+class ResourceLimitChanged(Event):
+    """Training was slowed down or paused by the schedule or by heat, or runs at full speed again (node.governor)."""
+
+    kind: ClassVar[str] = "resource_limit"
+    reason: str  # "schedule", "heat", "schedule and heat"; "" = no limit
+    threads: int | None  # CPU threads now; None = the configured ones
+    paused: bool
+    until: float | None  # unix time the schedule's limit changes; None = not known / not by schedule
+    summary: str  # one line for the header: "slowed down by schedule until 18:00 (1 thread)"; "" = full speed
+
+
+@dataclass(frozen=True, kw_only=True)
+class TemperaturesRead(Event):
+    """The CPU and GPU temperatures the node could read (sent when they change by a degree or more)."""
+
+    kind: ClassVar[str] = "temperatures"
+    celsius: dict[str, float]  # "cpu", "gpu0", ... ; empty when nothing is readable
+    note: str = ""  # why nothing is readable, in plain words
+    hot: bool = False  # above the configured limit (until it cools below the resume temperature)
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls
     for cls in (
         NodeStarted, StateChanged, RoundFinished, RolloutSample, RoundProgress, EvalFinished, PeerJoined, PeerLeft, CheckpointSaved, ErrorReported,
         ReachabilityChanged, ChainStatus, ChainTransaction,
-        UploadProgress, UploadFinished, UploadFailed,
+        UploadProgress, UploadFinished, UploadFailed, ResourceLimitChanged, TemperaturesRead,
     )
 }
 

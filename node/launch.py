@@ -42,14 +42,14 @@ def popen_options() -> dict:
 
 
 def node_environment() -> dict[str, str]:
-    """The environment of a node child: ours, with glibc's malloc tamed (see :mod:`node.allocator`) unless the
-    user set those variables.
+    """The environment of a node child: ours, with jemalloc or glibc's malloc tamed (see :mod:`node.allocator`)
+    unless the user set those variables.
 
     Without it the heap fragments: RSS grows by gigabytes per round and torch's threads each grow an arena.
     """
-    from node.allocator import MALLOC_ENV
+    from node.allocator import allocator_env
 
-    return {**MALLOC_ENV, **os.environ}
+    return {**allocator_env(), **os.environ}
 
 
 def kill_tree(pid: int) -> None:

@@ -11,7 +11,7 @@ Channels of a child:
   Windows the node runs inside WSL2 behind ``wsl.exe``, which forwards only stdin/stdout/stderr) the events come
   on stdout instead (``--events-jsonl``): :attr:`NodeProcess.channel` then says ``"stdout"`` and non-event lines
   there are counted as noise.
-- **commands**: one word a line on stdin (``pause``, ``resume``, ``stop``, ``cancel``; ``--control-stdin``).
+- **commands**: one word a line on stdin (``pause``, ``resume``, ``stop``, ``cancel``, ``checkpoint``; ``--control-stdin``).
 - **output**: stdout and stderr go to a log file when one is given, else their last lines are kept in memory;
   :meth:`NodeProcess.output_tail` returns them for a crash report.
 
@@ -44,8 +44,8 @@ from node.launch import kill_tree, node_command, node_environment, popen_options
 
 log = logging.getLogger(__name__)
 
-Command = Literal["pause", "resume", "stop", "cancel"]
-COMMANDS: tuple[str, ...] = ("pause", "resume", "stop", "cancel")
+Command = Literal["pause", "resume", "stop", "cancel", "checkpoint"]
+COMMANDS: tuple[str, ...] = ("pause", "resume", "stop", "cancel", "checkpoint")
 OUTPUT_LINES = 200
 # After the process has exited, how long its event reader may take to hand over what is still in the pipe.
 DRAIN_TIMEOUT_S = 5.0

@@ -3,7 +3,8 @@
 :func:`build_node` returns an unstarted :class:`SwarmNode`; :meth:`SwarmNode.run` wires the parts
 (:meth:`SwarmNode._setup`: hardware, tasks, model, learner, exchange, evaluator) and then loops: held-out
 evaluation at round 0 and every N rounds, one round (:func:`node.sapo.round.play_round`, which reads top to bottom),
-persist metrics and samples, checkpoint every N rounds. Everything the outside world learns goes through typed
+persist metrics and samples, checkpoint by training time and on pause, stop and before an upload
+(:mod:`node.checkpoint_policy`). Everything the outside world learns goes through typed
 events (:mod:`node.events`).
 """
 
@@ -14,11 +15,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from datetime import datetime
 from functools import partial
 
 import torch
 
 from node import allocator
+from node.checkpoint_policy import CheckpointPolicy, CheckpointReason
 from node.clock import SwarmClock
 from node.config import NodeConfig
 from node.errors import NodeError
@@ -33,6 +36,9 @@ from node.learning import hardware, limits, models
 from node.learning.checkpoint import ADAPTER, Checkpointer, CheckpointState
 from node.learning.evaluation import EvalCancelled, EvalSettings, Evaluator
 from node.learning.grpo import GrpoLearner, LoraSettings, Policy
+from node.governor import ResourceGovernor
+from node.heat import HeatGuard, read_temperatures
+from node.notify import NotificationRules, Webhook
 from node.runstore import RunStore
 from node.sapo.round import RoundCancelled, RoundParts, RoundSettings, connect_peers, disconnect_peers, play_round
 from node.swarm import known_peers, admission as swarm_secret
@@ -70,6 +76,8 @@ class SwarmNode:
         self._stop = threading.Event()
         self._resume = threading.Event()
         self._resume.set()
+        self._checkpoint_requested = threading.Event()
+        self.checkpoints = CheckpointPolicy(config.run.checkpoint_minutes * 60.0, config.run.checkpoint_every_rounds)
         self._state: NodeState | None = None
         self.swarm: Exchange | None = None
         self.parts: RoundParts | None = None
@@ -80,6 +88,9 @@ class SwarmNode:
         self._peer_last_seen: dict[str, int] = {}
         self.uploader: AutoUploader | None = None
         self.game: GameDriver | None = None  # set up when the swarm plays the multi-stage game
+        self.governor: ResourceGovernor | None = None  # the schedule's and the heat's limits, checked every round
+        self.now = datetime.now  # local time for the schedule (tests replace it)
+        self.read_temperatures = read_temperatures  # the heat guard's sensors (tests replace them)
 
     # ----------------------------------------------------------------------------------------------- controls
     def pause(self) -> None:
@@ -92,12 +103,28 @@ class SwarmNode:
         self._stop.set()
         self._resume.set()
 
+    def request_checkpoint(self) -> None:
+        """Save a checkpoint after the round in progress (e.g. before a manual upload reads the latest one)."""
+        self._checkpoint_requested.set()
+
     @property
     def stopping(self) -> bool:
         return self._stop.is_set()
 
     # ------------------------------------------------------------------------------------------------ running
     def run(self) -> None:
+        webhook = None
+        if self.config.notify.webhook_url:  # told from the node's own events, so a headless node notifies too
+            webhook = Webhook(self.config.notify.webhook_url)
+            rules = NotificationRules(webhook.send, no_peers_rounds=self.config.notify.no_peers_rounds)
+            self.bus.subscribe(rules.observe)
+        try:
+            self._run()
+        finally:
+            if webhook is not None:
+                webhook.close()  # a few seconds at most for the "stopped" notification
+
+    def _run(self) -> None:
         self._set_state("starting")
         try:
             self._setup()
@@ -135,6 +162,14 @@ class SwarmNode:
             threads=cfg.run.threads, gpu_memory_fraction=cfg.run.gpu_memory_fraction, device=device
         )
         log.info("hardware: %s; limits: %s", hw.describe(), applied)
+        configured_threads = applied["threads"]
+        heat = cfg.heat
+        self.governor = ResourceGovernor(
+            [p.profile() for p in cfg.schedule.profiles],
+            HeatGuard(heat.max_celsius, heat.resume_celsius, read=self.read_temperatures),
+            threads_when_hot=heat.threads_when_hot, cooldown_s=heat.cooldown_s, emit=self.bus.emit, now=self.now,
+            set_threads=lambda threads: torch.set_num_threads(threads or configured_threads),
+        )
         mixed_bf16 = _pick_bf16(train.train_dtype, device, hw, sampling=False)
         generation_dtype = torch.bfloat16 if _pick_bf16(train.generation_dtype, device, hw, sampling=True) else torch.float32
 
@@ -286,9 +321,17 @@ class SwarmNode:
 
     def _loop(self) -> None:
         rounds_wanted = self.config.run.rounds
-        since_checkpoint = 0
         while not self.stopping and (rounds_wanted is None or self.rounds_trained < rounds_wanted):
+            assert self.governor is not None
+            if self.governor.check().paused:
+                if self.checkpoints.unsaved:  # saved before "paused" is told: paused means safe to quit
+                    self._checkpoint("pause")
+                self._set_state("paused", self.governor.summary)
+            if self.governor.hold(self._stop.wait):
+                break
             if not self._resume.is_set():
+                if self.checkpoints.unsaved:  # a paused node may be quit, or the computer shut down, any moment
+                    self._checkpoint("pause")
                 self._set_state("paused")
                 self._resume.wait()
                 if self.stopping:
@@ -297,23 +340,32 @@ class SwarmNode:
             if self._evaluation_due():
                 self._evaluate()
                 continue  # a pause or stop requested during the evaluation takes effect before the round
+            started = time.monotonic()
             try:
                 outcome = self._game_round() if self.game is not None else self._round(self._next_round())
             except (RoundCancelled, GameCancelled):
                 break
+            self.checkpoints.round_trained(time.monotonic() - started)
             self.store.append_round(outcome.metrics, outcome.samples)
             for sample in outcome.samples:
                 self.bus.emit(sample)
             self.bus.emit(outcome.metrics)
-            since_checkpoint += 1
-            if since_checkpoint >= self.config.run.checkpoint_every:
-                self._checkpoint()
-                since_checkpoint = 0
+            reason = self._checkpoint_due()
+            if reason is not None:
+                self._checkpoint(reason)
         if not self.stopping and self._evaluation_due():  # the run reached its round count: a final evaluation
             self._evaluate()
-        if since_checkpoint:
-            self._checkpoint()
+        if self.checkpoints.unsaved:
+            self._checkpoint("stop")
         self._set_state("stopping")
+
+    def _checkpoint_due(self) -> CheckpointReason | None:
+        if self._checkpoint_requested.is_set():
+            self._checkpoint_requested.clear()
+            return "requested"
+        if self.uploader is not None and self.uploader.due(self.rounds_trained):
+            return "upload"  # an upload reads the latest checkpoint: it must hold the rounds it counts
+        return self.checkpoints.due()
 
     def _next_round(self) -> int:
         """This node's next round: its own count, nothing to agree on with peers (the swarm round it publishes
@@ -387,7 +439,7 @@ class SwarmNode:
                 del self._peer_last_seen[peer]
                 self.bus.emit(PeerLeft(peer_id=peer, peer_name=peer_name(peer)))
 
-    def _checkpoint(self) -> None:
+    def _checkpoint(self, reason: CheckpointReason) -> None:
         if self.last_round is None:
             return
         started = time.perf_counter()
@@ -397,7 +449,9 @@ class SwarmNode:
             model=self.config.training.model, lora_rank=self.config.training.lora_rank,
         )
         path = self.checkpointer.save(self.learner.model, self.policy.tokenizer, self.learner.optimizer, state)
-        self.bus.emit(CheckpointSaved(round=self.last_round, path=str(path), seconds=time.perf_counter() - started))
+        self.checkpoints.saved()
+        self.bus.emit(CheckpointSaved(round=self.last_round, path=str(path), seconds=time.perf_counter() - started,
+                                      reason=reason))
         if self.uploader is not None and not self.stopping:
             self.uploader.after_checkpoint(self.rounds_trained)
 

@@ -22,7 +22,7 @@ def tiny_config(model_dir: Path, data_dir: Path, **overrides) -> NodeConfig:
         "swarm": {"host": "127.0.0.1", "gather_timeout_s": 5.0, "call_timeout_s": 5.0},
         "tasks": {"weights": {f: 1.0 for f in FAST_FAMILIES.split(",")}},
         "evaluation": {"questions": 8},
-        "run": {"data_dir": str(data_dir), "threads": 1, "checkpoint_every": 1},
+        "run": {"data_dir": str(data_dir), "threads": 1, "checkpoint_every_rounds": 1},
     }
     for section, fields in overrides.items():
         data.setdefault(section, {}).update(fields)

@@ -34,6 +34,7 @@ def test_the_gui_process_never_imports_the_training_stack():
 APP_MAY_IMPORT = {
     "node.api", "node.config", "node.errors", "node.events", "node.swarm.invite", "node.launch", "node.process_client",
     "node.platform_support", "node.units", "node.tasks.taskref", "node.logs", "node.runstore",
+    "node.notify", "node.schedule",  # webhook notifications; resource schedules and heat
     "node.cli.demo", "node.cli.selftest",  # the app's --demo and --self-test: they drive node processes
     "node.hub.auth", "node.hub.errors", "node.hub.upload", "node.secret_store", "node.swarm.admission",
     "node.chain.wallet",

@@ -18,7 +18,7 @@ TOKEN = "hf_auto_write"
 
 def run_node(tmp_path, tiny_model_dir, monkeypatch, *, endpoint: str, rounds: int, every: int) -> list:
     monkeypatch.setenv(hub_auth.PASSPHRASE_ENV, "node passphrase")
-    config = tiny_config(tiny_model_dir, tmp_path / "data", run={"rounds": rounds, "checkpoint_every": every})
+    config = tiny_config(tiny_model_dir, tmp_path / "data", run={"rounds": rounds, "checkpoint_every_rounds": every})
     config = config.update({"upload": {"every_rounds": every, "endpoint": endpoint, "repo_id": "alice/auto"}})
     hub_auth.token_store(config.run.data_dir).set(hub_auth.TOKEN_SECRET, TOKEN)
     bus, events = EventBus(), []

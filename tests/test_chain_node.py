@@ -145,7 +145,7 @@ def test_training_goes_on_while_rpc_is_down_and_queue_delivers_once(tiny_model_d
     target, admin = deployed(devchain, funded_account(devchain))
     keys: list[str] = []
     address = node_wallet(devchain, tmp_path, keys)
-    config = tiny_config(tiny_model_dir, tmp_path, run={"checkpoint_every": 50}).update(
+    config = tiny_config(tiny_model_dir, tmp_path, run={"checkpoint_every_rounds": 50}).update(
         {"chain": chain_settings(devchain, target.coordinator)}
     )
 

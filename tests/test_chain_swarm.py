@@ -28,7 +28,7 @@ def test_two_nodes_register_and_submit_every_round(tiny_model_dir, devchain, tmp
             data_dir = tmp_path / name
             wallets.append(node_wallet(devchain, data_dir, keys))
             config = tiny_config(
-                tiny_model_dir, data_dir, training={"external_groups": 1}, run={"checkpoint_every": 50},
+                tiny_model_dir, data_dir, training={"external_groups": 1}, run={"checkpoint_every_rounds": 50},
             ).update({"chain": chain_settings(devchain, target.coordinator)})
             configs.append(config)
             node = NodeProcess(config, name=name)

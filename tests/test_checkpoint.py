@@ -33,6 +33,10 @@ def test_save_and_restore_model_optimizer_and_round(tiny_model_dir, tmp_path, op
     folder, state = checkpointer.latest()
     assert state == CheckpointState(round=7, rounds_trained=8, global_step=8, model="tiny")
     assert sorted(p.name for p in (tmp_path / "ckpt").glob("round-*")) == ["round-00000004", "round-00000007"]
+    # Resuming reads the latest checkpoint: only it keeps the optimizer; the fallback before it holds the weights.
+    assert (folder / "optimizer" / "state.safetensors").is_file()
+    assert not (tmp_path / "ckpt" / "round-00000004" / "optimizer").exists()
+    assert (tmp_path / "ckpt" / "round-00000004" / "model" / "model.safetensors").is_file()
 
     assert (folder / "model" / "generation_config.json").is_file()  # uploaded to the Hub with the weights
     restored = AutoModelForCausalLM.from_pretrained(folder / "model")

@@ -129,7 +129,7 @@ def test_two_nodes_play_the_game_over_the_dht(tiny_model_dir, tmp_path):
             training={"num_generations": 2, "max_new_tokens": 12, "max_prompt_tokens": PROMPT_TOKENS},
             swarm={"swarm_name": "game-test", "game": "multistage", "initial_peers": list(join), "gather_timeout_s": 60.0},
             tasks={"weights": FAMILIES},
-            run={"rounds": 2, "checkpoint_every": 5},
+            run={"rounds": 2, "checkpoint_every_rounds": 5},
         )
 
     first = NodeProcess(config("a"), name="a")
@@ -176,7 +176,7 @@ def test_two_nodes_play_the_game_through_the_runner_in_memory(tiny_model_dir, tm
             training={"num_generations": 2, "max_new_tokens": 8, "max_prompt_tokens": PROMPT_TOKENS},
             swarm={"swarm_name": "game-test", "game": "multistage", "gather_timeout_s": 60.0},
             tasks={"weights": FAMILIES}, evaluation={"every_rounds": 1, "questions": 2 if name == "a" else 6},
-            run={"rounds": 1, "checkpoint_every": 5},
+            run={"rounds": 1, "checkpoint_every_rounds": 5},
         )
         bus, seen, ready = EventBus(), [], threading.Event()
         bus.subscribe(seen.append)

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 
 def test_solo_node_trains_pauses_resumes_and_stops(tiny_model_dir, tmp_path, caplog):
     caplog.set_level(logging.WARNING)
-    config = tiny_config(tiny_model_dir, tmp_path, run={"rounds": 50, "checkpoint_every": 2})
+    config = tiny_config(tiny_model_dir, tmp_path, run={"rounds": 50, "checkpoint_every_rounds": 2})
     bus, events = EventBus(), []
     node = SwarmNode(config, bus=bus)
     two_rounds, paused, third_round = threading.Event(), threading.Event(), threading.Event()

@@ -206,7 +206,7 @@ def test_build_node_plays_rounds_and_evaluates_over_an_in_memory_exchange(tiny_m
     from node.runstore import RunStore
     from tests.nodes import tiny_config
 
-    config = tiny_config(tiny_model_dir, tmp_path, run={"rounds": 2, "checkpoint_every": 5},
+    config = tiny_config(tiny_model_dir, tmp_path, run={"rounds": 2, "checkpoint_every_rounds": 5},
                          evaluation={"every_rounds": 1, "questions": 5})
     board, bus, events = InMemoryBoard(), EventBus(), []
     bus.subscribe(events.append)

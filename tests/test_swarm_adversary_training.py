@@ -35,7 +35,7 @@ def _config(tiny_model_dir, data_dir, *, rounds, join=(), host=HOSTS["a"]):
         tiny_model_dir, data_dir,
         training={"external_groups": 2, "drop_zero_advantage": False},
         swarm={"swarm_name": "test", "initial_peers": list(join), "gather_timeout_s": 20.0, "host": host},
-        run={"rounds": rounds, "checkpoint_every": 1},
+        run={"rounds": rounds, "checkpoint_every_rounds": 1},
     )
 
 

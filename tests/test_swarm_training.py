@@ -27,7 +27,7 @@ def _swarm_config(tiny_model_dir, data_dir, *, rounds, join=()):
         # A random tiny model scores 0 everywhere: keep zero-advantage groups so peer groups are actually used.
         training={"external_groups": 2, "drop_zero_advantage": False},
         swarm={"swarm_name": "test", "initial_peers": list(join), "gather_timeout_s": 60.0},
-        run={"rounds": rounds, "checkpoint_every": 5},
+        run={"rounds": rounds, "checkpoint_every_rounds": 5},
     )
 
 
@@ -88,7 +88,7 @@ def test_three_node_swarm_shares_rollouts_and_survives_a_killed_peer(tiny_model_
 
 
 def test_resume_after_sigkill_continues_rounds_and_metrics(tiny_model_dir, tmp_path):
-    config = tiny_config(tiny_model_dir, tmp_path, run={"rounds": 4, "checkpoint_every": 1})
+    config = tiny_config(tiny_model_dir, tmp_path, run={"rounds": 4, "checkpoint_every_rounds": 1})
     node = NodeProcess(config, name="first")
     try:
         peer_id = node.wait_for(lambda e: e.kind == "node_started").peer_id
@@ -120,7 +120,7 @@ def test_resume_after_sigkill_continues_rounds_and_metrics(tiny_model_dir, tmp_p
 def test_ctrl_c_stops_cleanly_with_a_checkpoint_and_no_daemon_left(tiny_model_dir, tmp_path):
     import signal
 
-    config = tiny_config(tiny_model_dir, tmp_path, run={"checkpoint_every": 100})  # runs until stopped
+    config = tiny_config(tiny_model_dir, tmp_path, run={"checkpoint_every_rounds": 100})  # runs until stopped
     node = NodeProcess(config, name="ctrl-c")
     try:
         node.wait_for(lambda e: e.kind == "round_finished")

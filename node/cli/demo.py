@@ -129,7 +129,7 @@ def demo_config(data_dir: Path, index: int, *, model: str, threads: int,
         "swarm": {"swarm_name": "demo", "host": "127.0.0.1", "gather_timeout_s": 30.0, "initial_peers": list(join)},
         "evaluation": {"every_rounds": DEMO_EVAL_EVERY, "samples": DEMO_EVAL_SAMPLES},
         "run": {"data_dir": str(data_dir), "run_name": f"node-{index + 1}", "threads": threads,
-                "identity_file": str(data_dir / "identities" / f"node-{index + 1}.key"), "checkpoint_every": 5,
+                "identity_file": str(data_dir / "identities" / f"node-{index + 1}.key"),
                 "rounds": rounds},
     })
 

@@ -187,6 +187,8 @@ class _HumanProgress:
             print(f"{event.peer_name} {'joined' if kind == 'peer_joined' else 'left'}", flush=True)
         elif kind == "reachability":
             print(f"{event.summary}. {event.advice}", flush=True)
+        elif kind == "resource_limit":
+            print(f"[{event.summary or 'full speed again'}]", flush=True)
 
 
 def _stop_on_signals(node) -> None:
@@ -205,7 +207,8 @@ def _stop_on_signals(node) -> None:
 
 def _read_controls(node) -> None:
     """Commands for a supervising process (the desktop app): one word per line on stdin."""
-    actions = {"pause": node.pause, "resume": node.resume, "stop": node.stop, "cancel": node.stop}
+    actions = {"pause": node.pause, "resume": node.resume, "stop": node.stop, "cancel": node.stop,
+               "checkpoint": node.request_checkpoint}
     for line in sys.stdin:
         action = actions.get(line.strip().lower())
         if action:
@@ -401,7 +404,7 @@ def _parser() -> argparse.ArgumentParser:
                      "--no-private forgets the swarm's secret (a node that joined with an invite keeps it)")
     add_config_flags(run)  # every scalar setting of [training], [swarm], [evaluation], [run] and [chain]
     add_event_options(run)
-    run.add_argument("--control-stdin", action="store_true", help="accept pause/resume/stop/cancel lines on stdin")
+    run.add_argument("--control-stdin", action="store_true", help="accept pause/resume/stop/cancel/checkpoint lines on stdin")
     run.add_argument("-v", "--verbose", action="store_true")
     run.set_defaults(handler=_cmd_run)
 

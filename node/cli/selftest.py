@@ -42,7 +42,7 @@ def self_test_args(data_dir: Path, model: str) -> list[str]:
     return [
         "run", "--data-dir", str(data_dir), "--run-name", RUN_NAME, "--model", model,
         "--swarm-name", "self-test", "--host", "127.0.0.1", "--families", "basic_arithmetic",
-        "-I", "1", "-G", "2", "-J", "0", "--max-new-tokens", "8", "--rounds", "1", "--checkpoint-every", "1",
+        "-I", "1", "-G", "2", "-J", "0", "--max-new-tokens", "8", "--rounds", "1", "--checkpoint-every-rounds", "1",
     ]
 
 

@@ -1,6 +1,6 @@
 """Automatic upload every ``upload.every_rounds`` rounds trained (off by default), beside training, never in its way.
 
-After a checkpoint the node calls :meth:`AutoUploader.after_checkpoint`; when an upload is due, it runs in a daemon
+When :meth:`AutoUploader.due`, the node saves a checkpoint; after every checkpoint it calls :meth:`AutoUploader.after_checkpoint`; when an upload is due, it runs in a daemon
 thread from that checkpoint's files (see :mod:`node.hub.upload`), while the next rounds train. Every outcome is an
 event (:class:`UploadProgress`, :class:`UploadFinished`, :class:`UploadFailed`); no failure reaches the training loop.
 An upload still running when the next one is due makes that one wait for the next checkpoint. A node that finished
@@ -39,6 +39,12 @@ class AutoUploader:
     @property
     def busy(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
+
+    def due(self, rounds_trained: int) -> bool:
+        """Whether a multiple of ``every_rounds`` was crossed since the last upload (the node then saves a checkpoint
+        and :meth:`after_checkpoint` uploads it); not while an upload still runs."""
+        return bool(self.every) and not self._cancel.is_set() and not self.busy \
+            and rounds_trained // self.every > self._uploaded_block
 
     def after_checkpoint(self, rounds_trained: int) -> None:
         """Start an upload of the checkpoint just saved if a multiple of ``every_rounds`` was crossed since the last."""

@@ -155,8 +155,8 @@ def upload_run(
     if latest is None:
         raise NodeError(
             f"The run {config.run.run_name!r} has no checkpoint yet, so there is nothing to upload.",
-            hint=f"train at least {config.run.checkpoint_every} rounds (a checkpoint is saved every "
-            "run.checkpoint_every rounds and when the node stops)",
+            hint=f"train a little longer: a checkpoint is saved every {config.run.checkpoint_minutes:g} minutes of "
+            "training (run.checkpoint_minutes) and when the node pauses or stops",
             code="no_checkpoint",
         )
     folder, state = latest

@@ -2,7 +2,9 @@
 
 A checkpoint is written into a temporary folder, fsynced, renamed into place and only then named in
 ``latest.json`` (itself replaced atomically): a kill at any moment leaves the previous checkpoint intact.
-Optimizer state is stored as safetensors plus JSON, so loading a checkpoint never unpickles anything.
+Optimizer state is stored as safetensors plus JSON, so loading a checkpoint never unpickles anything. Only the latest
+checkpoint keeps it (resuming reads the latest); the one kept before it, a fallback, holds the weights alone: with the
+8-bit moments of the bundled model that is a third of its size.
 """
 
 from __future__ import annotations
@@ -82,6 +84,9 @@ class Checkpointer:
         return final
 
     def load_optimizer(self, folder: Path, optimizer: torch.optim.Optimizer) -> None:
+        if not (folder / "optimizer" / "meta.json").is_file():
+            log.warning("the checkpoint %s holds no optimizer state: its moments start afresh", folder.name)
+            return
         _load_optimizer(optimizer, folder / "optimizer")
 
     def _prune(self, keep: Path) -> None:
@@ -89,6 +94,9 @@ class Checkpointer:
         for old in folders[:-KEEP]:
             if old != keep:
                 shutil.rmtree(old, ignore_errors=True)
+        for fallback in folders[-KEEP:]:
+            if fallback != keep:  # resuming reads the latest: an older checkpoint's moments are never needed
+                shutil.rmtree(fallback / "optimizer", ignore_errors=True)
         for stale in self.root.glob(".tmp-*"):
             shutil.rmtree(stale, ignore_errors=True)
 

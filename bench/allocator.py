@@ -1,0 +1,144 @@
+"""Allocator settings side by side: resident memory kept round after round AND the share of CPU time spent in the
+kernel, for the node's own round (bench/memory.py's child: the demo's round, generation plus one GRPO step).
+
+Each candidate runs the same rounds in its own child process under ``/usr/bin/time -v`` (user and system seconds,
+page faults), alternating candidates, ``--repeats`` times. The child reports the RSS kept after every round; the
+growth from the first measured round to the last tells whether the heap stays flat.
+
+    python bench/allocator.py --rounds 6 --repeats 2              # the bundled model, 1 thread
+    python bench/allocator.py --candidates current tuned-32m --rounds 20
+
+Writes bench/results/allocator.json and prints a markdown table (median and range over the repeats).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+RESULTS = ROOT / "bench" / "results" / "allocator.json"
+MIB = 2**20
+GLIBC_VARS = ("MALLOC_ARENA_MAX", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "LD_PRELOAD",
+              "MALLOC_CONF")
+JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
+
+
+def candidates() -> dict[str, dict[str, str]]:
+    from node.allocator import JEMALLOC_CONF, MALLOC_ENV
+
+    def tuned(threshold_mib: int) -> dict[str, str]:
+        return {"MALLOC_ARENA_MAX": "2", "MALLOC_MMAP_THRESHOLD_": str(threshold_mib * MIB),
+                "MALLOC_TRIM_THRESHOLD_": str(256 * MIB), "MALLOC_TOP_PAD_": str(64 * MIB)}
+
+    return {
+        "glibc-default": {},
+        "current": dict(MALLOC_ENV),  # node.allocator: every block >= 128 KiB its own mmap
+        "tuned-4m": tuned(4),
+        "tuned-32m": tuned(32),
+        "jemalloc": {"LD_PRELOAD": JEMALLOC, "MALLOC_CONF": JEMALLOC_CONF},  # node.allocator's choice
+    }
+
+
+_TIME_FIELDS = {
+    "user_s": r"User time \(seconds\): ([\d.]+)",
+    "system_s": r"System time \(seconds\): ([\d.]+)",
+    "minor_faults": r"Minor \(reclaiming a frame\) page faults: (\d+)",
+    "max_rss_kb": r"Maximum resident set size \(kbytes\): (\d+)",
+}
+
+
+def run(name: str, env_vars: dict[str, str], args: argparse.Namespace) -> dict:
+    from node.launch import node_environment
+
+    env = {k: v for k, v in node_environment().items() if k not in GLIBC_VARS}
+    env.update(env_vars)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    command = ["/usr/bin/time", "-v", sys.executable, str(ROOT / "bench" / "memory.py"), "--child", args.model, "full",
+               "--rounds", str(args.rounds), "--threads", str(args.threads), "-I", "2", "-J", "2", "-G", "4",
+               "--max-new-tokens", str(args.max_new_tokens), "--micro-batch-groups", "1", "--lora-rank", "16",
+               "--cache-dir", args.cache_dir, "--generation-dtype", "float32", "--optimizer-states", "auto",
+               "--max-minutes", "0"]
+    scratch = Path(tempfile.mkdtemp(prefix="rl-swarm-allocator-"))
+    env["TMPDIR"] = str(scratch)  # the child's TRL output folder lands here, and goes with it
+    try:
+        out = subprocess.run(command, env=env, capture_output=True, text=True)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if out.returncode:
+        raise RuntimeError(f"{name} failed: {out.stderr[-2000:]}")
+    rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    rounds = [r for r in rows if r["phase"] == "round"]
+    timing = {key: float(re.search(pattern, out.stderr).group(1)) for key, pattern in _TIME_FIELDS.items()}
+    kept = [r["kept_gb"] for r in rounds]
+    result = {
+        "candidate": name, **timing,
+        "system_share": timing["system_s"] / (timing["user_s"] + timing["system_s"]),
+        "kept_rss_gb": [round(k, 3) for k in kept],
+        # from the second round on: the first grows the optimizer's moments and torch's pools once
+        "kept_growth_gb": round(kept[-1] - kept[1], 3) if len(kept) > 2 else None,
+        "seconds_per_round": round(statistics.median(r["generate_s"] + r["train_s"] for r in rounds), 2),
+    }
+    print(f"  {name}: {json.dumps(result)}", file=sys.stderr, flush=True)
+    return result
+
+
+def save(command: str, args: argparse.Namespace, runs: dict[str, list[dict]]) -> None:
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps({"command": command.strip(), "model": args.model, "rounds": args.rounds,
+                                   "threads": args.threads, "runs": runs}, indent=1) + "\n", encoding="utf-8")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--candidates", nargs="+", default=None)
+    parser.add_argument("--model", default="bundled")
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--cache-dir", default=str(Path.home() / ".cache" / "rl-swarm-bench"))
+    args = parser.parse_args()
+    table = candidates()
+    if not Path(JEMALLOC).is_file():
+        table.pop("jemalloc")
+        print("jemalloc not installed (Debian: libjemalloc2): left out", file=sys.stderr)
+    names = args.candidates or list(table)
+    runs: dict[str, list[dict]] = {name: [] for name in names}
+    command = "python bench/allocator.py " + " ".join(sys.argv[1:])
+    for _ in range(args.repeats):
+        for name in names:  # alternating, so the shared machine's drift hits every candidate alike
+            runs[name].append(run(name, table[name], args))
+            save(command, args, runs)  # after every run: a bench cut short still leaves what it measured
+    print(f"\n{args.model}, {args.rounds} rounds, {args.threads} thread(s), median (range) of {args.repeats} runs\n")
+    print("| candidate | system share of CPU time | minor page faults (M) | kept RSS growth, round 2 to last (GB) "
+          "| max RSS (GB) | s per round |")
+    print("| --- | --- | --- | --- | --- | --- |")
+
+    def cell(values, fmt):
+        values = [v for v in values if v is not None]
+        if not values:
+            return "-"
+        return f"{fmt.format(statistics.median(values))} ({fmt.format(min(values))}-{fmt.format(max(values))})"
+
+    for name, results in runs.items():
+        print(f"| {name} | {cell([r['system_share'] * 100 for r in results], '{:.1f}')} % "
+              f"| {cell([r['minor_faults'] / 1e6 for r in results], '{:.1f}')} "
+              f"| {cell([r['kept_growth_gb'] for r in results], '{:+.3f}')} "
+              f"| {cell([r['max_rss_kb'] / 1e6 for r in results], '{:.2f}')} "
+              f"| {cell([r['seconds_per_round'] for r in results], '{:.1f}')} |")
+
+
+if __name__ == "__main__":
+    main()
