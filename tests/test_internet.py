@@ -146,3 +146,40 @@ def test_the_host_learns_from_the_members_who_join_whether_it_is_reachable(netbe
     verdict = last_verdict(pub)
     assert verdict["status"] == "reachable" and verdict["checked_by"] >= 1, verdict
     assert verdict["public_ip"] == pub.host.ip
+
+
+def wait_until(condition, deadline_s: float, poll_s: float = 0.5) -> bool:
+    deadline = time.monotonic() + deadline_s
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(poll_s)
+    return condition()
+
+
+def test_rounds_published_while_a_home_link_is_down_reach_the_others_once_it_is_back(netbed):
+    pub = netbed.member(netbed.public("pub"), "pub")
+    a = netbed.member(netbed.home("a"), "a")
+    b = netbed.member(netbed.home("b"), "b")
+    start(pub)
+    start(a, initial_peers=pub.invite)
+    start(b, initial_peers=pub.invite)
+    clock = {"epoch": float(int(time.time())), "round_seconds": 2.0}
+    for member in (pub, a, b):
+        member.call("feed", **clock)
+
+    def rounds_of(receiver, sender) -> set[int]:
+        return {r for peer, r, _, _ in receiver.call("report")["arrivals"] if peer == sender.peer_id}
+
+    assert wait_until(lambda: rounds_of(b, a) and rounds_of(pub, a), 60), "no exchange before the cut"
+    netbed.link(a.host, up=False)
+    cut = time.time()
+    time.sleep(20)
+    netbed.link(a.host, up=True)
+    restored = time.time()
+    published = {int(r): t for r, t in a.call("report")["published"].items()}
+    during = {r for r, t in published.items() if cut + 1 < t < restored - 1}
+    assert len(during) >= 8, published
+    # fresh (2 minutes by default) when the link is back: nothing of the cut may be missing
+    for receiver in (b, pub):
+        assert wait_until(lambda: during <= rounds_of(receiver, a), 60), (
+            f"{receiver.name} lacks a's rounds {sorted(during - rounds_of(receiver, a))} of the cut "
+            f"{sorted(during)}; log of a:\n{a.tail()}")
