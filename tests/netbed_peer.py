@@ -45,10 +45,10 @@ def accept(record: RoundRecord) -> Verification:
 
 class Rounds:
     """Rounds as the node plays them since they stopped gathering: the exchange's feed fills a real
-    :class:`PeerGroupBuffer` in the background; at the start of every swarm round (``SwarmClock``) this member takes J
-    groups from it and publishes its own groups without waiting. Records when each of our rounds was published, when
-    each peer group reached the buffer (the feed's ``offer``), and how long each ``take`` and ``publish`` call held
-    the round (what a round would wait)."""
+    :class:`PeerGroupBuffer` in the background; once every swarm round (``SwarmClock``), at a random moment of it,
+    this member takes J groups from the buffer and publishes its own groups without waiting. Records when each of our
+    rounds was published, when each peer group reached the buffer (the feed's ``offer``), and how long each ``take``
+    and ``publish`` call held the round (what a round would wait)."""
 
     def __init__(self, exchange: DhtExchange, clock: SwarmClock, *, groups: int, take: int, poll_s: float,
                  max_age_s: float | None) -> None:
@@ -78,7 +78,7 @@ class Rounds:
         return self.buffer.max_age_rounds()
 
     def _play(self) -> None:
-        rng = random.Random(0)
+        rng, offsets = random.Random(0), random.Random()
         while not self._stop.is_set():
             round_ = self.clock.now()
             began = time.perf_counter()
@@ -92,8 +92,10 @@ class Rounds:
                 self.published.setdefault(round_, published_at)
                 self.rounds.append({"round": round_, "take_s": took, "publish_s": handed,
                                     "taken": len(taken.chosen), "at": published_at})
-            # the next swarm round's start (a member plays one round per swarm round here)
-            self._stop.wait(max(0.0, self.clock.start_of(round_ + 1) - time.time()) + 0.05)
+            # one round per swarm round, at a random moment of it: a node's rounds are not aligned with the swarm's,
+            # and a fixed phase against the feed's poll would make every delivery take the same time
+            later = self.clock.start_of(round_ + 1) + offsets.uniform(0.05, 0.8 * self.clock.round_seconds)
+            self._stop.wait(max(0.0, later - time.time()))
 
     def report(self) -> dict:
         with self._lock:

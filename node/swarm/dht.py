@@ -435,16 +435,18 @@ class DhtExchange:
 
     async def _retry_unconfirmed(self) -> None:
         """Store again the held entries (:class:`node.swarm.recovery.Unconfirmed`) that are still fresh, every
-        ``_RETRY_EVERY_S`` and when kicked, until none is held."""
+        ``_RETRY_EVERY_S`` those whose own store had its time to answer; when kicked (a store of ours was just
+        confirmed: the network is back) every one at once, so that they land together. Until none is held."""
         while True:
+            kicked = False
             try:
-                await asyncio.wait_for(self._retry_kick.wait(), _RETRY_EVERY_S)
+                kicked = await asyncio.wait_for(self._retry_kick.wait(), _RETRY_EVERY_S)
             except TimeoutError:
                 pass
             self._retry_kick.clear()
             node = self._node
             with self._lock:
-                due = self._unconfirmed.due(self._fresh_to_send, older_than_s=self._call_timeout)
+                due = self._unconfirmed.due(self._fresh_to_send, older_than_s=0.0 if kicked else self._call_timeout)
                 if not self._unconfirmed or node is None:
                     return
             if not due:
@@ -916,7 +918,13 @@ class DhtExchange:
 
     def _stored_rounds(self) -> tuple[int, int] | None:
         current = self._feed_clock.now() if self._feed_clock is not None else self._current_round
-        return None if current is None else self._round_window(current)
+        if current is None:
+            return None
+        first, last = self._round_window(current)
+        if self._feed_sink is not None:  # every round a group may still be fresh in (short rounds: more of them), so
+            # that a member's entries stored again after a partition are kept
+            first = min(first, max(0, current - self._feed_sink.max_age_rounds()))
+        return first, last
 
     def storage_bytes(self) -> tuple[int, int]:
         """Bytes held in (storage, cache): both bounded whatever peers send."""
@@ -1412,8 +1420,11 @@ async def _store_many(node: DHTNode, keys: list[str], values: list[Any], expirat
     """hivemind's ``store_many`` (answers per (key, subkey)) with a beam of twice the replicas, not its default
     (bucket_size): finding where to store visits every node of the beam, and each answers with its neighbours and
     whatever it holds under the key (a whole clock shard). The replicas and as many fallbacks are all a store needs.
+    A DHT client serves nobody, so its own storage is no replica: hivemind would store there and answer "stored" when
+    no server can be reached (a link down), and the entry would never be sent again.
     """
-    return await node.store_many(keys, values, expiration, subkeys=subkeys, beam_size=2 * node.num_replicas)
+    return await node.store_many(keys, values, expiration, subkeys=subkeys, beam_size=2 * node.num_replicas,
+                                 exclude_self=node.protocol.client_mode)
 
 
 async def _first_replicas(node: DHTNode, keys: list[str], timeout: float) -> dict:

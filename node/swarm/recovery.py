@@ -8,8 +8,8 @@ A link that goes down for a minute loses nothing that is still fresh when it com
   the held one, and a store confirms an entry only when it carried the value held, so a late answer to an old store
   never drops the newer pointer.
 * :class:`Reappearances`: a peer whose pointer shows up again after rounds without one may have published those
-  rounds while we (or it) were cut off; those rounds are due for one more read, a little later, so
-  that the peer's own retries have landed by then.
+  rounds while we (or it) were cut off; those rounds are due for two more reads, a few seconds later, when the
+  peer's own retries have landed, and once more later still for a slow link that sends many of them.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from collections.abc import Callable, Iterable
 MAX_UNCONFIRMED_ENTRIES = 256
 MAX_UNCONFIRMED_BYTES = 4 * 1024**2
 # a peer that reappears stores its held entries right after its first new one is confirmed: read its gap this much
-# later, once
-REREAD_AFTER_S = 3.0
+# later (and again, for a slow link with many held entries)
+REREAD_AFTER_S = (3.0, 15.0)
 MAX_REREADS_PER_POLL = 8
 
 
@@ -102,31 +102,34 @@ class Unconfirmed:
 class Reappearances:
     """Rounds to read once more because a peer reappeared after rounds without a pointer of it."""
 
-    def __init__(self, *, reread_after_s: float = REREAD_AFTER_S, now: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, *, reread_after_s: tuple[float, ...] = REREAD_AFTER_S,
+                 now: Callable[[], float] = time.monotonic) -> None:
         self._after = reread_after_s
         self._now = now
         self._last: dict[str, int] = {}  # peer -> latest round a pointer of it was read in
-        self._due: dict[int, float] = {}  # round -> when to read it again
+        self._due: dict[int, list[float]] = {}  # round -> when to read it again, soonest first
 
     def seen(self, round: int, peers: Iterable[str]) -> None:
         """Pointers of ``peers`` were read in ``round``. The rounds between a peer's previous one and this one are
-        due for one more read (a gap round not read yet gets its first read now, before the peer's retries landed)."""
+        due for more reads (a gap round not read yet gets its first read now, before the peer's retries landed)."""
         for peer in peers:
             last = self._last.get(peer)
             if last is not None and round > last + 1:
-                when = self._now() + self._after
+                now = self._now()
                 for gap in range(last + 1, round):
-                    self._due[gap] = max(self._due.get(gap, 0.0), when)
+                    self._due[gap] = [now + after for after in self._after]  # a later reappearance postpones
             if last is None or round > last:
                 self._last[peer] = round
 
     def take(self, oldest: int, *, limit: int = MAX_REREADS_PER_POLL) -> list[int]:
-        """The rounds due for their read now (newest first, at most ``limit``); forgets what is older than
-        ``oldest``, the freshness window's first round."""
+        """The rounds due for a read now (newest first, at most ``limit``); forgets what is older than ``oldest``,
+        the freshness window's first round."""
         self._last = {peer: r for peer, r in self._last.items() if r >= oldest}
-        self._due = {r: t for r, t in self._due.items() if r >= oldest}
+        self._due = {r: times for r, times in self._due.items() if r >= oldest}
         now = self._now()
-        ready = sorted((r for r, t in self._due.items() if t <= now), reverse=True)[:limit]
+        ready = sorted((r for r, times in self._due.items() if times[0] <= now), reverse=True)[:limit]
         for r in ready:
-            del self._due[r]
+            self._due[r] = [t for t in self._due[r] if t > now]
+            if not self._due[r]:
+                del self._due[r]
         return ready
