@@ -74,6 +74,7 @@ from node.swarm.exchange import GroupSink
 from node.swarm.identity import Identity, acceptable_key_size, peer_id_from_public_key
 from node.swarm.peer_addresses import UNKNOWN, AddressBook
 from node.swarm.reachability import Verdict
+from node.swarm.recovery import Entry, Reappearances, Unconfirmed
 from node.swarm.records import (
     MAX_GROUP_RECORD_BYTES, MAX_GROUPS, MAX_ROUND, GroupRecord, Pointer, RecordRejected, RoundRecord,
     admission_key, decode_group_record, decode_pointer, encode_group_record, encode_pointer, seal_entry, unseal_entry,
@@ -115,6 +116,10 @@ _STRIKES_BEFORE_BACKOFF = 2
 _MAX_IN_FLIGHT = 4  # publishes handed to the DHT loop and not done yet
 _BACKOFF_S = (60.0, 3600.0)  # first and longest time a repeatedly rejected peer is ignored
 _REBOOTSTRAP_EVERY_S = 15.0
+# Our entries no replica confirmed (a link down) are stored again this often while fresh, and at once when a store of
+# ours was just confirmed (the network is back); without a feed, "fresh" is the buffer's automatic freshness
+_RETRY_EVERY_S = 3.0
+_UNFED_FRESH_S = 120.0
 # The background feed (start_feed): how often it polls, and its fetch budget per swarm round, above a gather's: a peer
 # may publish several times in one swarm round and we may play several rounds in it. Its directory reads are bounded
 # per poll instead (_feed_reread), so that a long swarm round is read to its end
@@ -251,7 +256,12 @@ class DhtExchange:
         self._published_groups = 0
         self._published_spread: tuple[int, ...] = ()
         self._publishes_in_flight = 0
+        self._unconfirmed = Unconfirmed()  # our entries no replica has confirmed yet (under _lock)
+        self._retry: asyncio.Task | None = None
+        self._retry_kick: asyncio.Event | None = None
+        self._reappearances = Reappearances()  # past rounds to read again when a peer comes back (on the DHT loop)
         self._feed: asyncio.Task | None = None
+        self._feed_sink: GroupSink | None = None
         self._last_rebootstrap = 0.0
         self._per_shard = 0.0  # peers per shard in our last directory or clock read that found any
         self.traffic: Counter[str] = Counter()  # bytes of entries received / sent, lookups made (for benches)
@@ -335,8 +345,11 @@ class DhtExchange:
         ``spread``: indices of the groups whose completions got different rewards under our verifier (receivers
         fetch those first); None claims every group. ``wait=False`` returns at once (True: queued) and leaves the
         store to the DHT loop, so that publishing never holds up generation or training; at most a few publishes
-        are in flight, a newer one is dropped rather than queued behind a stuck network. With ``wait=True``:
-        whether it was stored (False, logged, if not).
+        are in flight, a newer one is not sent behind a stuck network. With ``wait=True``: whether it was stored
+        (False, logged, if not).
+
+        Entries no replica confirmed (a store that failed, timed out or was not sent) are stored again by the DHT
+        loop while they are fresh (:mod:`node.swarm.recovery`), so a link that was down loses no fresh round.
         """
         if record.peer_id != self.peer_id:
             raise ValueError(f"record of {record.peer_id} cannot be published by {self.peer_id}")
@@ -346,9 +359,8 @@ class DhtExchange:
             if self._publishing_round != record.round:
                 self._publishing_round, self._published_groups, self._published_spread = record.round, 0, ()
             first = self._published_groups
-            if first + len(record.groups) > MAX_GROUPS or (not wait and self._publishes_in_flight >= _MAX_IN_FLIGHT):
-                logger.info("Round %d: groups not shared (%d already shared in this swarm round, %d in flight)",
-                            record.round, first, self._publishes_in_flight)
+            if first + len(record.groups) > MAX_GROUPS:
+                logger.info("Round %d: groups not shared (%d already shared in this swarm round)", record.round, first)
                 return False
             claimed = range(len(record.groups)) if spread is None else sorted(set(spread))
             spread_all = self._published_spread + tuple(first + i for i in claimed if 0 <= i < len(record.groups))
@@ -375,10 +387,22 @@ class DhtExchange:
         subkeys.append(self._subkey("d", record.round, shard))
         expiration = get_dht_time() + self._record_ttl
         self.traffic["publish_bytes"] += sum(len(v) for v in values)
+        with self._lock:
+            self._unconfirmed.hold(record.round, keys, subkeys, values)
+            sent_later = not wait and self._publishes_in_flight >= _MAX_IN_FLIGHT
+        self._kick_retry(now=False)
+        if sent_later:
+            logger.info("Round %d: %d publishes in flight; this one is sent by the retries", record.round,
+                        _MAX_IN_FLIGHT)
+            return True
 
         def stored_all(stored: dict | None) -> bool:
+            with self._lock:
+                released = self._unconfirmed.confirm(stored, keys, subkeys, values)
+            if released:
+                self._kick_retry(now=True)  # the network took this one: send what waits at once
             if not stored:
-                logger.warning("Round %d groups were not stored by any peer", record.round)
+                logger.warning("Round %d groups were not stored by any peer (held to retry)", record.round)
                 return False
             ok = [bool(stored.get((key, subkey))) for key, subkey in zip(keys, subkeys)]
             if not all(ok):
@@ -391,6 +415,71 @@ class DhtExchange:
         if wait:
             return stored_all(self._call("publish", store))
         return self._submit("publish", store, stored_all)
+
+    def _kick_retry(self, *, now: bool) -> None:
+        """Make sure the retry task runs while entries are held (``now``: and stores them at once)."""
+        loop = self._loop
+        if loop is None:
+            return
+
+        def kick() -> None:
+            if self._retry is None or self._retry.done():
+                self._retry_kick = asyncio.Event()
+                self._retry = loop.create_task(self._retry_unconfirmed())
+            if now:
+                self._retry_kick.set()
+
+        try:
+            loop.call_soon_threadsafe(kick)
+        except RuntimeError:  # the loop closed: shutting down
+            pass
+
+    async def _retry_unconfirmed(self) -> None:
+        """Store again the held entries (:class:`node.swarm.recovery.Unconfirmed`) that are still fresh, every
+        ``_RETRY_EVERY_S`` those whose own store had its time to answer; when kicked (a store of ours was just
+        confirmed: the network is back) every one at once, so that they land together. Until none is held."""
+        while True:
+            kicked = False
+            try:
+                kicked = await asyncio.wait_for(self._retry_kick.wait(), _RETRY_EVERY_S)
+            except TimeoutError:
+                pass
+            self._retry_kick.clear()
+            node = self._node
+            with self._lock:
+                due = self._unconfirmed.due(self._fresh_to_send, older_than_s=0.0 if kicked else self._call_timeout)
+                if not self._unconfirmed or node is None:
+                    return
+            if not due:
+                continue
+            keys, subkeys, values = [e.key for e in due], [e.subkey for e in due], [e.value for e in due]
+            stored = None
+            try:  # a fresh expiration: a replica keeps an entry only if it expires later than the one it holds
+                stored = await asyncio.wait_for(
+                    _store_many(node, keys, values, get_dht_time() + self._record_ttl, subkeys), self._call_timeout)
+            except TimeoutError:
+                self._count_timeout("retry")
+            except Exception:
+                logger.debug("Swarm retry failed", exc_info=True)
+            with self._lock:
+                released = self._unconfirmed.confirm(stored, keys, subkeys, values)
+                left = len(self._unconfirmed)
+            if released:
+                self.traffic["retried_entries"] += released
+                logger.info("Stored %d held entries of rounds %s again; %d still held", released,
+                            sorted({e.round for e in due}), left)
+
+    def _fresh_to_send(self, entry: Entry) -> bool:
+        """Whether a held entry is still worth storing: a round our own buffer would still take a group of."""
+        clock, sink = self._feed_clock, self._feed_sink
+        if clock is None or sink is None:
+            return time.monotonic() - entry.held_since <= _UNFED_FRESH_S
+        return clock.accepts(entry.round, max_age_rounds=sink.max_age_rounds())
+
+    def unconfirmed(self) -> tuple[int, list[int]]:
+        """(entries, their swarm rounds) of ours that no replica has confirmed yet."""
+        with self._lock:
+            return len(self._unconfirmed), self._unconfirmed.rounds()
 
     def _submit(self, op: str, make: Callable[[DHTNode], Coroutine[Any, Any, T]], done: Callable[[T | None], Any]) -> bool:
         """Run ``make(node)`` on the DHT loop without waiting; ``done`` gets its result (None if it failed or timed
@@ -456,7 +545,7 @@ class DhtExchange:
     def start_feed(self, sink: GroupSink, clock: SwarmClock, *, poll_s: float = FEED_POLL_S) -> None:
         """Fetch peers' groups of the recent swarm rounds in the background, on the DHT loop, into ``sink`` (a
         :class:`node.sapo.peer_buffer.PeerGroupBuffer`), until shutdown. Costs the caller's threads nothing."""
-        self._feed_clock = clock
+        self._feed_clock, self._feed_sink = clock, sink
         loop = self._loop
         if loop is None or self._node is None:
             raise RuntimeError("start the swarm before its feed")
@@ -491,13 +580,18 @@ class DhtExchange:
         if now != self._storage_logged_round:  # once a swarm round: what peers make us hold (bench/attack.py reads it)
             self._storage_logged_round = now
             self._log_storage(node)
-        for round_ in range(now, max(now - sink.max_age_rounds(), 0) - 1, -1):
+        oldest = max(now - sink.max_age_rounds(), 0)
+        # a past round is read once (nobody publishes there any more), and once again when a peer reappears after
+        # rounds without a pointer: it, or we, was cut off, and its held entries of those rounds have landed since
+        again = set(self._reappearances.take(oldest))
+        for round_ in range(now, oldest - 1, -1):
             state = self._round_state(round_, keep=sink.max_age_rounds() + 2)
             if self._spent(state, feed=True):
                 continue
-            if round_ >= now - 1 or not state.shards_read:  # a past round read once: nobody publishes there any more
+            if round_ >= now - 1 or not state.shards_read or round_ in again:
                 await asyncio.wait_for(self._read_directory(node, round_, state, self._feed_reread, None),
                                        self._call_timeout)
+                self._reappearances.seen(round_, list(state.pool))
             picks = self._new_groups(round_, state, sink)
             if picks:
                 found = await self._fetch_groups(node, round_, state, picks, remember=False)
@@ -846,7 +940,13 @@ class DhtExchange:
 
     def _stored_rounds(self) -> tuple[int, int] | None:
         current = self._feed_clock.now() if self._feed_clock is not None else self._current_round
-        return None if current is None else self._round_window(current)
+        if current is None:
+            return None
+        first, last = self._round_window(current)
+        if self._feed_sink is not None:  # every round a group may still be fresh in (short rounds: more of them), so
+            # that a member's entries stored again after a partition are kept
+            first = min(first, max(0, current - self._feed_sink.max_age_rounds()))
+        return first, last
 
     def storage_bytes(self) -> tuple[int, int]:
         """Bytes held in (storage, cache): both bounded whatever peers send."""
@@ -1342,8 +1442,11 @@ async def _store_many(node: DHTNode, keys: list[str], values: list[Any], expirat
     """hivemind's ``store_many`` (answers per (key, subkey)) with a beam of twice the replicas, not its default
     (bucket_size): finding where to store visits every node of the beam, and each answers with its neighbours and
     whatever it holds under the key (a whole clock shard). The replicas and as many fallbacks are all a store needs.
+    A DHT client serves nobody, so its own storage is no replica: hivemind would store there and answer "stored" when
+    no server can be reached (a link down), and the entry would never be sent again.
     """
-    return await node.store_many(keys, values, expiration, subkeys=subkeys, beam_size=2 * node.num_replicas)
+    return await node.store_many(keys, values, expiration, subkeys=subkeys, beam_size=2 * node.num_replicas,
+                                 exclude_self=node.protocol.client_mode)
 
 
 async def _first_replicas(node: DHTNode, keys: list[str], timeout: float) -> dict:
