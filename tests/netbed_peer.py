@@ -66,12 +66,12 @@ class Rounds:
         self._thread.start()
 
     # the feed's sink: a real buffer, with arrivals recorded
-    def offer(self, record, *, published_at: float, size: int) -> bool:
+    def offer(self, record, *, published_at: float, size: int, network: str | None = None) -> bool:
         with self._lock:
             self.arrivals.append([record.peer_id, record.round, record.index, time.time()])
-        return self.buffer.offer(record, published_at=published_at, size=size)
+        return self.buffer.offer(record, published_at=published_at, size=size, network=network)
 
-    def wants(self, peer_id: str) -> int:
+    def wants(self, peer_id: str, network: str | None = None) -> int:
         return self.buffer.max_per_peer  # record every group announced: the bed counts deliveries, not training
 
     def max_age_rounds(self) -> int:
