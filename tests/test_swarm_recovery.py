@@ -8,6 +8,8 @@ import pytest
 
 from node.swarm.recovery import Reappearances, Unconfirmed
 
+EXPIRATION = 1_800_000_600.0  # DHT time (unix seconds) the first store asked for
+
 
 class Clock:
     def __init__(self) -> None:
@@ -31,7 +33,7 @@ def everything(entry) -> bool:
 def test_entries_are_held_until_a_replica_confirms_them():
     held = Unconfirmed(now=Clock())
     keys, subkeys, values = keys_of(7)
-    held.hold(7, keys, subkeys, values)
+    held.hold(7, keys, subkeys, values, expiration=EXPIRATION)
     assert len(held) == 3 and held.rounds() == [7]
     assert held.confirm(None, keys, subkeys, values) == 0  # a store that failed confirms nothing
     stored = {(keys[0], subkeys[0]): True, (keys[1], subkeys[1]): False, (keys[2], subkeys[2]): True}
@@ -43,9 +45,9 @@ def test_a_late_answer_to_an_old_store_keeps_the_newer_pointer_held():
     clock = Clock()
     held = Unconfirmed(now=clock)
     old_keys, old_subkeys, old_values = keys_of(7, count=2)
-    held.hold(7, old_keys, old_subkeys, old_values)
+    held.hold(7, old_keys, old_subkeys, old_values, expiration=EXPIRATION)
     keys, subkeys, values = keys_of(7, count=4)  # a second publish in the same swarm round: its pointer covers 4
-    held.hold(7, keys[2:], subkeys[2:], values[2:])
+    held.hold(7, keys[2:], subkeys[2:], values[2:], expiration=EXPIRATION)
     assert held.confirm({(k, s): True for k, s in zip(old_keys, old_subkeys)}, old_keys, old_subkeys, old_values) == 2
     clock.t += 10
     due = held.due(everything, older_than_s=5)
@@ -55,9 +57,9 @@ def test_a_late_answer_to_an_old_store_keeps_the_newer_pointer_held():
 def test_only_entries_whose_own_store_had_time_to_answer_are_due():
     clock = Clock()
     held = Unconfirmed(now=clock)
-    held.hold(1, *keys_of(1))
+    held.hold(1, *keys_of(1), expiration=EXPIRATION)
     clock.t += 4
-    held.hold(2, *keys_of(2))
+    held.hold(2, *keys_of(2), expiration=EXPIRATION)
     clock.t += 2
     assert {e.round for e in held.due(everything, older_than_s=5)} == {1}
     clock.t += 4
@@ -68,7 +70,7 @@ def test_stale_entries_are_dropped_not_sent():
     clock = Clock()
     held = Unconfirmed(now=clock)
     for round_ in range(5):
-        held.hold(round_, *keys_of(round_))
+        held.hold(round_, *keys_of(round_), expiration=EXPIRATION)
     clock.t += 60
     due = held.due(lambda entry: entry.round >= 3, older_than_s=0)
     assert {e.round for e in due} == {3, 4} and held.rounds() == [3, 4] and len(held) == 6
@@ -81,7 +83,7 @@ def test_the_held_entries_are_bounded_and_the_oldest_go_first(bound):
     held = Unconfirmed(max_entries=9 if bound == "entries" else 10**6,
                        max_bytes=10**6 if bound == "entries" else 3 * per_round, now=Clock())
     for round_ in range(10):
-        held.hold(round_, *keys_of(round_))
+        held.hold(round_, *keys_of(round_), expiration=EXPIRATION)
     assert held.rounds() == [7, 8, 9] and len(held) == 9 and held.dropped == 21
     assert held.bytes == 3 * per_round
     with pytest.raises(ValueError):
@@ -117,3 +119,15 @@ def test_rereads_are_bounded_per_poll_and_forget_rounds_out_of_the_window():
     again.seen(120, ["a"])  # an older round read late (a first read after reconnecting) moves nothing
     again.seen(131, ["a"])
     assert again.take(0) == []
+
+
+def test_an_entry_stored_again_expires_a_little_later_each_time_never_after_a_newer_one():
+    """A replica keeps a value only if it expires later than the one it holds. Sent again with a fresh expiration, a
+    held pointer that a newer one had replaced in flight overwrote the newer one (a reader then missed the groups of
+    the later publish); sent again with its own expiration, one a replica already had would never land."""
+    held = Unconfirmed(now=Clock())
+    held.hold(7, *keys_of(7), expiration=EXPIRATION)
+    pointer = held.due(everything, older_than_s=0.0)[-1]
+    sent = [pointer.resend_expiration() for _ in range(120)]  # two minutes of retries, one a second
+    assert all(later > earlier for earlier, later in zip([EXPIRATION, *sent], sent))
+    assert sent[-1] < EXPIRATION + 0.001  # below a pointer published a millisecond later

@@ -71,12 +71,17 @@ def test_sampling_is_uniform_over_the_peers_that_published(sixteen):
     swarms, published = sixteen
     me = swarms[1]
     counts = {peer: 0 for peer in published if peer != me.peer_id}
+    readable: set[str] = set()
     for _ in range(30):
         me._rounds.pop(1, None)  # forget what we fetched: a fresh sample each time
         for got in me.gather(1).records:
             counts[got.peer_id] += 1
-    # 30 x 4 picks over 15 peers: 8 each on average; a sampler stuck on the first N would leave most at 0
-    assert min(counts.values()) >= 1 and max(counts.values()) <= 20, counts
+        readable |= set(me._rounds[1].pool)
+    # 30 x 4 picks over 15 peers: 8 each on average; a sampler stuck on the first N would leave most at 0. On a
+    # loaded machine a publish may reach too few replicas to be read (seen once in a full run): that peer is not the
+    # sampler's to pick, so the sample is judged over the peers whose pointers were read, nearly all of them.
+    assert len(readable) >= len(counts) - 1, (len(readable), len(counts))
+    assert min(counts[peer] for peer in readable) >= 1 and max(counts.values()) <= 20, counts
 
 
 @contextmanager

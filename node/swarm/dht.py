@@ -388,7 +388,7 @@ class DhtExchange:
         expiration = get_dht_time() + self._record_ttl
         self.traffic["publish_bytes"] += sum(len(v) for v in values)
         with self._lock:
-            self._unconfirmed.hold(record.round, keys, subkeys, values)
+            self._unconfirmed.hold(record.round, keys, subkeys, values, expiration=expiration)
             sent_later = not wait and self._publishes_in_flight >= _MAX_IN_FLIGHT
         self._kick_retry(now=False)
         if sent_later:
@@ -453,10 +453,12 @@ class DhtExchange:
             if not due:
                 continue
             keys, subkeys, values = [e.key for e in due], [e.subkey for e in due], [e.value for e in due]
+            with self._lock:
+                expirations = [e.resend_expiration() for e in due]
             stored = None
-            try:  # a fresh expiration: a replica keeps an entry only if it expires later than the one it holds
-                stored = await asyncio.wait_for(
-                    _store_many(node, keys, values, get_dht_time() + self._record_ttl, subkeys), self._call_timeout)
+            try:
+                stored = await asyncio.wait_for(_store_many(node, keys, values, expirations, subkeys),
+                                                self._call_timeout)
             except TimeoutError:
                 self._count_timeout("retry")
             except Exception:
@@ -1437,7 +1439,7 @@ async def _unless_daemon_exits(step: Coroutine[Any, Any, None], p2p: P2P | None)
         work.result()  # the step's own error, if any
 
 
-async def _store_many(node: DHTNode, keys: list[str], values: list[Any], expiration: float,
+async def _store_many(node: DHTNode, keys: list[str], values: list[Any], expiration: float | list[float],
                       subkeys: list[bytes]) -> dict:
     """hivemind's ``store_many`` (answers per (key, subkey)) with a beam of twice the replicas, not its default
     (bucket_size): finding where to store visits every node of the beam, and each answers with its neighbours and

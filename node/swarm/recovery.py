@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable
 
 MAX_UNCONFIRMED_ENTRIES = 256
 MAX_UNCONFIRMED_BYTES = 4 * 1024**2
+RESEND_STEP_S = 1e-6  # a held entry's expiration grows by this at each store again (float resolution here: 2.4e-7)
 # a peer that reappears stores its held entries right after its first new one is confirmed: read its gap this much
 # later (and again, for a slow link with many held entries)
 REREAD_AFTER_S = (3.0, 15.0)
@@ -35,6 +36,15 @@ class Entry:
     value: object
     size: int
     held_since: float  # monotonic: when this value was handed over
+    expiration: float  # DHT time its first store asked for
+    sends: int = 0  # stores of it again so far
+
+    def resend_expiration(self) -> float:
+        """The expiration of its next store again: its first one, a microsecond later each time. A replica keeps a
+        value only if it expires later than the one it holds, so an entry already stored somewhere still lands; and a
+        newer pointer of ours (published later, so expiring later) is never overwritten by an older one sent again."""
+        self.sends += 1
+        return self.expiration + RESEND_STEP_S * self.sends
 
 
 class Unconfirmed:
@@ -57,16 +67,17 @@ class Unconfirmed:
     def bytes(self) -> int:
         return self._bytes
 
-    def hold(self, round: int, keys: list[str], subkeys: list[bytes], values: list[object]) -> None:
-        """Entries handed to the DHT just now: held until confirmed (a held entry of the same key and subkey, an
-        older value, is replaced)."""
+    def hold(self, round: int, keys: list[str], subkeys: list[bytes], values: list[object], *,
+             expiration: float) -> None:
+        """Entries handed to the DHT just now, stored until ``expiration``: held until confirmed (a held entry of
+        the same key and subkey, an older value, is replaced)."""
         now = self._now()
         for key, subkey, value in zip(keys, subkeys, values):
             size = len(value) if isinstance(value, bytes) else 16
             old = self._entries.pop((key, subkey), None)
             if old is not None:
                 self._bytes -= old.size
-            self._entries[(key, subkey)] = Entry(round, key, subkey, value, size, now)
+            self._entries[(key, subkey)] = Entry(round, key, subkey, value, size, now, expiration)
             self._bytes += size
         while self._entries and (len(self._entries) > self.max_entries or self._bytes > self.max_bytes):
             _, oldest = self._entries.popitem(last=False)
