@@ -10,10 +10,14 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-# The app's settings, autostart entries and saved networks go to a throw-away config folder, never the user's.
+# The app's settings, autostart entries and saved networks go to a throw-away config folder, never the user's,
+# removed when the test process exits (each xdist worker has its own; 145 of them had piled up in /tmp).
+import atexit  # noqa: E402
+import shutil  # noqa: E402
 import tempfile  # noqa: E402
 
 os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="rl-swarm-test-config-")
+atexit.register(shutil.rmtree, os.environ["XDG_CONFIG_HOME"], ignore_errors=True)
 
 from pathlib import Path  # noqa: E402
 
