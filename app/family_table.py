@@ -54,6 +54,7 @@ class FamilyTable(QFrame):
             return
         first, last = evaluations[0], evaluations[-1]
         self.table.setHorizontalHeaderLabels(["Task", f"Round {first.round}", f"Round {last.round}"])
+        self.table.setColumnHidden(2, last is first)  # one evaluation so far: one column, not the same one twice
         self.table.setRowCount(len(rows))
         for index, row in enumerate(rows):
             tip = task_name(row.family)

@@ -37,6 +37,7 @@ def test_the_dashboard_says_how_the_swarm_helps_and_shows_accuracy_per_family(qt
               rnd(1, received=3, used=2, own=0, peers=2, lacked=2),
               rnd(2, received=2, used=1, own=1, peers=1, lacked=1)]
     window.supervisor.feed(evaluation(0, {"basic_arithmetic": 0.35, "chain_sum": 0.10, "products": 0.25}).to_json())
+    assert d.families.table.isColumnHidden(2)  # one evaluation: "Round 0" once, not twice
     for event in rounds:
         window.supervisor.feed(event.to_json())
     window.supervisor.feed(evaluation(3, {"basic_arithmetic": 0.70, "chain_sum": 0.30, "products": 0.20}).to_json())
@@ -54,6 +55,7 @@ def test_the_dashboard_says_how_the_swarm_helps_and_shows_accuracy_per_family(qt
     table = d.families.table
     assert d.families.isVisible()
     assert [table.horizontalHeaderItem(c).text() for c in range(3)] == ["Task", "Round 0", "Round 3"]
+    assert not table.isColumnHidden(2)
     rows = [[table.item(r, c).text() for c in range(3)] for r in range(table.rowCount())]
     assert rows == [["Arithmetic", "35%", "70%"], ["Chain sums", "10%", "30%"], ["Products", "25%", "20%"]]
     assert table.item(2, 2).toolTip() == "Products: -5 points since round 0 (20 held-out questions: one is 5%)"
