@@ -116,6 +116,7 @@ _STRIKES_BEFORE_BACKOFF = 2
 _MAX_IN_FLIGHT = 4  # publishes handed to the DHT loop and not done yet
 _BACKOFF_S = (60.0, 3600.0)  # first and longest time a repeatedly rejected peer is ignored
 _REBOOTSTRAP_EVERY_S = 15.0
+_IN_FLIGHT_S = 1.0  # a held entry younger than this is still in its own first store
 # Our entries no replica confirmed (a link down) are stored again this often while fresh, and at once when a store of
 # ours was just confirmed (the network is back); without a feed, "fresh" is the buffer's automatic freshness
 _RETRY_EVERY_S = 3.0
@@ -447,7 +448,10 @@ class DhtExchange:
             self._retry_kick.clear()
             node = self._node
             with self._lock:
-                due = self._unconfirmed.due(self._fresh_to_send, older_than_s=0.0 if kicked else self._call_timeout)
+                # kicked: every held entry at once, except those handed over just now, whose own store is still in
+                # flight (storing them twice at once only loads the replicas)
+                due = self._unconfirmed.due(self._fresh_to_send,
+                                            older_than_s=_IN_FLIGHT_S if kicked else self._call_timeout)
                 if not self._unconfirmed or node is None:
                     return
             if not due:
