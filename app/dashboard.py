@@ -124,7 +124,6 @@ class Dashboard(QWidget):
         seconds = self._chart("seconds", "Seconds per round")
         for phase in PHASES:  # SAPO rounds never wait: "waiting for peers" joins the legend once a round did
             self._bars(seconds, phase, PHASE_LABELS[phase], legend=phase != "gather")
-        self._waiting_shown = False
 
         grid = QGridLayout()
         grid.setSpacing(6)
@@ -245,9 +244,9 @@ class Dashboard(QWidget):
         self.families.show_evaluations(evals)
         self._stack(self.charts["groups"], x, {fate: h.groups[fate] for fate in FATES})
         self._stack(self.charts["seconds"], x, h.seconds)
-        if not self._waiting_shown and max(h.seconds["gather"], default=0.0) >= WAITED_S:
-            self._waiting_shown = True  # a game's stage barrier, or a run of the synchronous versions
-            self.charts["seconds"].add_entry(COLORS["gather"], PHASE_LABELS["gather"])
+        waiting = PHASE_LABELS["gather"]
+        if waiting not in self.charts["seconds"].entries and max(h.seconds["gather"], default=0.0) >= WAITED_S:
+            self.charts["seconds"].add_entry(COLORS["gather"], waiting)  # a game's barrier, or a synchronous run
         for name in ("reward", "wellformed", "spread", "update", "seconds"):
             self.charts[name].set_empty(not h.rounds)
         self.charts["groups"].set_empty(not any(h.groups["received"]) and not any(h.peers))
