@@ -8,7 +8,7 @@ growth from the first measured round to the last tells whether the heap stays fl
     python bench/allocator.py --rounds 6 --repeats 2              # the bundled model, 1 thread
     python bench/allocator.py --candidates current tuned-32m --rounds 20
 
-Writes bench/results/allocator.json and prints a markdown table (median and range over the repeats).
+Writes bench/results/allocator.json (or ``--out``) and prints a markdown table (median and range over the repeats).
 """
 
 from __future__ import annotations
@@ -72,13 +72,17 @@ def run(name: str, env_vars: dict[str, str], args: argparse.Namespace) -> dict:
                "--max-minutes", "0"]
     scratch = Path(tempfile.mkdtemp(prefix="rl-swarm-allocator-"))
     env["TMPDIR"] = str(scratch)  # the child's TRL output folder lands here, and goes with it
+    # The child's rows go to a file as they come, so a long run cut short still shows its rounds.
+    progress = Path(tempfile.gettempdir()) / f"rl-swarm-allocator-{name}.jsonl"
     try:
-        out = subprocess.run(command, env=env, capture_output=True, text=True)
+        with progress.open("w", encoding="utf-8") as rows_file:
+            out = subprocess.run(command, env=env, stdout=rows_file, stderr=subprocess.PIPE, text=True)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     if out.returncode:
         raise RuntimeError(f"{name} failed: {out.stderr[-2000:]}")
-    rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    rows = [json.loads(line) for line in progress.read_text(encoding="utf-8").splitlines() if line.startswith("{")]
+    progress.unlink()
     rounds = [r for r in rows if r["phase"] == "round"]
     timing = {key: float(re.search(pattern, out.stderr).group(1)) for key, pattern in _TIME_FIELDS.items()}
     kept = [r["kept_gb"] for r in rounds]
@@ -95,8 +99,9 @@ def run(name: str, env_vars: dict[str, str], args: argparse.Namespace) -> dict:
 
 
 def save(command: str, args: argparse.Namespace, runs: dict[str, list[dict]]) -> None:
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({"command": command.strip(), "model": args.model, "rounds": args.rounds,
+    results = Path(args.out)
+    results.parent.mkdir(parents=True, exist_ok=True)
+    results.write_text(json.dumps({"command": command.strip(), "model": args.model, "rounds": args.rounds,
                                    "threads": args.threads, "runs": runs}, indent=1) + "\n", encoding="utf-8")
 
 
@@ -108,6 +113,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--out", default=str(RESULTS), help="where the results go (default: %(default)s)")
     parser.add_argument("--cache-dir", default=str(Path.home() / ".cache" / "rl-swarm-bench"))
     args = parser.parse_args()
     table = candidates()
