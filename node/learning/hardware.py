@@ -249,7 +249,7 @@ def recommend(hw: HardwareInfo) -> Recommendation:
     if hw.kind == "cuda":
         gpu = hw.gpus[0]
         dtype = "bfloat16" if hw.bf16_supported else "float32"
-        where = f"{gpu.name} with {budget / GIB:.1f} GiB"
+        where = f"With {budget / GIB:.1f} GiB of {gpu.name}'s memory"
         why = "" if hw.bf16_supported else "; this GPU has no bfloat16, so it trains in float32"
         if budget >= 20 * GIB:
             model, g, i, j = QWEN_1_5B, 8, 4, 4
@@ -261,13 +261,13 @@ def recommend(hw: HardwareInfo) -> Recommendation:
         micro = 1  # one group per pass: the logits of a 150k vocabulary dominate GPU memory
     elif hw.kind == "mps":
         dtype = "float32"
-        where = f"Apple GPU (MPS) sharing {budget / GIB:.1f} GiB RAM"
+        where = f"With {budget / GIB:.1f} GiB of RAM shared with the Apple GPU"
         why = "; it trains in float32 because bfloat16 training on MPS is unreliable"
         model, g, i, j, max_new_tokens = QWEN_0_5B, 4, 2, 2, 256
         micro = 1
     else:
         dtype = "float32"
-        where = f"CPU only ({hw.cpu_name}, {hw.physical_cores} cores, {budget / GIB:.1f} GiB RAM)"
+        where = f"With {budget / GIB:.1f} GiB of RAM"  # the report names the CPU above the reason
         why = "; it works offline and keeps a round to about a minute, larger models would take many minutes"
         # The bundled model's answers after a worked example end by themselves in well under 48 tokens.
         model, g, i, j, max_new_tokens = BUNDLED, 4, 2, 2, 48
@@ -289,7 +289,7 @@ def recommend(hw: HardwareInfo) -> Recommendation:
             f" {CATALOG[preferred].name} would need ~{required(preferred) / GIB:.1f} GiB, more than is available."
         )
     reason = (
-        f"{where}: {CATALOG[model].name} in {dtype} needs ~{need / GIB:.1f} GiB to train "
+        f"{where}, {CATALOG[model].name} in {dtype} needs ~{need / GIB:.1f} GiB to train "
         f"({fit_label(need, budget)}){why}.{fallback}"
     )
     return Recommendation(
