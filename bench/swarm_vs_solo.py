@@ -16,6 +16,10 @@ skips the runs already in it::
     nice -n 5 python bench/swarm_vs_solo.py --nodes 2 --configs I=4,J=0 I=2,J=2 --seeds 0 1 2 --rounds 20 \
         --deadline 11:55
 
+Each comparison pairs runs by seed: the held-out difference per seed, its mean and a bootstrap 95 % interval, at
+equal rounds and at equal CPU seconds per node (the runner reads each node's CPU time, its p2p daemon included, at
+every evaluation).
+
 ``--model tiny`` runs the same harness on a tiny random model in seconds (plumbing check); ``--report-only``
 redraws the curves and the summary from the results file.
 """
@@ -28,6 +32,7 @@ import json
 import math
 import os
 import platform
+import random
 import shutil
 import signal
 import statistics
@@ -143,6 +148,7 @@ class _Node:
     rounds: int = 0
     last_eval: float | None = None
     error: str = ""
+    cpu_at_eval: dict[int, float] = field(default_factory=dict)  # rounds trained -> CPU seconds of the node so far
 
 
 class _Run:
@@ -217,6 +223,10 @@ class _Run:
                 node.rounds = event.rounds_trained
             elif event.kind == "eval_finished":
                 node.last_eval = event.accuracy_greedy
+                node.cpu_at_eval[event.rounds_trained] = _cpu_seconds(node.process.pid)
+                cpu_file = self.work / "cpu" / f"{run_name(self.sapo, self.seed, node.index)}.json"
+                cpu_file.parent.mkdir(parents=True, exist_ok=True)
+                cpu_file.write_text(json.dumps(node.cpu_at_eval), encoding="utf-8")
                 _say(f"  {run_name(self.sapo, self.seed, node.index)}: held-out {event.accuracy_greedy:.3f} "
                      f"after {event.rounds_trained} rounds ({event.seconds:.0f} s)")
                 if event.rounds_trained >= self.args.rounds:
@@ -273,6 +283,23 @@ def stop_processes(processes: list[subprocess.Popen], timeout_s: float) -> None:
             kill_tree(process.pid)
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User and system seconds of a node process and its children (its p2p daemon) so far."""
+    try:
+        root = psutil.Process(pid)
+        processes = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return math.nan
+    total = 0.0
+    for process in processes:
+        try:
+            times = process.cpu_times()
+        except psutil.Error:
+            continue
+        total += times.user + times.system
+    return round(total, 1)
+
+
 def _send(process: subprocess.Popen, line: str) -> None:
     try:
         process.stdin.write(line + "\n")
@@ -293,7 +320,10 @@ def summarize(args: argparse.Namespace, work: Path, sapo: Sapo, seed: int, outco
         store = RunStore(work / "runs" / run_name(sapo, seed, index))
         metrics = [m for m in store.metrics() if m.rounds_trained <= args.rounds]
         evaluations = _one_per_round(store.evaluations())
-        nodes.append({"metrics": metrics, "evaluations": evaluations})
+        cpu_file = work / "cpu" / f"{run_name(sapo, seed, index)}.json"
+        cpu = {int(k): v for k, v in json.loads(cpu_file.read_text(encoding="utf-8")).items()} \
+            if cpu_file.exists() else {}
+        nodes.append({"metrics": metrics, "evaluations": evaluations, "cpu": cpu})
     evals_at = lambda n: [e for node in nodes for e in node["evaluations"] if e.rounds_trained == n]  # noqa: E731
     rounds_at = lambda i: [m for node in nodes for m in node["metrics"] if m.rounds_trained == i + 1]  # noqa: E731
     all_metrics = [m for node in nodes for m in node["metrics"]]
@@ -317,6 +347,12 @@ def summarize(args: argparse.Namespace, work: Path, sapo: Sapo, seed: int, outco
                                      if len(evals_at(n)) == args.nodes} if args.eval_samples else None,
         "heldout_score_final": _mean([e.score_mean for e in finals]) if args.eval_samples else None,
         "heldout_wellformed_final": _mean([e.wellformed_rate for e in finals]),
+        # CPU seconds (user + system, its p2p daemon included) each node had spent at each of its evaluations: a
+        # shared node generates fewer completions a round, so runs are also compared at equal CPU seconds
+        "cpu_seconds": _mean([node["cpu"][args.rounds] for node in nodes])
+        if all(args.rounds in node["cpu"] for node in nodes) else None,
+        "heldout_by_cpu_per_node": [[[node["cpu"][e.rounds_trained], e.accuracy_greedy] for e in node["evaluations"]
+                                     if e.rounds_trained in node["cpu"]] for node in nodes],
         # SAPO's cumulative reward: summed over nodes and rounds (mean reward of each round's own completions).
         "cumulative_reward": round(sum(m.reward_local for m in all_metrics), 4),
         "mean_reward_local": _mean([m.reward_local for m in all_metrics]),
@@ -358,11 +394,24 @@ def _diagnostics(metrics: list[RoundFinished]) -> dict:
         "peer_groups_equal_rewards": sum(m.groups_zero_advantage for m in metrics),
         "peer_groups_not_needed": sum(m.groups_not_needed for m in metrics),
         "peer_groups_rejected": sum(m.groups_rejected for m in metrics),
+        # what the swarm gave (None in runs older than these figures): groups with reward spread trained on, ours and
+        # peers', and peers' ones on a family where our own groups of that round had none
+        "local_groups_with_spread": _total([m.local_groups_with_spread for m in metrics]),
+        "peer_groups_with_spread": _total([m.peer_groups_with_spread for m in metrics]),
+        "peer_groups_spread_we_lacked": _total([m.peer_groups_spread_we_lacked for m in metrics]),
+        "rounds_j_filled": _mean([m.groups_used >= m.external_groups_wanted for m in metrics
+                                  if m.external_groups_wanted]),
+        "peer_group_age_s": _mean([m.peer_group_age_s_mean for m in metrics]),
         "reward_external": _mean([m.reward_external for m in metrics if m.reward_external is not None]),
         "seconds_per_round": _mean([m.seconds_total for m in metrics]),
         "seconds_waiting_for_peers": _mean([m.seconds_gather for m in metrics]),
         "final_difficulty": metrics[-1].difficulty,
     }
+
+
+def _total(values) -> int | None:
+    values = [v for v in values if v is not None]
+    return sum(values) if values else None
 
 
 def _mean(values) -> float | None:
@@ -394,9 +443,22 @@ def report(args: argparse.Namespace, runs: list[dict], minutes: float) -> dict:
             if name == solo:
                 continue
             pairs = [(solo_by_seed[r["seed"]], r) for r in complete if r["config"] == name and r["seed"] in solo_by_seed]
+            deltas = [r["heldout_final"] - s["heldout_final"] for s, r in pairs]
+            budgets = [min(s["cpu_seconds"], r["cpu_seconds"]) if s.get("cpu_seconds") and r.get("cpu_seconds")
+                       else None for s, r in pairs]
+            equal_cpu = [_heldout_within(r, b) - _heldout_within(s, b) for (s, r), b in zip(pairs, budgets) if b]
             comparisons.append({
                 "shared": name, "solo": solo, "seeds": [s["seed"] for s, _ in pairs],
-                "heldout_final_delta": [round(r["heldout_final"] - s["heldout_final"], 4) for s, r in pairs],
+                "heldout_final_delta": [round(d, 4) for d in deltas],
+                # paired by seed: the mean difference and its bootstrap 95 % interval over the seeds
+                "heldout_final_delta_mean": _mean(deltas),
+                "ci95": _paired_ci95(deltas),
+                # at equal CPU seconds per node: each run's held-out at its last evaluation within the CPU seconds
+                # the cheaper run of the pair spent in all (None where the runs have no CPU figures)
+                "cpu_seconds_budget": [round(b, 1) if b else None for b in budgets],
+                "heldout_equal_cpu_delta": [round(d, 4) for d in equal_cpu],
+                "heldout_equal_cpu_delta_mean": _mean(equal_cpu),
+                "ci95_equal_cpu": _paired_ci95(equal_cpu),
                 "seeds_shared_at_least_solo": sum(r["heldout_final"] >= s["heldout_final"] for s, r in pairs),
                 "cumulative_reward_ratio": [round(r["cumulative_reward"] / s["cumulative_reward"], 3)
                                             if s["cumulative_reward"] else None for s, r in pairs],
@@ -449,6 +511,26 @@ def report(args: argparse.Namespace, runs: list[dict], minutes: float) -> dict:
                        for r in runs if not r["complete"]],
         "runs": runs,
     }
+
+
+def _heldout_within(run: dict, budget: float) -> float:
+    """Mean over the run's nodes of the held-out accuracy at each node's last evaluation within ``budget`` CPU
+    seconds (round 0's where none was)."""
+    values = []
+    for points in run["heldout_by_cpu_per_node"]:
+        within = [accuracy for cpu, accuracy in points if cpu <= budget]
+        values.append(within[-1] if within else points[0][1])
+    return statistics.fmean(values)
+
+
+def _paired_ci95(deltas: list[float], resamples: int = 10_000) -> list[float] | None:
+    """Percentile bootstrap 95 % interval of the mean paired difference (seeds resampled with replacement; a fixed
+    generator, so the results file is reproducible); None below two pairs."""
+    if len(deltas) < 2:
+        return None
+    rng = random.Random(0)
+    means = sorted(statistics.fmean(rng.choices(deltas, k=len(deltas))) for _ in range(resamples))
+    return [round(means[int(0.025 * resamples)], 4), round(means[int(0.975 * resamples) - 1], 4)]
 
 
 def _model_label(model: str) -> str:
@@ -769,7 +851,11 @@ def _print_summary(result: dict) -> None:
               f" | {c['cumulative_reward_mean']} | {c['minutes_per_run']} |")
     for c in result["comparisons"]:
         print(f"{c['shared']} vs {c['solo']}: delta per seed {c['heldout_final_delta']}; shared >= solo on "
-              f"{c['seeds_shared_at_least_solo']} of {len(c['seeds'])} seeds")
+              f"{c['seeds_shared_at_least_solo']} of {len(c['seeds'])} seeds; mean {c['heldout_final_delta_mean']}, "
+              f"95 % interval {c['ci95']}")
+        if c["heldout_equal_cpu_delta"]:
+            print(f"  at equal CPU seconds per node: delta per seed {c['heldout_equal_cpu_delta']}; mean "
+                  f"{c['heldout_equal_cpu_delta_mean']}, 95 % interval {c['ci95_equal_cpu']}")
 
 
 if __name__ == "__main__":

@@ -47,11 +47,20 @@ def _metrics(round_: int, reward: float, wellformed: float, *, used: int = 0, eq
         seconds_generate=1.0, seconds_share=0.1, seconds_gather=0.5, seconds_train=1.0, seconds_total=3.0,
         peers_seen=1, groups_shared=2, groups_received=used + equal, groups_used=used, groups_zero_advantage=equal,
         groups_rejected=0, rejected_reasons={}, wellformed_rate=wellformed, difficulty={"products": 0},
+        external_groups_wanted=2, local_groups_with_spread=1, peer_groups_with_spread=used,
+        peer_groups_spread_we_lacked=min(used, 1), peer_group_age_s_mean=2.0 if used else None,
     )
 
 
-def _write_run(bench, args, sapo, seed: int, accuracies: list[list[float]], rewards: list[float]) -> None:
-    """One run folder per node: accuracies[node] at rounds 0, 2, 4; the same local reward every round."""
+def _write_run(bench, args, sapo, seed: int, accuracies: list[list[float]], rewards: list[float],
+               cpu: list[float] | None = None) -> None:
+    """One run folder per node: accuracies[node] at rounds 0, 2, 4; the same local reward every round; with ``cpu``,
+    the node's CPU seconds at those evaluations, as the bench's runner writes them."""
+    if cpu is not None:
+        for index in range(len(accuracies)):
+            path = args.work / "cpu" / f"{bench.run_name(sapo, seed, index)}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(dict(zip(("0", "2", "4"), cpu))))
     for index, node_accuracies in enumerate(accuracies):
         store = RunStore(args.work / "runs" / bench.run_name(sapo, seed, index))
         for round_ in range(args.rounds + 1):  # one round more than asked: the bench's stop comes after it
@@ -76,6 +85,13 @@ def test_summary_of_a_run_reads_the_nodes_run_folders(bench, tmp_path):
     assert summary["wellformed_round0"] == pytest.approx(0.0)
     assert summary["diagnostics"]["peer_groups_trained"] == 8
     assert summary["diagnostics"]["peer_groups_equal_rewards"] == 16
+    # what the swarm gave: 4 rounds x 2 nodes, one group with spread of ours and one of a peer's a round, that one on
+    # a family where ours had none; one peer group of the two slots: J never filled
+    assert summary["diagnostics"]["local_groups_with_spread"] == 8
+    assert summary["diagnostics"]["peer_groups_with_spread"] == 8
+    assert summary["diagnostics"]["peer_groups_spread_we_lacked"] == 8
+    assert summary["diagnostics"]["rounds_j_filled"] == 0.0
+    assert summary["diagnostics"]["peer_group_age_s"] == pytest.approx(2.0)
     assert [row[0] for row in summary["curves"][0]["heldout"]] == [0, 2, 4]
     assert summary["heldout_sampled_round0"] is None  # greedy only: no sampled answers to report
 
@@ -118,7 +134,33 @@ def test_report_pairs_seeds_and_counts_where_sharing_is_at_least_solo(bench, tmp
     assert comparison["seeds_shared_at_least_solo"] == 1  # a tie counts as "at least"
     assert {(r["config"], r["seed"]) for r in result["swarm_vs_solo"]} == set(finals)
     assert result["per_config"]["I=4,J=0"]["heldout_final_sd"] == pytest.approx(0.0707, abs=1e-3)
+    assert comparison["heldout_final_delta_mean"] == pytest.approx(-0.025)
+    assert comparison["ci95"] == [pytest.approx(-0.05), pytest.approx(0.0)]  # two seeds: resamples of 0 and -0.05
+    assert comparison["heldout_equal_cpu_delta"] == []  # these runs recorded no CPU seconds
     json.dumps(result)  # the results file is plain JSON
+
+
+def test_report_compares_at_equal_cpu_seconds_with_a_paired_interval(bench, tmp_path):
+    args = _args(bench, tmp_path, seeds=[0, 1, 2])
+    runs = []
+    # Solo spends 100 CPU-s between evaluations, shared 50 (it generates half the completions). The pair's budget is
+    # what the cheaper run spent in all, shared's 100 CPU-s: shared's final evaluation meets solo's last one within
+    # 100 s, that of round 2 (0.3).
+    for seed in (0, 1, 2):
+        for name, accuracies, cpu in (("I=4,J=0", [0.1, 0.3, 0.4], [0.0, 100.0, 200.0]),
+                                      ("I=2,J=2", [0.1, 0.2, 0.35 + 0.05 * seed], [0.0, 50.0, 100.0])):
+            sapo = bench.Sapo.parse(name)
+            _write_run(bench, args, sapo, seed, [accuracies, accuracies], [0.5, 0.5], cpu)
+            runs.append(bench.summarize(args, tmp_path, sapo, seed, "complete", 2.0))
+    assert runs[0]["cpu_seconds"] == pytest.approx(200.0)
+    [comparison] = bench.report(args, runs, 8.0)["comparisons"]
+    assert comparison["heldout_final_delta"] == [pytest.approx(-0.05), pytest.approx(0.0), pytest.approx(0.05)]
+    assert comparison["cpu_seconds_budget"] == [100.0, 100.0, 100.0]
+    assert comparison["heldout_equal_cpu_delta"] == [pytest.approx(0.05), pytest.approx(0.1), pytest.approx(0.15)]
+    low, high = comparison["ci95_equal_cpu"]
+    assert 0.05 <= low < 0.1 < high <= 0.15  # the interval of the mean lies within the seeds' differences
+    low, high = comparison["ci95"]
+    assert -0.05 <= low < 0.0 < high <= 0.05
 
 
 def test_resume_keeps_runs_of_the_same_settings_only(bench, tmp_path):
