@@ -303,7 +303,7 @@ class SettingsDialog(QDialog):
             except NodeError:
                 pass
         if stored:
-            state = f"A webhook is set{host}; paste a URL to replace it."
+            state = f"A webhook is set{host}."
         elif self._webhook_removed:
             state = "The webhook is removed when you press OK."
         else:
