@@ -29,6 +29,7 @@ from node.cli.demo import DEMO_MAX_NEW_TOKENS, demo_config
 from node.config import NodeConfig, default_data_dir
 from node.errors import NodeError
 from node.hub.auth import PASSPHRASE_ENV
+from node.notify import load_webhook, webhook_stored
 from node.secret_store import keyring_available
 from node.swarm import admission as swarm_secret
 
@@ -98,17 +99,19 @@ class DesktopApp:
         return wizard.result_config
 
     def unlock_secrets(self, config: NodeConfig) -> None:
-        """Without an OS keyring the wallet key and a private swarm's secret are sealed with a passphrase: ask for it
-        once per session."""
+        """Without an OS keyring the wallet key, a private swarm's secret and the webhook URL are sealed with a
+        passphrase: ask for it once per session."""
         if keyring_available() or PASSPHRASE_ENV in self.supervisor.environment or os.environ.get(PASSPHRASE_ENV):
             return
         data_dir, swarm = config.run.data_dir, config.swarm.swarm_name
         # Without a wallet set up the node itself says so, with the fix.
         wallet = config.chain.network != "none" and WalletStore(data_dir, config.chain.wallet).exists()
-        if not wallet and not swarm_secret.exists(data_dir, swarm):
+        private = not wallet and swarm_secret.exists(data_dir, swarm)
+        if not wallet and not private and not webhook_stored(data_dir):
             return
         title, what = ("Unlock wallet", "The wallet key is") if wallet else \
-            ("Unlock private swarm", "The private swarm's secret is")
+            ("Unlock private swarm", "The private swarm's secret is") if private else \
+            ("Unlock notifications", "The webhook URL for notifications is")
         prompt = f"{what} stored encrypted. Passphrase:"
         while True:
             passphrase, ok = QInputDialog.getText(None, title, prompt, QLineEdit.EchoMode.Password)
@@ -117,8 +120,10 @@ class DesktopApp:
             try:
                 if wallet:
                     WalletStore(data_dir, config.chain.wallet, passphrase=passphrase).unlock()
-                else:
+                elif private:
                     swarm_secret.load(data_dir, swarm, passphrase)
+                else:
+                    load_webhook(data_dir, passphrase)
             except NodeError as exc:
                 prompt = f"{exc.message.rstrip('.')}. Passphrase:"
                 continue

@@ -41,7 +41,7 @@ from node.events import (
 )
 from node.hub.auth import PASSPHRASE_ENV
 from node.logs import LOG_FILE
-from node.notify import NotificationRules, Webhook
+from node.notify import NotificationRules, Webhook, load_webhook
 from node.platform_support import check_platform, install_wsl_node
 from node.runstore import RunStore
 from node.swarm import admission as swarm_secret
@@ -309,11 +309,20 @@ class MainWindow(QMainWindow):
             "the Logs tab shows the last lines. Then press Start.",
             message)
         self.notify("RL Swarm: the node keeps crashing", problem.summary, critical=True)
-        if self.config.notify.webhook_url:  # only the supervisor sees a crash loop: the node cannot tell it
-            hook = Webhook(self.config.notify.webhook_url)
+        url = self._webhook_url()
+        if url:  # only the supervisor sees a crash loop: the node cannot tell it
+            hook = Webhook(url)
             NotificationRules(hook.send).crash_loop(message.split("\n", 1)[0])
             hook.close(timeout_s=0)  # delivered by its own thread; the window never waits for it
         self.crash_box = self._show_box("crashLoopBox", "The node keeps crashing", problem)
+
+    def _webhook_url(self) -> str | None:
+        """The webhook, read from the secret store as the node reads it (with the passphrase the app holds for it)."""
+        try:
+            return load_webhook(self.config.run.data_dir, self.supervisor.environment.get(PASSPHRASE_ENV))
+        except NodeError as exc:
+            log.warning("the webhook is not told: %s", exc.message)
+            return None
 
     def _show_box(self, name: str, title: str, problem: Problem) -> QMessageBox:
         box = error_dialog(self, title, problem)
@@ -350,19 +359,24 @@ class MainWindow(QMainWindow):
 
     def open_settings(self) -> None:
         dialog = SettingsDialog(self.config, idle_supported=self.policies.idle_supported(),
-                                hardware=self.hardware_data, parent=self)
+                                hardware=self.hardware_data, passphrase=self.supervisor.environment.get(PASSPHRASE_ENV),
+                                parent=self)
         accepted = dialog.exec()
+        if accepted and dialog.passphrase:  # the node reads the webhook with it (environment only, never a file)
+            self.supervisor.environment[PASSPHRASE_ENV] = dialog.passphrase
         self.hardware_data = dialog.hardware or self.hardware_data  # asked once per session: it imports torch
         if dialog.wizard_requested:
             self.wizardRequested.emit()
             return
         if accepted and dialog.result_config is not None:
-            self.apply_config(dialog.result_config)
+            self.apply_config(dialog.result_config, secrets_changed=dialog.webhook_changed)
 
-    def apply_config(self, config: NodeConfig) -> None:
-        """Save the new config; the node reads it at start, so offer a restart when it runs."""
+    def apply_config(self, config: NodeConfig, *, secrets_changed: bool = False) -> None:
+        """Save the new config; the node reads it (and the secrets, e.g. the webhook) at start, so offer a restart
+        when it runs."""
         app_only = {"desktop", "fleet"}  # settings of the app itself: the node needs no restart for them
-        node_changed = config.model_dump(exclude=app_only) != self.config.model_dump(exclude=app_only)
+        node_changed = secrets_changed or \
+            config.model_dump(exclude=app_only) != self.config.model_dump(exclude=app_only)
         run_moved = config.run_dir != self.config.run_dir
         config.save(self.config_path)
         if config.desktop.start_at_login != autostart.is_enabled():

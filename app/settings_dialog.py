@@ -18,7 +18,11 @@ from app.node_query import NodeQuery
 from node.api import HardwareReport, default_threads
 from node.config import NodeConfig
 from node.errors import NodeError
-from node.notify import Notification, Webhook
+from node.notify import (
+    Notification, Webhook, check_webhook_url, describe_endpoint, forget_webhook, load_webhook, remember_webhook,
+    webhook_stored,
+)
+from node.secret_store import node_store
 
 HEAT_NEVER = 39  # the spin box's lowest value reads "never"; the lowest limit the config takes is 40 °C
 SCHEDULE_DAYS = (("on weekdays", "mon-fri"), ("every day", "daily"), ("at weekends", "sat-sun"))
@@ -26,17 +30,23 @@ FIT_COLORS = {"fits": "#009E73", "tight": "#E69F00", "won't fit": "#D55E00", "un
 
 
 class SettingsDialog(QDialog):
-    """Edits a copy of the config; ``result_config`` is the validated new one after OK."""
+    """Edits a copy of the config; ``result_config`` is the validated new one after OK. The webhook URL is a secret:
+    OK writes it to the secret store, never to the config; ``webhook_changed`` says it was set or removed, and
+    ``passphrase`` is the encrypted store's passphrase (the one given, or the one typed here) for the node to read it.
+    """
 
     _webhookResult = Signal(bool)  # from the test notification's thread to the GUI thread
 
     def __init__(self, config: NodeConfig, *, idle_supported: bool, hardware: HardwareReport | dict | None = None,
-                 parent: QWidget | None = None) -> None:
-        """``hardware`` is the node's ``hardware --json`` answer; without it the dialog asks the node itself."""
+                 passphrase: str | None = None, parent: QWidget | None = None) -> None:
+        """``hardware`` is the node's ``hardware --json`` answer; without it the dialog asks the node itself.
+        ``passphrase``: the encrypted secret store's, where the app holds it for the node."""
         super().__init__(parent)
         self.setWindowTitle("Settings")
         self.config = config
         self.result_config: NodeConfig | None = None
+        self.passphrase = passphrase
+        self.webhook_changed = False
         self.wizard_requested = False
         self.hardware: HardwareReport | None = None
         t = config.training
@@ -121,10 +131,20 @@ class SettingsDialog(QDialog):
         self.heat_max.setToolTip("Above it the node uses one thread and pauses between rounds, until the computer "
                                  f"is {config.heat.max_celsius - config.heat.resume_celsius if config.heat.max_celsius else 10:g}"
                                  " °C cooler; only where the system lets programs read temperatures")
-        self.webhook_url = QLineEdit(config.notify.webhook_url or "")
+        self.webhook_url = QLineEdit()
         self.webhook_url.setObjectName("settingsWebhook")
-        self.webhook_url.setPlaceholderText("https://ntfy.sh/your-topic, a Discord or Slack webhook URL… (optional)")
         self.webhook_url.setEchoMode(QLineEdit.EchoMode.PasswordEchoOnEdit)  # such a URL often is the password
+        self.webhook_remove = QPushButton("Remove")
+        self.webhook_remove.setObjectName("settingsWebhookRemove")
+        self.webhook_remove.clicked.connect(self._remove_webhook)
+        self._webhook_removed = False
+        self.webhook_passphrase = QLineEdit(placeholderText="passphrase of the encrypted secret store")
+        self.webhook_passphrase.setObjectName("settingsWebhookPassphrase")
+        self.webhook_passphrase.setEchoMode(QLineEdit.EchoMode.Password)
+        self.webhook_note = QLabel()
+        self.webhook_note.setObjectName("settingsWebhookNote")
+        self.webhook_note.setWordWrap(True)
+        self._show_webhook()
         self.no_peers = QSpinBox(minimum=0, maximum=100_000, suffix=" rounds", value=config.notify.no_peers_rounds)
         self.no_peers.setSpecialValueText("never")
         self.webhook_test = QPushButton("Send a test notification")
@@ -175,7 +195,14 @@ class SettingsDialog(QDialog):
         notify_box = QGroupBox("Notifications on your phone or chat, when the node stops, keeps crashing, sees no "
                                "peers, or finished an upload")
         notify_form = QFormLayout(notify_box)
-        notify_form.addRow("Webhook URL", self.webhook_url)
+        webhook_row = QHBoxLayout()
+        webhook_row.addWidget(self.webhook_url, 1)
+        webhook_row.addWidget(self.webhook_remove)
+        notify_form.addRow("Webhook URL", _wrap(webhook_row))
+        notify_form.addRow("Passphrase", self.webhook_passphrase)
+        # Without an OS keyring the URL is sealed with the store's passphrase: asked here unless the app holds it
+        notify_form.setRowVisible(self.webhook_passphrase, self._file_store and not passphrase)
+        notify_form.addRow("", self.webhook_note)
         notify_form.addRow("No peers for", self.no_peers)
         test_row = QHBoxLayout()
         test_row.addWidget(self.webhook_test)
@@ -260,12 +287,63 @@ class SettingsDialog(QDialog):
         if folder:
             self.data_dir.setText(folder)
 
+    def _show_webhook(self) -> None:
+        """Say whether a webhook is set (its host only, where the store can be read without asking) and where its URL
+        is kept; the URL itself is never shown."""
+        data_dir = self.config.run.data_dir
+        self._file_store = node_store(data_dir).backend == "file"
+        stored = webhook_stored(data_dir) and not self._webhook_removed
+        self.webhook_remove.setEnabled(stored)
+        where = ("This computer has no OS keyring: the URL is kept encrypted with the secret store's passphrase"
+                 if self._file_store else "The URL is kept in the OS keyring") + ", never in a file in plain text."
+        host = ""
+        if stored and (not self._file_store or self.passphrase):
+            try:
+                host = f" ({describe_endpoint(load_webhook(data_dir, self.passphrase) or '')})"
+            except NodeError:
+                pass
+        if stored:
+            state = f"A webhook is set{host}."
+        elif self._webhook_removed:
+            state = "The webhook is removed when you press OK."
+        else:
+            state = "No webhook is set."
+        self.webhook_url.setPlaceholderText(f"a webhook is set{host}: paste a URL to replace it" if stored else
+                                            "https://ntfy.sh/your-topic, a Discord or Slack webhook URL… (optional)")
+        self.webhook_note.setText(f"{state} {where}")
+
+    def _remove_webhook(self) -> None:
+        self._webhook_removed = True
+        self.webhook_url.clear()
+        self._show_webhook()
+
+    def _store_passphrase(self) -> str | None:
+        return self.passphrase or self.webhook_passphrase.text() or None
+
+    def _save_webhook(self, data_dir: Path) -> None:
+        """Write what the user did to the webhook into the secret store: a URL pasted, or Remove pressed."""
+        url = self.webhook_url.text().strip()
+        if url:
+            remember_webhook(data_dir, url, self._store_passphrase())
+        elif self._webhook_removed:
+            forget_webhook(data_dir)
+        else:
+            return
+        self.webhook_changed = True
+        if self._file_store:
+            self.passphrase = self._store_passphrase()
+
     def _test_webhook(self) -> None:
+        self.error.clear()
         try:
-            url = self.config.update({"notify": {"webhook_url": self.webhook_url.text().strip() or None}}) \
-                .notify.webhook_url
+            if self.webhook_url.text().strip():
+                url = check_webhook_url(self.webhook_url.text())
+            elif self._webhook_removed:
+                url = None
+            else:
+                url = load_webhook(self.config.run.data_dir, self._store_passphrase())
         except NodeError as exc:
-            self.error.show_problem(Problem.of(exc))
+            self.error.show_problem(_problem(exc))
             return
         if url is None:
             self.webhook_status.setText("Paste a webhook URL first.")
@@ -320,16 +398,25 @@ class SettingsDialog(QDialog):
             "desktop": {"pause_on_battery": self.battery.isChecked(), "pause_when_user_active": self.active.isChecked(),
                         "idle_minutes": self.idle.value(), "start_at_login": self.login.isChecked(),
                         "start_training_on_launch": self.on_launch.isChecked()},
-            "notify": {"webhook_url": self.webhook_url.text().strip() or None, "no_peers_rounds": self.no_peers.value()},
+            "notify": {"no_peers_rounds": self.no_peers.value()},
             "schedule": {"profiles": self._profiles()},
             "heat": self._heat(),
         }
         try:
-            self.result_config = self.config.update(overrides)
+            config = self.config.update(overrides)
+            self._save_webhook(config.run.data_dir)  # where the node of the new config reads it
         except NodeError as exc:
-            self.error.show_problem(Problem.of(exc))
+            self.error.show_problem(_problem(exc))
             return
+        self.result_config = config
         super().accept()
+
+
+def _problem(exc: NodeError) -> Problem:
+    if exc.code == "locked":  # the dialog has its own field for the passphrase
+        return Problem("The webhook URL is kept in the encrypted secret store, which needs its passphrase.",
+                       "Enter the secret store's passphrase next to Passphrase, then try again.", exc.message)
+    return Problem.of(exc)
 
 
 def _qtime(text: str) -> QTime:

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from node.clock import DEFAULT_EPOCH, DEFAULT_ROUND_SECONDS
 from node.errors import NodeError
+from node import notify as webhook_secret
 from node import schedule as resource_schedule
 from node.swarm import admission as swarm_secret
 
@@ -329,13 +330,9 @@ class FleetSettings(_Section):
 
 
 class NotifySettings(_Section):
-    """Notifications off the machine: a webhook told when something needs the user (see node/notify.py)."""
+    """Notifications off the machine: a webhook told when something needs the user (see node/notify.py). Its URL is a
+    secret, kept in the secret store (Settings, or ``rl-swarm-node webhook set``), never in this file."""
 
-    webhook_url: str | None = Field(
-        None, pattern=r"^https?://[^\s/]+(/\S*)?$",
-        description="a URL that takes a JSON POST (ntfy, Discord, Slack, your own); told when the node stops, keeps "
-        "crashing, sees no peers, or finished an upload; empty = off",
-    )
     no_peers_rounds: int = Field(
         10, ge=0, le=100_000, description="notify once no peer was seen for this many rounds in a row; 0 = never"
     )
@@ -428,12 +425,17 @@ class NodeConfig(_Section):
             raise NodeError(f"config file {path} does not exist", hint="check the path or omit --config") from None
         except tomllib.TOMLDecodeError as exc:
             raise NodeError(f"config file {path} is not valid TOML: {exc}", hint="fix the line it names") from None
-        swarm = data.get("swarm")
+        swarm, notify = data.get("swarm"), data.get("notify")
         plaintext = swarm.pop(swarm_secret.LEGACY_FIELD, None) if isinstance(swarm, dict) else None
+        webhook = notify.pop(webhook_secret.LEGACY_FIELD, None) if isinstance(notify, dict) else None
         config = cls.build(_apply(data, changes or {}), source=str(path))
-        if plaintext is not None:  # an earlier version kept a private swarm's secret in the file
+        # Earlier versions kept a private swarm's secret and the webhook URL in the file
+        if plaintext is not None or webhook is not None:
             own = cls.build(data, source=str(path))  # the file's own swarm and data folder, not a flag's
-            swarm_secret.move_out_of_config(Path(path), own.run.data_dir, own.swarm.swarm_name, plaintext)
+            if plaintext is not None:
+                swarm_secret.move_out_of_config(Path(path), own.run.data_dir, own.swarm.swarm_name, plaintext)
+            if webhook is not None:
+                webhook_secret.move_out_of_config(Path(path), own.run.data_dir, webhook)
         return config
 
     def update(self, changes: Changes, *, source: str = "configuration") -> NodeConfig:

@@ -6,7 +6,13 @@ own events, so a headless node notifies too; the desktop app adds the crash loop
 :class:`Webhook` posts them from a thread of its own with a bounded queue and bounded retries, so a slow or dead
 endpoint never holds up training. A payload carries the notification's words and the peer's public name only, with
 anything shaped like a token, key or credential cut out of them, and the URL itself (which often is the credential:
-a Discord or Slack webhook) is never logged.
+a Discord or Slack webhook, an ntfy topic) is never logged or shown, only its scheme and host
+(:func:`describe_endpoint`).
+
+The URL is a secret, so it lives where the Hugging Face token lives: in :mod:`node.secret_store` (the OS keyring, else
+the passphrase-encrypted file store) under :data:`WEBHOOK_SECRET`, per data folder; set in Settings or with
+``rl-swarm-node webhook set``, read by the node when it starts. Configs of earlier versions held it in plaintext as
+``[notify] webhook_url``: loading such a file moves the URL into the store and removes it from the file.
 """
 
 from __future__ import annotations
@@ -21,10 +27,13 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
+from node.errors import NodeError
 from node.events import Event, ErrorReported, RoundFinished, StateChanged, UploadFinished
+from node.secret_store import drop_plaintext, explain_locked, node_store
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +41,10 @@ PAYLOAD_VERSION = 1
 NotificationKind = Literal["node_stopped", "crash_loop", "no_peers", "upload_finished", "test"]
 QUEUE_SIZE = 32  # notifications waiting while the endpoint is slow; beyond it the oldest is dropped
 MAX_TEXT = 1000  # characters of a message; Discord takes 2,000 in all, Slack more
+WEBHOOK_SECRET = "webhook-url"  # its name in the secret store
+LEGACY_FIELD = "webhook_url"  # its name under [notify] in earlier configs
+_URL = re.compile(r"^https?://[^\s/?#]+([/?#]\S*)?$", re.IGNORECASE)
+MAX_URL = 2048
 
 # What must never leave the machine in a payload, even inside an error's words
 _SECRETS = [
@@ -71,6 +84,59 @@ def describe_endpoint(url: str) -> str:
     """The URL's scheme and host only: what logs and error messages may show of a webhook."""
     parts = urlsplit(url)
     return f"{parts.scheme}://{parts.hostname or '?'}"
+
+
+def check_webhook_url(url: str) -> str:
+    """The URL, stripped, when it is one a webhook can be posted to; the error never repeats it (it is a secret)."""
+    url = url.strip()
+    if not _URL.match(url) or len(url) > MAX_URL:
+        raise NodeError(
+            "The webhook URL is not valid: it must start with http:// or https:// and have no spaces.",
+            hint="copy the whole URL your ntfy topic, Discord or Slack webhook or own endpoint gives you",
+            code="bad_webhook_url",
+        )
+    return url
+
+
+def load_webhook(data_dir: Path, passphrase: str | None = None) -> str | None:
+    """The stored webhook URL, or None when notifications off the machine are off."""
+    try:
+        return node_store(data_dir, passphrase).get(WEBHOOK_SECRET)
+    except NodeError as exc:
+        raise explain_locked(exc, "the webhook URL cannot be read") from None
+
+
+def remember_webhook(data_dir: Path, url: str, passphrase: str | None = None) -> None:
+    url = check_webhook_url(url)
+    try:
+        node_store(data_dir, passphrase).set(WEBHOOK_SECRET, url)
+    except NodeError as exc:
+        raise explain_locked(exc, "the webhook URL cannot be stored") from None
+
+
+def webhook_stored(data_dir: Path) -> bool:
+    """Whether a webhook is set; needs no passphrase, so a caller can ask for one only when it will be needed."""
+    return node_store(data_dir).has(WEBHOOK_SECRET)
+
+
+def forget_webhook(data_dir: Path) -> None:
+    node_store(data_dir).delete(WEBHOOK_SECRET)
+
+
+def move_out_of_config(path: Path, data_dir: Path, url: object) -> None:
+    """Store the plaintext webhook URL of an earlier version's config file, then rewrite the file without it."""
+    if isinstance(url, str) and url.strip():  # an empty one meant "off": only the line goes
+        try:
+            remember_webhook(data_dir, url)
+        except NodeError as exc:
+            if exc.code != "bad_webhook_url":
+                raise
+            raise NodeError(f"[notify] {LEGACY_FIELD} in {path} is not a valid webhook URL.",
+                            hint="delete that line, then set the URL in Settings or with `rl-swarm-node webhook "
+                            "set` (it is kept in the secret store now, never in the config file)",
+                            code="bad_webhook_url") from None
+    drop_plaintext(path, "notify", LEGACY_FIELD)
+    log.warning("moved the webhook URL out of %s into the secret store", path)
 
 
 Poster = Callable[[str, bytes, float], int]  # url, body, timeout -> HTTP status
@@ -138,8 +204,8 @@ class Webhook:
             try:
                 status = self._post(self.url, body, self.timeout_s)
                 problem = None if 200 <= status < 300 else f"HTTP {status}"
-            except (OSError, ValueError) as exc:  # refused, unreachable, timed out, malformed URL
-                status, problem = None, type(exc).__name__
+            except Exception as exc:  # noqa: BLE001 - refused, unreachable, timed out, malformed URL: its words may
+                status, problem = None, type(exc).__name__  # hold the URL, and the thread must go on
             if problem is None:
                 self.delivered += 1
                 self._report(notification, True)

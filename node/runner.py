@@ -38,7 +38,7 @@ from node.learning.evaluation import EvalCancelled, EvalSettings, Evaluator
 from node.learning.grpo import GrpoLearner, LoraSettings, Policy
 from node.governor import ResourceGovernor
 from node.heat import HeatGuard, read_temperatures
-from node.notify import NotificationRules, Webhook
+from node.notify import NotificationRules, Webhook, load_webhook
 from node.runstore import RunStore
 from node.sapo.round import RoundCancelled, RoundParts, RoundSettings, connect_peers, disconnect_peers, play_round
 from node.swarm import known_peers, admission as swarm_secret
@@ -114,8 +114,9 @@ class SwarmNode:
     # ------------------------------------------------------------------------------------------------ running
     def run(self) -> None:
         webhook = None
-        if self.config.notify.webhook_url:  # told from the node's own events, so a headless node notifies too
-            webhook = Webhook(self.config.notify.webhook_url)
+        url = self._webhook_url()
+        if url:  # told from the node's own events, so a headless node notifies too
+            webhook = Webhook(url)
             rules = NotificationRules(webhook.send, no_peers_rounds=self.config.notify.no_peers_rounds)
             self.bus.subscribe(rules.observe)
         try:
@@ -123,6 +124,17 @@ class SwarmNode:
         finally:
             if webhook is not None:
                 webhook.close()  # a few seconds at most for the "stopped" notification
+
+    def _webhook_url(self) -> str | None:
+        """The webhook the user set, from the secret store; one that cannot be read (a locked store) does not stop
+        training: the node says so and runs without it."""
+        try:
+            return load_webhook(self.config.run.data_dir)
+        except NodeError as exc:
+            log.warning("no webhook notifications: %s", exc.message)
+            self.bus.emit(ErrorReported(message=f"{exc.message} No notifications leave this computer.",
+                                        hint=exc.hint))
+            return None
 
     def _run(self) -> None:
         self._set_state("starting")

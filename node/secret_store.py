@@ -13,9 +13,11 @@ import json
 import logging
 import os
 import re
+import tomllib
 from pathlib import Path
 from typing import Literal
 
+import tomli_w
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
@@ -183,6 +185,37 @@ def node_store(data_dir: Path, passphrase: str | None = None) -> SecretStore:
     """The data folder's store: the OS keyring, else the encrypted file store, unlocked with ``passphrase`` or
     :data:`PASSPHRASE_ENV`."""
     return SecretStore(data_dir, passphrase=passphrase or os.environ.get(PASSPHRASE_ENV) or None)
+
+
+def explain_locked(exc: NodeError, what: str) -> NodeError:
+    """A locked store's error in words that say which secret a node lacks (``what``) and how to unlock it."""
+    if exc.code != "locked":
+        return exc
+    return NodeError(
+        f"The encrypted secret store is locked, so {what}.",
+        hint=f"set {PASSPHRASE_ENV} to the store's passphrase for this node, or use a computer with an OS keyring",
+        code="locked",
+    )
+
+
+def drop_plaintext(path: Path, section: str, key: str) -> None:
+    """Rewrite a config file without ``[section] key``, a secret an earlier version kept there in plaintext (once it
+    is in the store): only that line when possible, so comments stay."""
+    text = path.read_text(encoding="utf-8")
+    data = tomllib.loads(text)
+    del data[section][key]
+    edited = re.sub(rf"(?m)^[ \t]*{re.escape(key)}[ \t]*=.*(\n|$)", "", text)
+    try:
+        line_removed = tomllib.loads(edited) == data
+    except tomllib.TOMLDecodeError:
+        line_removed = False
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(edited if line_removed else tomli_w.dumps(data))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
 
 
 def _check_name(name: str) -> None:

@@ -53,8 +53,10 @@ def add_commands(commands) -> None:
 def _cmd_login(args: argparse.Namespace) -> int:
     from node.hub.auth import login
 
+    from node.hub.auth import TOKEN_SECRET
+
     token = _read_token(args.token_stdin, "Hugging Face token (input hidden): ")
-    store = _store(args.data_dir, confirm_new=True)
+    store = unlocked_store(args.data_dir, confirm_new=TOKEN_SECRET)
     account = login(_data_dir(args.data_dir), token, endpoint=args.endpoint, passphrase=store.passphrase)
     print(f"logged in as {account.name} (token {account.token_name!r}, {account.role}); "
           f"token stored in the {store.describe()}")
@@ -87,15 +89,16 @@ def _data_dir(data_dir: Path | None) -> Path:
     return Path(data_dir or default_data_dir())
 
 
-def _store(data_dir: Path | None, *, confirm_new: bool = False):
-    """The token store, with the passphrase asked for when it is the encrypted file store and none was given."""
-    from node.hub.auth import PASSPHRASE_ENV, TOKEN_SECRET, token_store
+def unlocked_store(data_dir: Path | None, *, confirm_new: str | None = None):
+    """The secret store, with the passphrase asked for when it is the encrypted file store and none was given; asked
+    twice when the secret ``confirm_new`` is not stored yet (a typo would seal it with a passphrase nobody knows)."""
+    from node.hub.auth import PASSPHRASE_ENV, token_store
 
     store = token_store(_data_dir(data_dir))
     if store.backend == "file" and not store.passphrase:
         try:
             store.passphrase = getpass.getpass("Passphrase of the encrypted secret store: ")
-            if confirm_new and not store.has(TOKEN_SECRET) and \
+            if confirm_new and not store.has(confirm_new) and \
                     getpass.getpass("Repeat the passphrase: ") != store.passphrase:
                 raise NodeError("The passphrases differ.", hint="run the command again", code="passphrase_mismatch")
         except EOFError:
@@ -108,7 +111,7 @@ def _store(data_dir: Path | None, *, confirm_new: bool = False):
 def _stored_token(data_dir: Path | None) -> str:
     from node.hub.auth import TOKEN_SECRET
 
-    token = _store(data_dir).get(TOKEN_SECRET)
+    token = unlocked_store(data_dir).get(TOKEN_SECRET)
     if not token:
         raise NodeError("No Hugging Face token is stored.", hint="run `rl-swarm-node hf login` first",
                         code="hub_no_token")

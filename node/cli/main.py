@@ -20,6 +20,7 @@ import psutil
 
 from node.cli import hub as cli_hub
 from node.cli import remote as cli_remote
+from node.cli import webhook as cli_webhook
 from node.cli.event_output import add_event_options, event_stream
 from node.clock import DEFAULT_EPOCH, DEFAULT_ROUND_SECONDS
 from node.config import UNSET, NodeConfig, default_data_dir
@@ -433,6 +434,7 @@ def _parser() -> argparse.ArgumentParser:
     invite.set_defaults(handler=_cmd_invite)
 
     cli_hub.add_commands(commands)  # upload, hf login|logout|whoami
+    cli_webhook.add_commands(commands)  # webhook set|clear|show|test
     cli_remote.add_commands(commands)  # attach, start, stop, logs: a headless node seen from elsewhere
 
     from node.cli.chain import add_commands as add_chain_commands

@@ -14,16 +14,12 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import re
 import secrets
-import tomllib
 from pathlib import Path
 
-import tomli_w
-
 from node.errors import NodeError
-from node.secret_store import PASSPHRASE_ENV, node_store
+from node.secret_store import drop_plaintext, explain_locked, node_store
 
 log = logging.getLogger(__name__)
 
@@ -52,14 +48,16 @@ def load(data_dir: Path, swarm_name: str, passphrase: str | None = None) -> str 
     try:
         return node_store(data_dir, passphrase).get(secret_name(swarm_name))
     except NodeError as exc:
-        raise _explained(exc, f"the admission secret of the private swarm {swarm_name!r} cannot be read") from None
+        raise explain_locked(exc, f"the admission secret of the private swarm {swarm_name!r} cannot be read") \
+            from None
 
 
 def remember(data_dir: Path, swarm_name: str, secret: str, passphrase: str | None = None) -> None:
     try:
         node_store(data_dir, passphrase).set(secret_name(swarm_name), check_secret(secret))
     except NodeError as exc:
-        raise _explained(exc, f"the admission secret of the private swarm {swarm_name!r} cannot be stored") from None
+        raise explain_locked(exc, f"the admission secret of the private swarm {swarm_name!r} cannot be stored") \
+            from None
 
 
 def exists(data_dir: Path, swarm_name: str) -> bool:
@@ -82,32 +80,7 @@ def create(data_dir: Path, swarm_name: str, passphrase: str | None = None) -> st
 
 
 def move_out_of_config(path: Path, data_dir: Path, swarm_name: str, secret: str) -> None:
-    """Store the plaintext secret of an earlier version's config file, then rewrite the file without it (only that
-    line when possible, so comments stay)."""
+    """Store the plaintext secret of an earlier version's config file, then rewrite the file without it."""
     remember(data_dir, swarm_name, secret)
-    text = path.read_text(encoding="utf-8")
-    data = tomllib.loads(text)
-    del data["swarm"][LEGACY_FIELD]
-    edited = re.sub(rf"(?m)^[ \t]*{LEGACY_FIELD}[ \t]*=.*(\n|$)", "", text)
-    try:
-        line_removed = tomllib.loads(edited) == data
-    except tomllib.TOMLDecodeError:
-        line_removed = False
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(edited if line_removed else tomli_w.dumps(data))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    drop_plaintext(path, "swarm", LEGACY_FIELD)
     log.warning("moved the admission secret of swarm %r out of %s into the secret store", swarm_name, path)
-
-
-def _explained(exc: NodeError, what: str) -> NodeError:
-    if exc.code != "locked":
-        return exc
-    return NodeError(
-        f"The encrypted secret store is locked, so {what}.",
-        hint=f"set {PASSPHRASE_ENV} to the store's passphrase for this node, or use a computer with an OS keyring",
-        code="locked",
-    )
