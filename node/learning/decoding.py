@@ -196,14 +196,17 @@ def sample(
         logits = causal_lm(input_ids=step_ids, attention_mask=mask[:, : width + step], position_ids=step_positions,
                            use_cache=True, logits_to_keep=1, **{CACHE_KWARG: cache}).logits[:, -1, :]
         scores = logits.to(dtype=torch.float32, copy=True)
-        chosen = scores.argmax(-1)
-        if sampled:
+        if not sampled:
+            chosen = scores.argmax(-1)
+        elif not greedy:
+            scores = _warp(warpers, scores)
+            chosen = _draw(scores, noise_row, prompts * sampled)
+        else:
+            chosen = scores.argmax(-1)
             drawing = noise_row >= 0
             drawn = _warp(warpers, scores[drawing])
             scores[drawing] = drawn
-            # torch.multinomial(probs, 1) over all of generate()'s sampled rows, ended ones included
-            noise = drawn.new_empty(prompts * sampled, drawn.shape[-1]).exponential_()
-            chosen[drawing] = (drawn.softmax(-1) / noise[noise_row[drawing]]).argmax(-1)
+            chosen[drawing] = _draw(drawn, noise_row[drawing], prompts * sampled)
         tokens[live, step] = chosen
         logprobs[live, step] = scores.log_softmax(-1).gather(1, chosen[:, None])[:, 0]
         produced = step + 1
@@ -218,6 +221,13 @@ def sample(
         step_ids = chosen[:, None]
         step_positions = step_positions + 1
     return Sampled(tokens[:, :produced], logprobs[:, :produced])
+
+
+def _draw(scores: torch.Tensor, noise_rows: torch.Tensor, batch: int) -> torch.Tensor:
+    """``torch.multinomial(scores.softmax(-1), 1)`` as drawn for a batch of ``batch`` sampled rows of which
+    ``scores`` holds rows ``noise_rows``: the noise is drawn for the whole batch, as ``generate()`` draws it."""
+    noise = scores.new_empty(batch, scores.shape[-1]).exponential_()
+    return (scores.softmax(-1) / (noise if len(noise_rows) == batch else noise[noise_rows])).argmax(-1)
 
 
 def _warp(warpers: list, scores: torch.Tensor) -> torch.Tensor:
