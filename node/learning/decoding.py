@@ -211,9 +211,10 @@ def sample(
         logprobs[live, step] = scores.log_softmax(-1).gather(1, chosen[:, None])[:, 0]
         produced = step + 1
         running = ~torch.isin(chosen, eos)
-        if not bool(running.any()) or should_stop():
+        still = int(running.sum())  # the step's one read back from the device
+        if not still or should_stop():
             break
-        if not bool(running.all()):
+        if still < len(live):
             kept = running.nonzero()[:, 0]
             cache.batch_select_indices(kept)
             live, noise_row, mask = live[kept], noise_row[kept], mask[kept]
