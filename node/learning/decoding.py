@@ -11,8 +11,8 @@ The sampling itself is ``generate()``'s: the same logits warpers and the same ra
 samples the same tokens as ``generate()`` wherever the logits agree, whichever rows have ended. ``torch.multinomial``
 draws one sample as ``argmax(probs / noise)`` with ``noise`` exponential, one per row and token; the loop draws that
 noise for every sampled row of the batch, ended or not, as ``generate()`` does, and uses the live rows' part: the
-global generator advances exactly as under ``generate()``, at the price of the ended rows' noise (a small part of
-what their forward cost).
+global generator advances exactly as under ``generate()`` while any sampled row runs, at the price of the ended
+rows' noise (a small part of what their forward cost).
 
 Used for decoder-only models whose every layer attends to all earlier tokens (:func:`supports`); anything else
 (sliding windows, linear attention, generation settings that add logits processors) keeps ``generate()``.
@@ -187,6 +187,7 @@ def sample(
     live = torch.arange(rows, device=device)
     is_sampled = (live % copies) >= greedy
     noise_row = torch.where(is_sampled, is_sampled.cumsum(0) - 1, -1)
+    drawing_rows = prompts * sampled
     warpers = _warpers(temperature, top_p)
     tokens = torch.full((rows, max_new_tokens), pad_id, dtype=torch.long, device=device)
     logprobs = torch.zeros(rows, max_new_tokens, dtype=torch.float32, device=device)
@@ -196,7 +197,7 @@ def sample(
         logits = causal_lm(input_ids=step_ids, attention_mask=mask[:, : width + step], position_ids=step_positions,
                            use_cache=True, logits_to_keep=1, **{CACHE_KWARG: cache}).logits[:, -1, :]
         scores = logits.to(dtype=torch.float32, copy=True)
-        if not sampled:
+        if not drawing_rows:  # greedy rows only, or every sampled row has ended: no draw changes what is sampled
             chosen = scores.argmax(-1)
         elif not greedy:
             scores = _warp(warpers, scores)
@@ -218,6 +219,7 @@ def sample(
             kept = running.nonzero()[:, 0]
             cache.batch_select_indices(kept)
             live, noise_row, mask = live[kept], noise_row[kept], mask[kept]
+            drawing_rows = int((noise_row >= 0).sum())
             chosen, step_positions = chosen[kept], step_positions[kept]
         step_ids = chosen[:, None]
         step_positions = step_positions + 1
