@@ -1,36 +1,50 @@
 """Tokens per CPU-second of the node's samplers, side by side in one process.
 
 The workload of issue 35: the bundled model, the node's real one-shot prompts (:class:`node.tasks.source.TaskSource`,
-seed 1234, 2 questions), G=4 completions each, 128 new tokens, temperature 1.0, top_p 1.0, with no token ending a
-completion (end-of-sequence is an ordinary token here), so every row runs to the limit and every sampler does
-the same work. Each round runs every sampler once, in a rotating order, so a busy machine slows them alike; the
-process's CPU time is the measure (one torch thread), wall seconds are kept too.
+seed 1234, 2 questions), G=4 completions each, 128 new tokens, temperature 1.0, top_p 1.0. Two ways for a
+completion to end (``--workloads``):
+
+* ``suppressed``: no token ends a completion (end-of-sequence is an ordinary token here), so every row runs to the
+  limit and every sampler does the same work (the issue's workload);
+* ``natural``: the model's own end-of-sequence tokens end completions, as in a real round, so rows end at
+  different steps; with one seed every sampler samples the same completions (checked: ``same_completions``).
+
+Each round runs every sampler on every workload once, in a rotating order, so a busy machine slows them alike; the
+process's CPU time is the measure (one torch thread), wall seconds are kept too; ratios are taken within a round.
 
 Samplers (all from the same float32 policy; a bfloat16 one samples from a cast copy made per call, as the node does,
 the cast counted):
 
-* ``generate/float32``: today's path, ``transformers`` ``generate()`` with its growing (``torch.cat``) cache;
-* ``preallocated/float32``: :mod:`node.learning.decoding`, the cache allocated once, no attention to empty slots;
+* ``generate/float32``: transformers ``generate()`` with its growing (``torch.cat``) cache;
+* ``preallocated/float32``: :mod:`node.learning.decoding` as it is in this tree;
+* ``reference/float32``: :mod:`node.learning.decoding` as it was at ``--reference`` (git; default: the loop before
+  ended rows left the batch), run in its place;
 * ``generate/bfloat16`` and ``preallocated/bfloat16``: the same from a bfloat16 copy (fast only where the CPU has
   native bfloat16: avx512_bf16 or AMX; emulated elsewhere).
 
     python bench/generation.py --rounds 5
+    python bench/generation.py --rounds 3 --samplers reference/float32 preallocated/float32 \
+        --workloads suppressed natural --baseline reference/float32 --out bench/results/generation_rows.json
 
-Writes bench/results/generation.json (settings, the machine, every run, median and range per sampler and its ratio
-to today's path) and prints a markdown table.
+Writes bench/results/generation.json (or ``--out``: settings, the machine, every run, median and range per
+workload and sampler and its ratio to ``--baseline``) and prints a markdown table.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import importlib.util
 import json
 import os
 import random
 import statistics
+import subprocess
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
+from unittest import mock
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -38,8 +52,21 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "bench" / "results" / "generation.json"
-BASELINE = "generate/float32"
-SAMPLERS = ("generate/float32", "preallocated/float32", "generate/bfloat16", "preallocated/bfloat16")
+SAMPLERS = ("generate/float32", "preallocated/float32", "reference/float32", "generate/bfloat16",
+            "preallocated/bfloat16")
+WORKLOADS = ("suppressed", "natural")
+# The decode loop before a row that ended left the batch.
+REFERENCE = "bb172af"
+
+
+def reference_decoding(commit: str):
+    """node/learning/decoding.py as it was at ``commit``, imported as a module of its own."""
+    source = subprocess.run(["git", "-C", str(ROOT), "show", f"{commit}:node/learning/decoding.py"], check=True,
+                            capture_output=True, text=True).stdout
+    spec = importlib.util.spec_from_loader(f"decoding_at_{commit}", loader=None)
+    module = importlib.util.module_from_spec(spec)
+    exec(compile(source, f"{commit}:node/learning/decoding.py", "exec"), module.__dict__)
+    return module
 
 
 def main() -> None:
@@ -49,7 +76,12 @@ def main() -> None:
     parser.add_argument("-G", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--samplers", nargs="+", default=list(SAMPLERS), choices=SAMPLERS)
+    parser.add_argument("--samplers", nargs="+", default=[n for n in SAMPLERS if not n.startswith("reference")],
+                        choices=SAMPLERS)
+    parser.add_argument("--workloads", nargs="+", default=["suppressed"], choices=WORKLOADS)
+    parser.add_argument("--baseline", default="generate/float32", help="the sampler the ratios are taken to")
+    parser.add_argument("--reference", default=REFERENCE, help="the commit whose decode loop reference/ runs")
+    parser.add_argument("--out", default=str(RESULTS))
     parser.add_argument("--cache-dir", default=str(Path.home() / ".cache" / "rl-swarm-bench"))
     parser.add_argument("--load", default="", help="what else ran on the machine, recorded with the results")
     parser.add_argument("--no-save", action="store_true")
@@ -67,61 +99,99 @@ def main() -> None:
     policies = {}
     for name in args.samplers:
         path, dtype = name.split("/")
-        policy = grpo.Policy(model, tokenizer, generation_dtype=getattr(torch, dtype), max_prompt_tokens=1024,
-                             preallocated_cache=path == "preallocated")
-        policy.eos_ids = (model.config.vocab_size,)  # no token ends a completion: every row runs to the limit
-        policies[name] = policy
+        policies[name] = grpo.Policy(model, tokenizer, generation_dtype=getattr(torch, dtype), max_prompt_tokens=1024,
+                                     preallocated_cache=path != "generate")
+    natural_eos = policies[args.samplers[0]].eos_ids
+    reference = reference_decoding(args.reference) if any(n.startswith("reference") for n in args.samplers) else None
     tasks = TaskSource({family: 1.0 for family in DEFAULT_FAMILIES}, seed=1234).sample(args.I, random.Random(0))
     prompts = [policies[args.samplers[0]].prompt_ids(build_messages(task.question)) for task in tasks]
     hw = hardware.detect()
-    runs = []
+    runs, completions = [], {}
+    pairs = [(workload, name) for workload in args.workloads for name in args.samplers]
     for number in range(args.rounds):
-        shift = number % len(args.samplers)
-        for name in args.samplers[shift:] + args.samplers[:shift]:
+        shift = number % len(pairs)
+        for workload, name in pairs[shift:] + pairs[:shift]:
+            policy = policies[name]
+            # natural: the model's own end-of-sequence tokens; suppressed: no token ends a completion
+            policy.eos_ids = natural_eos if workload == "natural" else (model.config.vocab_size,)
+            swapped = mock.patch.object(grpo.decoding, "sample", reference.sample) \
+                if name.startswith("reference") else nullcontext()
             gc.collect()
-            started, cpu = time.perf_counter(), time.process_time()
-            groups = policies[name].generate(prompts, num_generations=args.G, max_new_tokens=args.max_new_tokens,
-                                             temperature=1.0, top_p=1.0, seed=number)
-            seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
-            tokens = sum(len(c.ids) for group in groups for c in group)
-            row = {"round": number + 1, "sampler": name, "tokens": tokens, "seconds": round(seconds, 3),
-                   "cpu_seconds": round(cpu, 3), "tokens_per_cpu_s": round(tokens / cpu, 2)}
+            with swapped:
+                started, cpu = time.perf_counter(), time.process_time()
+                groups = policy.generate(prompts, num_generations=args.G, max_new_tokens=args.max_new_tokens,
+                                         temperature=1.0, top_p=1.0, seed=number)
+                seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+            completions[workload, name, number] = groups
+            lengths = [len(c.ids) + c.finished for group in groups for c in group]  # the end token counts
+            row = {"round": number + 1, "workload": workload, "sampler": name, "tokens": sum(lengths),
+                   "lengths": lengths, "seconds": round(seconds, 3), "cpu_seconds": round(cpu, 3),
+                   "tokens_per_cpu_s": round(sum(lengths) / cpu, 2)}
             runs.append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
 
-    summary = {}
-    base = {r["round"]: r["tokens_per_cpu_s"] for r in runs if r["sampler"] == BASELINE}
-    for name in args.samplers:
-        mine = [r for r in runs if r["sampler"] == name]
-        rates = [r["tokens_per_cpu_s"] for r in mine]
-        summary[name] = {
-            "tokens_per_cpu_s_median": round(statistics.median(rates), 1),
-            "tokens_per_cpu_s_range": [min(rates), max(rates)],
-            "wall_s_median": round(statistics.median(r["seconds"] for r in mine), 2),
-        }
-        if base:  # the ratio of each round's pair: what the machine's load did to both cancels
-            ratios = [r["tokens_per_cpu_s"] / base[r["round"]] for r in mine]
-            summary[name]["vs_today_median"] = round(statistics.median(ratios), 2)
-            summary[name]["vs_today_range"] = [round(min(ratios), 2), round(max(ratios), 2)]
+    summary = {workload: _summary([r for r in runs if r["workload"] == workload], args.samplers, args.baseline)
+               for workload in args.workloads}
+    for workload in args.workloads:
+        for name in args.samplers:
+            # with one seed, every float32 sampler should have sampled what the baseline sampled
+            summary[workload][name]["same_completions_as_baseline"] = all(
+                completions[workload, name, n] == completions.get((workload, args.baseline, n)) for n in range(args.rounds))
     result = {
         "command": "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
         "settings": {"model": "bundled SmolLM2-135M-Instruct", "I": args.I, "G": args.G, "threads": args.threads,
-                     "max_new_tokens": args.max_new_tokens, "rounds": args.rounds,
+                     "max_new_tokens": args.max_new_tokens, "rounds": args.rounds, "workloads": args.workloads,
+                     "baseline": args.baseline, "reference_commit": args.reference,
                      "prompt_tokens": [len(p) for p in prompts], "torch": torch.__version__},
         "machine": {"description": hw.describe(), "cpu_bf16": hardware.cpu_bf16_report(), "load": args.load},
         "summary": summary,
         "runs": runs,
     }
-    print("| sampler | tokens per CPU-second, median (range) | vs today, median (range) | wall s |")
-    print("|---|---|---|---|")
-    for name, row in summary.items():
-        low, high = row["tokens_per_cpu_s_range"]
-        ratio = f"{row['vs_today_median']:.2f}x ({row['vs_today_range'][0]:.2f}-{row['vs_today_range'][1]:.2f})" \
-            if "vs_today_median" in row else "-"
-        print(f"| {name} | {row['tokens_per_cpu_s_median']:.1f} ({low:.1f}-{high:.1f}) | {ratio} "
-              f"| {row['wall_s_median']:.1f} |")
+    print("| workload | sampler | tokens per CPU-second, median (range) | vs baseline, median (range) "
+          "| CPU s per round, median (range) | vs baseline | wall s |")
+    print("|---|---|---|---|---|---|---|")
+    for workload, rows in summary.items():
+        for name, row in rows.items():
+            low, high = row["tokens_per_cpu_s_range"]
+            cpu_low, cpu_high = row["cpu_s_range"]
+            print(f"| {workload} | {name} | {row['tokens_per_cpu_s_median']:.1f} ({low:.1f}-{high:.1f}) "
+                  f"| {_ratio(row, 'vs_baseline')} | {row['cpu_s_median']:.1f} ({cpu_low:.1f}-{cpu_high:.1f}) "
+                  f"| {_ratio(row, 'cpu_s_vs_baseline')} | {row['wall_s_median']:.1f} |")
     if not args.no_save:
-        RESULTS.write_text(json.dumps(result, indent=1) + "\n")
+        Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+
+
+def _summary(runs: list[dict], samplers: list[str], baseline: str) -> dict:
+    """Median and range per sampler; ratios to the baseline taken within each round, where what the machine's load
+    did to both cancels."""
+    summary = {}
+    base = {r["round"]: r for r in runs if r["sampler"] == baseline}
+    for name in samplers:
+        mine = [r for r in runs if r["sampler"] == name]
+        rates, cpu = [r["tokens_per_cpu_s"] for r in mine], [r["cpu_seconds"] for r in mine]
+        summary[name] = {
+            "tokens_per_cpu_s_median": round(statistics.median(rates), 1),
+            "tokens_per_cpu_s_range": [min(rates), max(rates)],
+            "cpu_s_median": round(statistics.median(cpu), 2),
+            "cpu_s_range": [min(cpu), max(cpu)],
+            "wall_s_median": round(statistics.median(r["seconds"] for r in mine), 2),
+            "tokens_median": statistics.median(r["tokens"] for r in mine),
+        }
+        if base:
+            for key, field, invert in (("vs_baseline", "tokens_per_cpu_s", False),
+                                       ("cpu_s_vs_baseline", "cpu_seconds", True)):
+                ratios = [(base[r["round"]][field] / r[field]) if invert else (r[field] / base[r["round"]][field])
+                          for r in mine]
+                summary[name][f"{key}_median"] = round(statistics.median(ratios), 3)
+                summary[name][f"{key}_range"] = [round(min(ratios), 3), round(max(ratios), 3)]
+    return summary
+
+
+def _ratio(row: dict, key: str) -> str:
+    if f"{key}_median" not in row:
+        return "-"
+    low, high = row[f"{key}_range"]
+    return f"{row[f'{key}_median']:.2f}x ({low:.2f}-{high:.2f})"
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """The node's own decode loop (:mod:`node.learning.decoding`) against transformers' ``generate()``: the same
 completions, greedy and sampled with the same seed (left-padded prompts of different lengths, rows ending mid-batch,
 float32 and the bfloat16 sampling copy), from key/value buffers allocated once per generation, of which each step
-attends to the filled part only."""
+attends to the filled part only, computing only the rows that have not ended (with the log-probs of what each row
+drew)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from node.learning import decoding
 from node.learning.grpo import Policy
-from tests.test_generate_prompt_once import G, MAX_NEW_TOKENS, _end_mid_completion, _prompts, _sharpen
+from tests.test_generate_prompt_once import G, MAX_NEW_TOKENS, _Embedded, _end_mid_completion, _prompts, _sharpen
 
 
 def _policies(model_dir, dtype) -> tuple[Policy, Policy]:
@@ -33,9 +34,18 @@ def test_the_loop_samples_what_generate_samples(tiny_model_dir, dtype, greedy):
     reference.eos_ids = loop.eos_ids
     kwargs = {"num_generations": G, "max_new_tokens": MAX_NEW_TOKENS, "temperature": 1.0, "top_p": 1.0, "seed": 7,
               "greedy": greedy}
-    groups = loop.generate(prompts, **kwargs)
+    embedded = _Embedded(loop.model)
+    try:
+        groups = loop.generate(prompts, **kwargs)
+    finally:
+        embedded.remove()
     assert groups == reference.generate(prompts, **kwargs)
     assert {c.finished for group in groups for c in group} == {True, False}  # rows ended at different steps
+    # Each step ran the rows that had not ended before it, and no others: an ended row left the batch.
+    last_steps = [len(c.ids) if c.finished else MAX_NEW_TOKENS - 1 for group in groups for c in group]
+    steps = max(last_steps) + 1
+    assert embedded.shapes[1:] == [(sum(last >= step for last in last_steps), 1) for step in range(steps)]
+    assert embedded.shapes[-1][0] < embedded.shapes[1][0]
     if not greedy:
         assert loop.generate(prompts, **{**kwargs, "seed": 8}) != groups  # the seed mattered
 
@@ -93,3 +103,54 @@ def test_generation_settings_that_add_logits_processors_keep_generate(tiny_model
     assert decoding.supports(model)
     model.generation_config.repetition_penalty = 1.3
     assert not decoding.supports(model)
+
+
+def test_rows_that_end_leave_the_batch_with_the_log_probs_of_what_each_row_drew(tiny_model_dir):
+    """Greedy and sampled rows ending at different steps: each row's log-probs are the policy's own log-probs of
+    the tokens that row drew (its end-of-sequence token included), position by position, and nothing after its end."""
+    loop, _ = _policies(tiny_model_dir, torch.float32)
+    prompts = _prompts(loop)
+    _end_mid_completion(loop, prompts, greedy=False)
+    # and the sixth token of the last prompt's last completion: rows end at several steps
+    last = loop.generate(prompts, num_generations=G, max_new_tokens=MAX_NEW_TOKENS, temperature=1.0, top_p=1.0,
+                         seed=7)[-1][-1]
+    if not last.finished:
+        loop.eos_ids = (*loop.eos_ids, last.ids[5])
+    sampler = loop.sampling_model()
+    input_ids, attention = loop._padded(prompts, sampler)
+    torch.manual_seed(7)
+    drawn = decoding.sample(sampler, input_ids, attention, greedy=1, sampled=G, max_new_tokens=MAX_NEW_TOKENS,
+                            temperature=1.0, top_p=1.0, eos_ids=loop.eos_ids, pad_id=loop.tokenizer.pad_token_id)
+    ends = []
+    for row, (tokens, logps) in enumerate(zip(drawn.tokens.tolist(), drawn.logprobs, strict=True)):
+        prompt = list(prompts[row // (1 + G)])
+        end = next((i + 1 for i, token in enumerate(tokens) if token in loop.eos_ids), len(tokens))
+        ends.append(end)
+        ids = torch.tensor([prompt + tokens[:end]])
+        with torch.inference_mode():
+            logits = loop.model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
+        policy = logits.log_softmax(-1).gather(1, ids[0, len(prompt) :, None])[:, 0]
+        torch.testing.assert_close(logps[:end], policy, atol=1e-4, rtol=0)
+        assert set(tokens[end:]) <= {loop.tokenizer.pad_token_id}
+        assert not logps[end:].any()
+    assert len(set(ends)) > 2 and max(ends) == MAX_NEW_TOKENS  # rows ended at several steps, some ran to the limit
+
+
+def test_a_kept_row_keeps_its_own_keys_and_values_in_the_same_buffers():
+    """Rows 1 and 3 of four kept: they become rows 0 and 1 with their own keys and values, the next token is
+    written to them, and the buffers are the ones allocated first."""
+    layer = decoding.PreallocatedLayer(capacity=4, rows=4)
+    states = torch.arange(4.0)[:, None, None, None].expand(4, 2, 2, 3).clone()  # row i holds i everywhere
+    layer.update(states, states + 10)
+    storage = layer.keys.untyped_storage().data_ptr()
+    layer.batch_select_indices(torch.tensor([1, 3]))
+    assert layer.keys.shape == layer.values.shape == (2, 2, 2, 3)
+    assert layer.keys[:, 0, :, 0].tolist() == [[1.0, 1.0], [3.0, 3.0]]
+    assert layer.values[:, 0, :, 0].tolist() == [[11.0, 11.0], [13.0, 13.0]]
+    new = torch.tensor([5.0, 7.0])[:, None, None, None].expand(2, 2, 1, 3)
+    keys, values = layer.update(new, new + 10)
+    assert keys[:, 0, :, 0].tolist() == [[1.0, 1.0, 5.0], [3.0, 3.0, 7.0]]
+    assert values[:, 0, :, 0].tolist() == [[11.0, 11.0, 15.0], [13.0, 13.0, 17.0]]
+    layer.batch_select_indices(torch.tensor([0]))  # the first row stays where it is
+    assert layer.keys[:, 0, :, 0].tolist() == [[1.0, 1.0, 5.0]]
+    assert layer.keys.untyped_storage().data_ptr() == storage

@@ -77,7 +77,9 @@ def _reference(policy: Policy, prompts, *, greedy: bool):
 def _assert_prompts_ran_once(shapes, prompts) -> None:
     width = max(map(len, prompts))
     assert shapes[0] == (len(prompts), width - 1)  # each prompt once, all but its last token
-    assert set(shapes[1:]) == {(len(prompts) * G, 1)}  # then one token a row: the last prompt token, new tokens
+    # then one token a row: the last prompt token, new tokens; rows that have ended leave the batch
+    assert shapes[1] == (len(prompts) * G, 1)
+    assert all(rows >= later_rows and tokens == 1 for (rows, tokens), (later_rows, _) in zip(shapes[1:], shapes[2:]))
 
 
 def _end_mid_completion(policy: Policy, prompts, *, greedy: bool) -> None:

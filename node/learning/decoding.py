@@ -1,10 +1,18 @@
-"""Batched sampling over a key/value cache allocated once per generation.
+"""Batched sampling over a key/value cache allocated once per generation, computing only the rows still running.
 
 transformers' default cache grows by ``torch.cat`` at every step, copying every layer's keys and values each time
 (a quadratic cost that was a fifth of a decode step on the bundled model). Here each layer writes into buffers
 sized for the whole generation and attends to the filled part only, a view: nothing is copied and no empty slot is
-attended. The sampling itself is ``generate()``'s: the same logits warpers, the same ``torch.multinomial`` draw from
-the same generator, so a seeded generation samples the same tokens as ``generate()`` wherever the logits agree.
+attended. A row that has ended leaves the batch: its cache rows, mask, position and sampling state are dropped
+(the live rows move up in the same buffers), so a step costs what its live rows cost, where ``generate()`` runs
+every row until the longest one ends.
+
+The sampling itself is ``generate()``'s: the same logits warpers and the same random draw, so a seeded generation
+samples the same tokens as ``generate()`` wherever the logits agree, whichever rows have ended. ``torch.multinomial``
+draws one sample as ``argmax(probs / noise)`` with ``noise`` exponential, one per row and token; the loop draws that
+noise for every sampled row of the batch, ended or not, as ``generate()`` does, and uses the live rows' part: the
+global generator advances exactly as under ``generate()`` while any sampled row runs, at the price of the ended
+rows' noise (a small part of what their forward cost).
 
 Used for decoder-only models whose every layer attends to all earlier tokens (:func:`supports`); anything else
 (sliding windows, linear attention, generation settings that add logits processors) keeps ``generate()``.
@@ -71,9 +79,10 @@ def supports(causal_lm) -> bool:
 class PreallocatedLayer(DynamicLayer):
     """One layer's keys and values in buffers of ``capacity`` positions for ``rows`` sequences, filled in place.
 
-    ``keys``/``values`` are views of the filled part, so everything that reads a dynamic layer (its length, the
-    attention mask's size, the attention itself) sees exactly the tokens written so far. A first update with fewer
-    rows (the shared prompts) is written to each of its ``rows // batch`` copies, row i's copies next to each other.
+    ``keys``/``values`` are views of the filled part of the live rows, so everything that reads a dynamic layer (its
+    length, the attention mask's size, the attention itself) sees exactly the tokens written so far. A first update
+    with fewer rows (the shared prompts) is written to each of its ``rows // batch`` copies, row i's copies next to
+    each other. :meth:`batch_select_indices` keeps some rows, moved to the front of the same buffers.
     """
 
     def __init__(self, capacity: int, rows: int) -> None:
@@ -95,14 +104,31 @@ class PreallocatedLayer(DynamicLayer):
             raise RuntimeError(f"the key/value cache holds {self.capacity} positions, {end} were written")
         for buffer, states in ((self._key_buffer, key_states), (self._value_buffer, value_states)):
             batch = states.shape[0]
-            target = buffer.view(batch, self.rows // batch, *buffer.shape[1:])[:, :, :, self.length : end]
+            target = buffer[: self.rows].view(batch, self.rows // batch, *buffer.shape[1:])[:, :, :, self.length : end]
             target.copy_(states[:, None])
         self.length = end
-        self.keys = self._key_buffer[:, :, :end]
-        self.values = self._value_buffer[:, :, :end]
+        self._view()
         # The shared prompts attend to their own rows: the first copy of each.
         copies = self.rows // key_states.shape[0]
         return self.keys[::copies], self.values[::copies]
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        """Keep the live rows ``indices`` (ascending), in that order, in the first rows of the same buffers.
+
+        Rows before the first one that moves stay where they are; the others are gathered (a copy of their filled
+        part, once per change of the batch, never per step)."""
+        in_place = indices == torch.arange(len(indices), device=indices.device)
+        moved = len(indices) if bool(in_place.all()) else int((~in_place).int().argmax())
+        if self.is_initialized and moved < len(indices):
+            for buffer in (self._key_buffer, self._value_buffer):
+                buffer[moved : len(indices), :, : self.length] = buffer[indices[moved:], :, : self.length]
+        self.rows = len(indices)
+        if self.is_initialized:
+            self._view()
+
+    def _view(self) -> None:
+        self.keys = self._key_buffer[: self.rows, :, : self.length]
+        self.values = self._value_buffer[: self.rows, :, : self.length]
 
     def get_seq_length(self) -> int:
         return self.length
@@ -138,8 +164,8 @@ def sample(
     The greedy rows are ``generate(do_sample=False)``'s; the sampled rows are what ``generate(do_sample=True,
     temperature, top_p, top_k=0, num_return_sequences=sampled)`` samples from the global torch generator: the draws
     are made for the sampled rows alone, in their order, as if the greedy rows were not there. A row ends at an
-    ``eos_ids`` token; generation stops when every row has ended, after ``max_new_tokens``, or after a token at which
-    ``should_stop()`` is true.
+    ``eos_ids`` token and leaves the batch; generation stops when every row has ended, after ``max_new_tokens``,
+    or after a token at which ``should_stop()`` is true.
     """
     prompts, width = input_ids.shape
     copies = greedy + sampled
@@ -156,37 +182,55 @@ def sample(
                              position_ids=positions[:, :-1], use_cache=True, **{CACHE_KWARG: cache})
     step_ids = input_ids[:, -1:].repeat_interleave(copies, dim=0)
     step_positions = positions[:, -1:].repeat_interleave(copies, dim=0)
-    is_sampled = (torch.arange(rows, device=device) % copies) >= greedy
+    # The live rows: each one's row in the output, and its row among the sampled ones (-1: a greedy row), whose
+    # part of each step's noise it draws with.
+    live = torch.arange(rows, device=device)
+    is_sampled = (live % copies) >= greedy
+    noise_row = torch.where(is_sampled, is_sampled.cumsum(0) - 1, -1)
+    drawing_rows = prompts * sampled
     warpers = _warpers(temperature, top_p)
     tokens = torch.full((rows, max_new_tokens), pad_id, dtype=torch.long, device=device)
     logprobs = torch.zeros(rows, max_new_tokens, dtype=torch.float32, device=device)
-    unfinished = torch.ones(rows, dtype=torch.bool, device=device)
     eos = torch.tensor(eos_ids, device=device)
     produced = 0
     for step in range(max_new_tokens):
         logits = causal_lm(input_ids=step_ids, attention_mask=mask[:, : width + step], position_ids=step_positions,
                            use_cache=True, logits_to_keep=1, **{CACHE_KWARG: cache}).logits[:, -1, :]
         scores = logits.to(dtype=torch.float32, copy=True)
-        if not sampled:
+        if not drawing_rows:  # greedy rows only, or every sampled row has ended: no draw changes what is sampled
             chosen = scores.argmax(-1)
         elif not greedy:
             scores = _warp(warpers, scores)
-            chosen = torch.multinomial(scores.softmax(-1), num_samples=1)[:, 0]
+            chosen = _draw(scores, noise_row, prompts * sampled)
         else:
             chosen = scores.argmax(-1)
-            drawn = _warp(warpers, scores[is_sampled])
-            scores[is_sampled] = drawn
-            chosen[is_sampled] = torch.multinomial(drawn.softmax(-1), num_samples=1)[:, 0]
-        chosen = torch.where(unfinished, chosen, pad_id)
-        tokens[:, step] = chosen
-        logprobs[:, step] = scores.log_softmax(-1).gather(1, chosen[:, None])[:, 0].masked_fill(~unfinished, 0.0)
+            drawing = noise_row >= 0
+            drawn = _warp(warpers, scores[drawing])
+            scores[drawing] = drawn
+            chosen[drawing] = _draw(drawn, noise_row[drawing], prompts * sampled)
+        tokens[live, step] = chosen
+        logprobs[live, step] = scores.log_softmax(-1).gather(1, chosen[:, None])[:, 0]
         produced = step + 1
-        unfinished &= ~torch.isin(chosen, eos)
-        if not bool(unfinished.any()) or should_stop():
+        running = ~torch.isin(chosen, eos)
+        still = int(running.sum())  # the step's one read back from the device
+        if not still or should_stop():
             break
+        if still < len(live):
+            kept = running.nonzero()[:, 0]
+            cache.batch_select_indices(kept)
+            live, noise_row, mask = live[kept], noise_row[kept], mask[kept]
+            drawing_rows = int((noise_row >= 0).sum())
+            chosen, step_positions = chosen[kept], step_positions[kept]
         step_ids = chosen[:, None]
         step_positions = step_positions + 1
     return Sampled(tokens[:, :produced], logprobs[:, :produced])
+
+
+def _draw(scores: torch.Tensor, noise_rows: torch.Tensor, batch: int) -> torch.Tensor:
+    """``torch.multinomial(scores.softmax(-1), 1)`` as drawn for a batch of ``batch`` sampled rows of which
+    ``scores`` holds rows ``noise_rows``: the noise is drawn for the whole batch, as ``generate()`` draws it."""
+    noise = scores.new_empty(batch, scores.shape[-1]).exponential_()
+    return (scores.softmax(-1) / (noise if len(noise_rows) == batch else noise[noise_rows])).argmax(-1)
 
 
 def _warp(warpers: list, scores: torch.Tensor) -> torch.Tensor:
