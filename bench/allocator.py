@@ -6,7 +6,7 @@ page faults), alternating candidates, ``--repeats`` times. The child reports the
 growth from the first measured round to the last tells whether the heap stays flat.
 
     python bench/allocator.py --rounds 6 --repeats 2              # the bundled model, 1 thread
-    python bench/allocator.py --candidates current tuned-32m --rounds 20
+    python bench/allocator.py --candidates mmap-128k trim --rounds 20 --out bench/results/allocator_glibc.json
 
 Writes bench/results/allocator.json (or ``--out``) and prints a markdown table (median and range over the repeats).
 """
@@ -35,19 +35,26 @@ GLIBC_VARS = ("MALLOC_ARENA_MAX", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHO
 JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
 
 
-def candidates() -> dict[str, dict[str, str]]:
-    from node.allocator import JEMALLOC_CONF, MALLOC_ENV
+def candidates() -> dict[str, tuple[dict[str, str], bool]]:
+    """Each candidate's malloc variables, and whether the child trims the heap after every round as the node does
+    (node.allocator.trim_heap: glibc's malloc_trim, a no-op under jemalloc)."""
+    from node.allocator import JEMALLOC_CONF
 
     def tuned(threshold_mib: int) -> dict[str, str]:
         return {"MALLOC_ARENA_MAX": "2", "MALLOC_MMAP_THRESHOLD_": str(threshold_mib * MIB),
                 "MALLOC_TRIM_THRESHOLD_": str(256 * MIB), "MALLOC_TOP_PAD_": str(64 * MIB)}
 
+    mmap_128k = {"MALLOC_ARENA_MAX": "2", "MALLOC_MMAP_THRESHOLD_": str(128 * 1024),
+                 "MALLOC_TRIM_THRESHOLD_": str(128 * MIB)}
     return {
-        "glibc-default": {},
-        "current": dict(MALLOC_ENV),  # node.allocator: every block >= 128 KiB its own mmap
-        "tuned-4m": tuned(4),
-        "tuned-32m": tuned(32),
-        "jemalloc": {"LD_PRELOAD": JEMALLOC, "MALLOC_CONF": JEMALLOC_CONF},  # node.allocator's choice
+        "glibc-default": ({}, False),
+        "mmap-128k": (mmap_128k, False),  # every block >= 128 KiB its own mmap: glibc's settings until the trim
+        "tuned-4m": (tuned(4), False),
+        "tuned-32m": (tuned(32), False),
+        # glibc's dynamic mmap threshold (setting the trim threshold or top pad would fix it), 2 arenas, and the
+        # free pages inside the heap handed back after every round
+        "trim": ({"MALLOC_ARENA_MAX": "2"}, True),
+        "jemalloc": ({"LD_PRELOAD": JEMALLOC, "MALLOC_CONF": JEMALLOC_CONF}, False),  # node.allocator's choice
     }
 
 
@@ -59,7 +66,7 @@ _TIME_FIELDS = {
 }
 
 
-def run(name: str, env_vars: dict[str, str], args: argparse.Namespace) -> dict:
+def run(name: str, env_vars: dict[str, str], trim: bool, args: argparse.Namespace) -> dict:
     from node.launch import node_environment
 
     env = {k: v for k, v in node_environment().items() if k not in GLIBC_VARS}
@@ -69,11 +76,13 @@ def run(name: str, env_vars: dict[str, str], args: argparse.Namespace) -> dict:
                "--rounds", str(args.rounds), "--threads", str(args.threads), "-I", "2", "-J", "2", "-G", "4",
                "--max-new-tokens", str(args.max_new_tokens), "--micro-batch-groups", "1", "--lora-rank", "16",
                "--cache-dir", args.cache_dir, "--generation-dtype", "float32", "--optimizer-states", "auto",
-               "--max-minutes", "0"]
+               "--max-minutes", "0", *([] if trim else ["--no-trim"])]
     scratch = Path(tempfile.mkdtemp(prefix="rl-swarm-allocator-"))
     env["TMPDIR"] = str(scratch)  # the child's TRL output folder lands here, and goes with it
     # The child's rows go to a file as they come, so a long run cut short still shows its rounds.
-    progress = Path(tempfile.gettempdir()) / f"rl-swarm-allocator-{name}.jsonl"
+    descriptor, progress_name = tempfile.mkstemp(prefix=f"rl-swarm-allocator-{name}-", suffix=".jsonl")
+    os.close(descriptor)  # unique: benches running side by side on one machine must not share it
+    progress = Path(progress_name)
     try:
         with progress.open("w", encoding="utf-8") as rows_file:
             out = subprocess.run(command, env=env, stdout=rows_file, stderr=subprocess.PIPE, text=True)
@@ -87,7 +96,7 @@ def run(name: str, env_vars: dict[str, str], args: argparse.Namespace) -> dict:
     timing = {key: float(re.search(pattern, out.stderr).group(1)) for key, pattern in _TIME_FIELDS.items()}
     kept = [r["kept_gb"] for r in rounds]
     result = {
-        "candidate": name, **timing,
+        "candidate": name, "trim_after_round": trim, **timing,
         "system_share": timing["system_s"] / (timing["user_s"] + timing["system_s"]),
         "kept_rss_gb": [round(k, 3) for k in kept],
         # from the second round on: the first grows the optimizer's moments and torch's pools once
@@ -125,7 +134,7 @@ def main() -> None:
     command = "python bench/allocator.py " + " ".join(sys.argv[1:])
     for _ in range(args.repeats):
         for name in names:  # alternating, so the shared machine's drift hits every candidate alike
-            runs[name].append(run(name, table[name], args))
+            runs[name].append(run(name, *table[name], args))
             save(command, args, runs)  # after every run: a bench cut short still leaves what it measured
     print(f"\n{args.model}, {args.rounds} rounds, {args.threads} thread(s), median (range) of {args.repeats} runs\n")
     print("| candidate | system share of CPU time | minor page faults (M) | kept RSS growth, round 2 to last (GB) "

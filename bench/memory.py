@@ -86,6 +86,7 @@ def child(model_ref: str, mode: str, rounds: int, args: argparse.Namespace) -> N
 
     import torch
 
+    from node import allocator
     from node.learning import hardware, models
     from node.learning.grpo import GrpoLearner, LoraSettings, Policy
     torch.set_num_threads(args.threads)
@@ -132,6 +133,8 @@ def child(model_ref: str, mode: str, rounds: int, args: argparse.Namespace) -> N
         train_s = time.perf_counter() - t0
         train_peak = sampler.take()
         gc.collect()
+        if not args.no_trim:
+            allocator.trim_heap()  # as the node does after every round
         emit(
             phase="round", round=number + 1, generate_peak_gb=generate_peak / GB, train_peak_gb=train_peak / GB,
             kept_gb=sampler.rss() / GB, generate_s=generate_s, train_s=train_s,
@@ -199,7 +202,7 @@ def run_child(model: str, mode: str, args: argparse.Namespace) -> list[dict]:
                "--max-new-tokens", str(args.max_new_tokens), "--micro-batch-groups", str(args.micro_batch_groups),
                "--lora-rank", str(args.lora_rank), "--cache-dir", args.cache_dir,
                "--generation-dtype", args.generation_dtype, "--optimizer-states", args.optimizer_states,
-               "--max-minutes", str(args.max_minutes)]
+               "--max-minutes", str(args.max_minutes), *(["--no-trim"] if args.no_trim else [])]
     rows = []
     with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True) as process:
         for line in process.stdout:
@@ -266,6 +269,8 @@ def main() -> None:
     parser.add_argument("--max-minutes", type=float, default=0,
                         help="stop a model's rounds after this long (0 = never); the rounds done are reported")
     parser.add_argument("--env", nargs="*", help="extra KEY=VALUE for the children (e.g. to compare allocators)")
+    parser.add_argument("--no-trim", action="store_true",
+                        help="skip the heap trim the node does after every round (node.allocator.trim_heap)")
     parser.add_argument("--twin", action="store_true",
                         help="measure Hub catalog models as their shape twins (random weights, same architecture)")
     parser.add_argument("--no-save", action="store_true")

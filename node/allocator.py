@@ -1,25 +1,26 @@
-"""glibc malloc settings that keep a training node's resident memory flat over many rounds.
+"""How a training node allocates memory: resident memory flat over many rounds, little CPU time in the kernel.
 
-Every GRPO step allocates and frees hundreds of megabytes of tensors of varying sizes. With glibc's defaults a
-freed block above the (dynamically raised) mmap threshold goes back into the heap instead of the OS, and torch's
-threads each grow an arena of their own; the heap then fragments and RSS grows round after round (~2 GB per round
-measured with the bundled model). Serving every block of 128 KiB or more with its own mmap returns it to the OS
-on free, and two arenas bound the per-thread heaps.
+Every GRPO step allocates and frees hundreds of megabytes of tensors of varying sizes. With glibc's defaults torch's
+threads each grow an arena of their own and the pages freed inside the heap stay resident, so RSS grows round after
+round with the bundled model. Serving every large block with its own mmap kept RSS flat, but the kernel then
+page-faulted in and zeroed every large tensor, every time it was allocated: a large share of a node's CPU time went
+to the kernel (docs/good-citizen.md, bench/allocator.py).
 
-The settings reach a node in two ways:
+Where glibc's malloc serves a node, it gets instead:
 
-* :data:`MALLOC_ENV`, put in the environment of every node child (:func:`node.launch.node_environment`), so glibc
-  reads it before the first allocation;
-* :func:`tame_heap`, called by a node at start-up: ``mallopt`` applies the same limits to a process that was started
-  by hand (``python -m node run``) without them, for every allocation from then on. A variable the user set
-  explicitly wins in both cases.
+* two arenas (:data:`MALLOC_ENV`), with glibc's own dynamic mmap threshold left alone, so a round reuses the heap's
+  free blocks for its tensors. :data:`MALLOC_ENV` is put in the environment of every node child
+  (:func:`node.launch.node_environment`), so glibc reads it before the first allocation; :func:`tame_heap`, called by a
+  node at start-up, applies it with ``mallopt`` to a process that was started by hand (``python -m node run``). A
+  variable the user set explicitly wins in both cases.
+* :func:`trim_heap` after every round: ``malloc_trim(0)`` hands the pages that are free inside the heap back to the
+  OS, so what stays resident between rounds is what is in use, and the next round faults in its working set once
+  instead of faulting in every large tensor it allocates.
 
-Other C libraries (macOS, musl) ignore both.
+Other C libraries (macOS, musl) ignore the settings, and the trim does nothing there.
 
-Those settings keep RSS flat at a price: every block of 128 KiB or more is a fresh mmap, page-faulted in and zeroed
-by the kernel each time, so ~16 % of a node's CPU time went to the kernel (bench/allocator.py). Where the system has
-jemalloc (Debian and Ubuntu: ``libjemalloc2``), node children get it instead (:func:`allocator_env`): it keeps RSS
-as flat (two arenas, dirty pages returned after two seconds by a background thread) with ~5 % in the kernel.
+Where the system has jemalloc (Debian and Ubuntu: ``libjemalloc2``), node children get it instead
+(:func:`allocator_env`): two arenas, dirty pages returned after two seconds by a background thread.
 ``RL_SWARM_ALLOCATOR=glibc`` keeps glibc with the settings above, ``jemalloc`` insists on jemalloc where found;
 an ``LD_PRELOAD`` the user set is left alone.
 """
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import logging
 import os
 import sys
@@ -35,29 +37,17 @@ from collections.abc import Callable, Mapping
 
 log = logging.getLogger(__name__)
 
-MMAP_THRESHOLD_BYTES = 128 * 1024
 ARENA_MAX = 2
-MALLOC_ENV = {
-    "MALLOC_ARENA_MAX": str(ARENA_MAX),
-    "MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD_BYTES),
-    # A fixed mmap threshold also fixes the trim threshold's default; trim the heap top past 128 MiB.
-    "MALLOC_TRIM_THRESHOLD_": str(128 * 2**20),
-}
+# Only the arena count: setting the mmap or trim threshold or the top pad would switch off glibc's dynamic mmap
+# threshold, and every large tensor would be mmapped afresh again.
+MALLOC_ENV = {"MALLOC_ARENA_MAX": str(ARENA_MAX)}
 CHOICE_ENV = "RL_SWARM_ALLOCATOR"  # auto (jemalloc where installed, else glibc tamed) | glibc | jemalloc
 JEMALLOC_PATHS = (
     "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2", "/usr/lib/aarch64-linux-gnu/libjemalloc.so.2",
     "/usr/lib64/libjemalloc.so.2", "/usr/lib/libjemalloc.so.2", "/usr/local/lib/libjemalloc.so.2",
 )
 JEMALLOC_CONF = "background_thread:true,dirty_decay_ms:2000,muzzy_decay_ms:0,narenas:2"
-# mallopt parameter numbers from glibc's malloc.h
-_M_TRIM_THRESHOLD = -1
-_M_MMAP_THRESHOLD = -3
-_M_ARENA_MAX = -8
-_MALLOPT = {
-    "MALLOC_ARENA_MAX": _M_ARENA_MAX,
-    "MALLOC_MMAP_THRESHOLD_": _M_MMAP_THRESHOLD,
-    "MALLOC_TRIM_THRESHOLD_": _M_TRIM_THRESHOLD,
-}
+_MALLOPT = {"MALLOC_ARENA_MAX": -8}  # M_ARENA_MAX in glibc's malloc.h
 
 
 def allocator_env(environ: Mapping[str, str] = os.environ,
@@ -88,6 +78,34 @@ def tame_heap() -> dict[str, int]:
         else:
             log.warning("mallopt(%s=%s) was refused", name, value)
     return applied
+
+
+def trim_heap() -> bool:
+    """Hand the pages that are free inside glibc's heap back to the OS (``malloc_trim(0)``), once after a round.
+
+    What stays resident is then what is in use: the next round faults its working set in once, where a fixed mmap
+    threshold would fault in every large tensor it allocates. Returns whether it trimmed: a no-op (False) where
+    glibc's malloc does not serve this process (macOS, musl, jemalloc or another malloc preloaded)."""
+    libc = _glibc_malloc()
+    if libc is None:
+        return False
+    libc.malloc_trim(0)
+    return True
+
+
+@functools.cache
+def _glibc_malloc():
+    """libc where its malloc is the one this process allocates with, else None."""
+    libc = _glibc()
+    if libc is None or not hasattr(libc, "malloc_trim"):
+        return None
+    # A preloaded allocator (LD_PRELOAD) interposes malloc: the process-wide symbol is then not libc's own.
+    process_malloc = ctypes.cast(ctypes.CDLL(None).malloc, ctypes.c_void_p).value
+    if process_malloc != ctypes.cast(libc.malloc, ctypes.c_void_p).value:
+        return None
+    libc.malloc_trim.argtypes = (ctypes.c_size_t,)
+    libc.malloc_trim.restype = ctypes.c_int
+    return libc
 
 
 def _glibc():

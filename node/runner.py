@@ -365,6 +365,7 @@ class SwarmNode:
             reason = self._checkpoint_due()
             if reason is not None:
                 self._checkpoint(reason)
+            allocator.trim_heap()  # the round's freed heap pages go back to the OS: kept RSS is what is in use
         if not self.stopping and self._evaluation_due():  # the run reached its round count: a final evaluation
             self._evaluate()
         if self.checkpoints.unsaved:

@@ -1,9 +1,10 @@
-"""Kept RSS after each of N GRPO rounds of a tiny model, printed as JSON (run by tests/test_memory.py in a child
-process, so the heap it measures is its own).
+"""Kept RSS after each of N GRPO rounds of a tiny model, and before the heap trim that ends each round, printed as
+JSON (run by tests/test_memory.py in a child process, so the heap it measures is its own).
 
     python tests/memory_rounds.py MODEL_DIR ROUNDS [--untamed]
 
-``--untamed`` skips node.allocator.tame_heap(), to show what the test guards against.
+``--untamed`` skips node.allocator.tame_heap() and the trim after every round (trim_heap()), to show what the test
+guards against.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from pathlib import Path
 
 def main() -> None:
     model_dir, rounds = Path(sys.argv[1]), int(sys.argv[2])
-    if "--untamed" not in sys.argv:
-        from node import allocator
+    tamed = "--untamed" not in sys.argv
+    from node import allocator
 
+    if tamed:
         allocator.tame_heap()  # as the node does first thing in its setup
     import tempfile
 
@@ -39,7 +41,7 @@ def main() -> None:
         max_grad_norm=1.0, seed=0,
     )
     process = psutil.Process()
-    kept = []
+    kept, untrimmed = [], []  # RSS after each round, and before its trim
     for number in range(rounds):
         # Prompts of varying lengths, as a round's questions are: a fresh mix of tensor sizes every round.
         prompts = [
@@ -53,8 +55,11 @@ def main() -> None:
             for prompt, group in zip(prompts, groups, strict=True)
         ])
         gc.collect()
+        untrimmed.append(process.memory_info().rss)
+        if tamed:
+            allocator.trim_heap()  # as the node does after every round
         kept.append(process.memory_info().rss)
-    print(json.dumps(kept))
+    print(json.dumps({"kept": kept, "untrimmed": untrimmed}))
 
 
 if __name__ == "__main__":

@@ -200,7 +200,8 @@ def test_a_round_without_reward_spread_skips_the_update(tiny_model_dir, tmp_path
 
 
 @pytest.mark.slow
-def test_build_node_plays_rounds_and_evaluates_over_an_in_memory_exchange(tiny_model_dir, tmp_path):
+def test_build_node_plays_rounds_and_evaluates_over_an_in_memory_exchange(tiny_model_dir, tmp_path, monkeypatch):
+    from node import allocator
     from node.events import EventBus
     from node.runner import build_node
     from node.runstore import RunStore
@@ -210,8 +211,12 @@ def test_build_node_plays_rounds_and_evaluates_over_an_in_memory_exchange(tiny_m
                          evaluation={"every_rounds": 1, "questions": 5})
     board, bus, events = InMemoryBoard(), EventBus(), []
     bus.subscribe(events.append)
+    trims = []  # rounds finished when the heap was trimmed: once after each round, none for an evaluation
+    monkeypatch.setattr(allocator, "trim_heap",
+                        lambda: trims.append(sum(e.kind == "round_finished" for e in events)) or True)
     node = build_node(config, bus=bus, exchange=lambda cfg, identity, peers: InMemoryExchange(board, identity.peer_id))
     node.run()
+    assert trims == [1, 2]
     kinds = [e.kind for e in events]
     evaluations = [e for e in events if e.kind == "eval_finished"]
     assert [e.rounds_trained for e in evaluations] == [0, 1, 2]  # baseline, every round, and after the last one
