@@ -49,3 +49,23 @@ def netbed():
         yield bed
     finally:
         bed.close()
+
+
+STORE_PASSPHRASE = "store passphrase"
+
+
+@pytest.fixture
+def unlocked(monkeypatch) -> str:
+    """The encrypted file store's passphrase in the environment (no keyring here); returns it."""
+    from node.secret_store import PASSPHRASE_ENV
+
+    monkeypatch.setenv(PASSPHRASE_ENV, STORE_PASSPHRASE)
+    return STORE_PASSPHRASE
+
+
+@pytest.fixture
+def locked(monkeypatch) -> None:
+    """No passphrase in the environment: the encrypted file store stays locked."""
+    from node.secret_store import PASSPHRASE_ENV
+
+    monkeypatch.delenv(PASSPHRASE_ENV, raising=False)

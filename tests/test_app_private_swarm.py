@@ -18,6 +18,7 @@ from app.wizard import SetupWizard, SwarmPage
 from node.config import NodeConfig
 from node.events import NodeStarted
 from node.secret_store import PASSPHRASE_ENV
+from tests.conftest import STORE_PASSPHRASE
 from node.swarm import admission as swarm_secret
 from node.swarm.invite import format_invite, parse_invite
 from tests.apphelpers import make_window
@@ -26,7 +27,7 @@ from tests.wizard_clicks import click, press_finish, type_into, walk_to
 
 ADDRESS = f"/ip4/192.168.1.7/tcp/31337/p2p/{PEER}"
 SECRET = "kq3V+a/b=c&d?e%f-team-secret"  # characters a URL query must escape
-PASSPHRASE = "store passphrase"
+PASSPHRASE = STORE_PASSPHRASE  # the conftest fixture `unlocked` sets it
 
 
 class InstantQuery:
@@ -39,16 +40,6 @@ class InstantQuery:
 @pytest.fixture(autouse=True)
 def no_child_processes(monkeypatch):
     monkeypatch.setattr(wizard_module, "NodeQuery", InstantQuery)
-
-
-@pytest.fixture
-def unlocked(monkeypatch):
-    monkeypatch.setenv(PASSPHRASE_ENV, PASSPHRASE)  # no keyring here: the encrypted file store
-
-
-@pytest.fixture
-def locked(monkeypatch):
-    monkeypatch.delenv(PASSPHRASE_ENV, raising=False)
 
 
 def config_in(folder: Path, **swarm) -> NodeConfig:

@@ -27,12 +27,13 @@ from node.notify import (
 )
 from node.runner import SwarmNode
 from node.secret_store import PASSPHRASE_ENV
+from tests.conftest import STORE_PASSPHRASE
 from tests.nodes import NodeProcess, tiny_config
 from tests.test_events_and_store import metrics
 
 HF_TOKEN = "hf_AbCdEfGhIjKlMnOpQrStUvWx"
 PRIVATE_KEY = "0x" + "ab" * 32
-PASSPHRASE = "store passphrase"
+PASSPHRASE = STORE_PASSPHRASE  # the conftest fixture `unlocked` sets it
 URL_SECRET = "secret-path-token"  # the part of every test URL that is the credential
 
 
@@ -80,16 +81,6 @@ def endpoint():
     server = Endpoint()
     yield server
     server.close()
-
-
-@pytest.fixture
-def unlocked(monkeypatch):
-    monkeypatch.setenv(PASSPHRASE_ENV, PASSPHRASE)  # no keyring here: the encrypted file store
-
-
-@pytest.fixture
-def locked(monkeypatch):
-    monkeypatch.delenv(PASSPHRASE_ENV, raising=False)
 
 
 def assert_nowhere(folder, *texts: str) -> None:

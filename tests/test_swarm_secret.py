@@ -25,11 +25,6 @@ ADDR = f"/ip4/192.168.1.7/tcp/31337/p2p/{PEER}"
 SECRET = "kq3V+a/b=c&d?e%f-team-secret"  # characters a URL query must escape
 
 
-@pytest.fixture
-def unlocked(monkeypatch):
-    monkeypatch.setenv(PASSPHRASE_ENV, "store passphrase")  # no keyring here: the encrypted file store
-
-
 def join(tmp_path, *invites: str, private: bool | None = None, swarm: str | None = None):
     flag = {None: [], True: ["--private"], False: ["--no-private"]}[private]
     args = _parser().parse_args(["run", "--data-dir", str(tmp_path), *flag,
