@@ -53,7 +53,7 @@ if str(REPO) not in sys.path:
 from node.cli.demo import DEMO_EVAL_SAMPLES, DEMO_MAX_NEW_TOKENS, demo_config  # noqa: E402
 from node.config import NodeConfig  # noqa: E402
 from node.events import EvalFinished, RoundFinished, event_from_json  # noqa: E402
-from node.launch import kill_tree, node_command, popen_options  # noqa: E402
+from node.launch import kill_tree, node_command, node_environment, popen_options  # noqa: E402
 from node.runstore import RunStore  # noqa: E402
 
 RESULTS_DIR = REPO / "bench" / "results"
@@ -195,8 +195,10 @@ class _Run:
         config.save(path)
         stderr_path = self.work / "logs" / f"{run_name(self.sapo, self.seed, index)}.log"
         stderr_path.parent.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "MALLOC_ARENA_MAX": "2",
-               "MALLOC_MMAP_THRESHOLD_": "131072", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+        # the allocator a node of the app gets (node.allocator: jemalloc where installed, else glibc trimmed after
+        # every round); malloc variables set for the bench command itself still win, as for any node
+        env = {**node_environment(), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+               "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
                "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
         process = subprocess.Popen(
             node_command("run", "--config", str(path), "--events-jsonl", "--control-stdin"),
