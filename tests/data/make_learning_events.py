@@ -126,8 +126,13 @@ def main() -> None:
         # what the node says of a group given to the update that taught nothing (node.sapo.scoring.trained_fate)
         samples = [dataclasses.replace(s, fate="update_skipped" if spread == 0 else "no_signal")
                    if s.fate == "trained" and len(set(s.group_rewards)) == 1 else s for s in samples]
-        seconds = {"generate": 24 + rng.random() * 4, "share": 0.4, "gather": 4 + rng.random() * 6 if round_ >= 3
-                   else 0.2, "train": 9 + rng.random() * 2}
+        # asynchronous SAPO: a round takes its peer groups from the feed's buffer in a millisecond or two, it never
+        # waits for peers
+        seconds = {"generate": 24 + rng.random() * 4, "share": 0.4,
+                   "gather": 0.001 + rng.random() * 0.002 if round_ >= 3 else 0.001, "train": 9 + rng.random() * 2}
+        # the peer groups trained on were published in the last round or two (node.sapo.peer_buffer)
+        ages = dict(peer_group_age_rounds_mean=1.0 + (round_ % 3) / 3, peer_group_age_rounds_max=2,
+                    peer_group_age_s_mean=30.0 + round_ % 7, peer_group_age_s_max=70.0) if fates["used"] else {}
         events += samples
         events.append(RoundFinished(
             time=now, round=round_, rounds_trained=round_ + 1, reward_local=sum(local_rewards) / 8,
@@ -146,7 +151,7 @@ def main() -> None:
             entropy=1.2 - 0.5 * skill, update_skipped=spread == 0, difficulty={"products": 1 + round_ // 12},
             external_groups_wanted=2, local_groups_with_spread=sum(len(set(s.group_rewards)) > 1 for s in own),
             peer_groups_with_spread=len(from_peers),
-            peer_groups_spread_we_lacked=sum(s.family in own_flat for s in from_peers)))
+            peer_groups_spread_we_lacked=sum(s.family in own_flat for s in from_peers), **ages))
         now += 2
     events.append(RoundProgress(time=now, round=ROUNDS, phase="generating", done=16, total=48,
                                 detail="2 questions x 4 completions"))
