@@ -14,7 +14,9 @@ need many rounds and peers (``main-*``).
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -78,6 +80,7 @@ def dark_palette(app: QApplication) -> None:
 def first_run(out: Path, suffix: str, width: int, height: int, rounds: int) -> Script:
     """The steps of a first run, each waiting for its screen: the pictures are taken as a user would see them."""
     home = Path(tempfile.mkdtemp(prefix="rl-swarm-first-run-"))
+    atexit.register(shutil.rmtree, home, ignore_errors=True)  # the first run's model copy and checkpoints: ~1.5 GB
     for name, folder in (("HOME", ""), ("XDG_CONFIG_HOME", ".config"), ("XDG_DATA_HOME", ".local/share"),
                          ("XDG_CACHE_HOME", ".cache")):
         (home / folder).mkdir(parents=True, exist_ok=True)
@@ -208,6 +211,7 @@ def main() -> int:
 
     QCoreApplication.setOrganizationName("rl-swarm-screens")
     data = Path(tempfile.mkdtemp(prefix="rl-swarm-screens-"))
+    atexit.register(shutil.rmtree, data, ignore_errors=True)
     config = NodeConfig.build({"run": {"data_dir": str(data)}, "swarm": {"swarm_name": "study-group"}})
     supervisor = NodeSupervisor(data / "config.toml")
     window = MainWindow(config, data / "config.toml", supervisor, app_icon(), setup_app_logging(data))
