@@ -8,6 +8,8 @@ loopback swarm for the same wall time, released together; per-round numbers come
   J = 0 and J = 2.
 * ``--baseline-code DIR``: the shared scenarios again with the code in DIR (e.g. the commit before asynchronous
   SAPO, exported with ``git archive``), side by side in the same run.
+* ``--internet`` (root): ``internet``, three equal nodes on the simulated internet of ``tests/netbed.py``, one with
+  a public address and two at homes behind NAT routers that drop inbound connections (the issue's setting), J = 2.
 
 Measured per node: rounds per hour over the window, the share of its wall time spent waiting for peer groups
 (``seconds_gather`` over ``seconds_total``), the share of rounds whose J slots were all filled, the share of rounds
@@ -48,10 +50,13 @@ if str(REPO) not in sys.path:
 
 from node.events import RoundFinished, event_from_json  # noqa: E402
 from node.launch import kill_tree, node_command, popen_options  # noqa: E402
+from tests.netbed import INTERNET, Netbed, check_available  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "async.json"
 FAMILIES = ("basic_arithmetic", "base_conversion", "fraction_simplification")
-FAST_TOKENS, SLOW_TOKENS = 16, 96
+# A fast round of ~2 s (unloaded): rounds much shorter than a swarm round / MAX_GROUPS (10 s / 32 per 2 groups)
+# meet the cap on groups a node may publish per swarm round, and its peers could not fill J from it.
+FAST_TOKENS, SLOW_TOKENS = 96, 320
 J = 2
 
 
@@ -65,8 +70,10 @@ class _Node:
     error: str = ""
 
 
-def _config(work: Path, name: str, *, tokens: int, external: int, join: list[str], model: str) -> Path:
-    """A config file with only settings every version knows (the baseline code refuses unknown ones)."""
+def _config(work: Path, name: str, *, tokens: int, external: int, join: list[str], model: str,
+            internet: bool = False) -> Path:
+    """A config file with only settings every version knows (the baseline code refuses unknown ones); on the
+    simulated internet, also the address settings a node needs there."""
     data = {
         "training": {"model": model, "device": "cpu", "local_questions": 2, "external_groups": external,
                      "num_generations": 4, "max_new_tokens": tokens, "max_prompt_tokens": 256,
@@ -79,19 +86,21 @@ def _config(work: Path, name: str, *, tokens: int, external: int, join: list[str
         "evaluation": {"every_rounds": 0},
         "run": {"data_dir": str(work / name), "threads": 1, "checkpoint_every_rounds": 1000},
     }
+    if internet:
+        data["swarm"].update(host="0.0.0.0", reachable_networks=[str(INTERNET)])
     path = work / f"{name}.toml"
     path.write_text(tomli_w.dumps(data), encoding="utf-8")
     return path
 
 
-def _spawn(work: Path, name: str, config: Path, code: Path) -> _Node:
+def _spawn(work: Path, name: str, config: Path, code: Path, launch=None) -> _Node:
+    """A node child, started by ``launch(argv, **popen)`` (e.g. inside a network namespace) or directly."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
            "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(code), "PYTHONDONTWRITEBYTECODE": "1"}
-    process = subprocess.Popen(
-        node_command("run", "--config", str(config), "--events-jsonl", "--control-stdin"),
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(work / f"{name}.log", "wb"), text=True,
-        bufsize=1, env=env, cwd=code, **popen_options(),
-    )
+    argv = node_command("run", "--config", str(config), "--events-jsonl", "--control-stdin")
+    popen = dict(stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(work / f"{name}.log", "wb"), text=True,
+                 bufsize=1, env=env, cwd=code)
+    process = launch(argv, **popen) if launch else subprocess.Popen(argv, **popen, **popen_options())
     node = _Node(name, process)
 
     def follow() -> None:
@@ -127,15 +136,20 @@ def run_scenario(name: str, tokens: tuple[int, int], external: int, *, seconds: 
     """Two nodes released together for ``seconds``; per-node numbers over that window."""
     work = Path(tempfile.mkdtemp(prefix=f"async-bench-{name}-"))
     nodes: list[_Node] = []
+    bed = Netbed() if name == "internet" else None
     try:
         for index, tok in enumerate(tokens):
             join = nodes[0].invite if nodes else []
+            launch = None
+            if bed is not None:  # the first node has a public address, the others are at homes behind NAT
+                host = bed.public(f"p{index}") if index == 0 else bed.home(f"h{index}")
+                launch = lambda argv, netns=host.netns, **popen: bed.spawn(netns, argv, **popen)  # noqa: E731
             node = _spawn(work, f"n{index}", _config(work, f"n{index}", tokens=tok, external=external, join=join,
-                                                    model=model), code)
+                                                    model=model, internet=bed is not None), code, launch)
             nodes.append(node)
             if not node.started.wait(600) or not node.invite:
                 raise RuntimeError(f"{name}: node {index} did not start: {(work / f'n{index}.log').read_text()[-2000:]}")
-        time.sleep(2.0)  # both paused and connected
+        time.sleep(2.0)  # all paused and connected
         for node in nodes:
             _send(node.process, "resume")
         released = time.time()
@@ -149,16 +163,18 @@ def run_scenario(name: str, tokens: tuple[int, int], external: int, *, seconds: 
             except subprocess.TimeoutExpired:
                 kill_tree(node.process.pid)
         numbers = [_node_numbers(node, released, stopped, external) for node in nodes]
-        for me, other in ((numbers[0], numbers[1]), (numbers[1], numbers[0])):
-            # of the groups the peer published in the window, the share this node trained on (at most one each)
-            me["peer_groups_used_share"] = me["groups_used"] / other["groups_shared"] if other["groups_shared"] \
-                and external else None
+        for me in numbers:
+            # of the groups its peers published in the window, the share this node trained on (at most one each)
+            published = sum(other["groups_shared"] for other in numbers if other is not me)
+            me["peer_groups_used_share"] = me["groups_used"] / published if published and external else None
         return {"scenario": name, "code": str(code), "tokens": list(tokens), "external_groups": external,
                 "seconds": stopped - released, "nodes": numbers}
     finally:
         for node in nodes:
             if node.process.poll() is None:
                 kill_tree(node.process.pid)
+        if bed is not None:
+            bed.close()
         shutil.rmtree(work, ignore_errors=True)
 
 
@@ -215,12 +231,10 @@ def _spread(values: list[float]) -> dict:
     return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
 
 
-def _machine() -> dict:
-    load = os.getloadavg()
+def _machine(load: str) -> dict:
     return {"cpu": platform.processor() or platform.machine(), "cores": psutil.cpu_count(),
-            "load_average_1_5_15": [round(x, 2) for x in load],
-            "note": "2 cores shared with other helpers' work during the run: absolute rates are noisy; the ratios "
-                    "compare scenarios measured in turn within each repetition"}
+            "load_average_1_5_15": [round(x, 2) for x in os.getloadavg()], "load": load,
+            "note": "the ratios compare scenarios measured in turn within each repetition"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -230,7 +244,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="tiny", help="'tiny' (a tiny random model) or a model folder")
     parser.add_argument("--baseline-code", type=Path, help="a source tree to run the shared scenarios with too")
     parser.add_argument("--out", type=Path, default=RESULTS)
-    parser.add_argument("--scenarios", nargs="+", help="run only these (solo, shared, hetero_solo, hetero_shared)")
+    parser.add_argument("--scenarios", nargs="+",
+                        help="run only these (solo, shared, hetero_solo, hetero_shared, internet)")
+    parser.add_argument("--fast-tokens", type=int, default=FAST_TOKENS, help="new tokens a completion, equal nodes")
+    parser.add_argument("--slow-tokens", type=int, default=SLOW_TOKENS, help="new tokens a completion, the slow node")
+    parser.add_argument("--load", default="", help="what else ran on the machine, recorded with the results")
+    parser.add_argument("--internet", action="store_true",
+                        help="also three nodes on the simulated internet, two of them behind NAT (root only)")
     parser.add_argument("--keep-from", type=Path,
                         help="a results file whose runs of the other scenarios are kept in the summary")
     args = parser.parse_args(argv)
@@ -244,12 +264,16 @@ def main(argv: list[str] | None = None) -> int:
         if not (target / "config.json").exists():
             tiny_random(models.resolve(models.BUNDLED), target)
         model = str(target)
-    scenarios = [("solo", (FAST_TOKENS, FAST_TOKENS), 0, REPO), ("shared", (FAST_TOKENS, FAST_TOKENS), J, REPO),
-                 ("hetero_solo", (FAST_TOKENS, SLOW_TOKENS), 0, REPO),
-                 ("hetero_shared", (FAST_TOKENS, SLOW_TOKENS), J, REPO)]
+    fast, slow = args.fast_tokens, args.slow_tokens
+    scenarios = [("solo", (fast, fast), 0, REPO), ("shared", (fast, fast), J, REPO),
+                 ("hetero_solo", (fast, slow), 0, REPO),
+                 ("hetero_shared", (fast, slow), J, REPO)]
+    if args.internet:
+        check_available()
+        scenarios.append(("internet", (fast, fast, fast), J, REPO))
     if args.baseline_code:
-        scenarios += [("shared", (FAST_TOKENS, FAST_TOKENS), J, args.baseline_code.resolve()),
-                      ("hetero_shared", (FAST_TOKENS, SLOW_TOKENS), J, args.baseline_code.resolve())]
+        scenarios += [("shared", (fast, fast), J, args.baseline_code.resolve()),
+                      ("hetero_shared", (fast, slow), J, args.baseline_code.resolve())]
     if args.scenarios:
         scenarios = [s for s in scenarios if s[0] in args.scenarios]
     runs: list[dict] = []
@@ -268,8 +292,8 @@ def main(argv: list[str] | None = None) -> int:
                       f"{n['rounds']} rounds, waiting {n['waiting_share'] or 0:.1%}, J filled "
                       f"{n['j_filled_share'] if n['j_filled_share'] is not None else '-'}" for n in run["nodes"])
                   + f" ({time.time() - started:.0f} s)", flush=True)
-            result = {"command": command, "machine": _machine(), "seconds_per_scenario": args.seconds,
-                      "fast_tokens": FAST_TOKENS, "slow_tokens": SLOW_TOKENS, "external_groups": J,
+            result = {"command": command, "machine": _machine(args.load), "seconds_per_scenario": args.seconds,
+                      "fast_tokens": fast, "slow_tokens": slow, "external_groups": J,
                       "summary": summarize(runs), "runs": runs}
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps(result, indent=1, default=str) + "\n", encoding="utf-8")
