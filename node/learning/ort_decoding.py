@@ -92,7 +92,6 @@ def graph(shape: Shape) -> bytes:
     ``past_key_i``/``past_value_i [B, kv_heads, capacity, head_dim]`` in; the last position's ``logits [B, vocab]``
     and ``present_key_i``/``present_value_i`` (bound to the same buffers: written in place) out. The weights are
     initializers without data that each session is handed (:class:`Session`)."""
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     nodes, inits = [], []
@@ -199,24 +198,26 @@ class Session:
         self.session = ort.InferenceSession(graph_for(self.shape), options, providers=["CPUExecutionProvider"])
         self._ort = ort
 
-    def run(self, ids: np.ndarray, lengths: np.ndarray, keys: list[np.ndarray], values: list[np.ndarray],
-            logits: np.ndarray) -> None:
-        """One forward of ``ids [B, S]`` for rows whose caches ``keys``/``values`` (``[B, kv_heads, capacity,
-        head_dim]`` each, contiguous) hold ``lengths`` positions; writes the new positions there and the last
-        position's logits into ``logits [B, vocab]``."""
+    def bind(self, keys: np.ndarray, values: np.ndarray, logits: np.ndarray) -> None:
+        """Run the next forwards over the rows whose caches are ``keys``/``values`` (``[layers, B, kv_heads,
+        capacity, head_dim]``, each layer's rows contiguous), into ``logits [B, vocab]``: the new positions are
+        written into the caches in place (GroupQueryAttention's past and present are the same buffer)."""
         ort = self._ort
-        binding = self.session.io_binding()
-        total = lengths + ids.shape[1]
-        binding.bind_cpu_input("input_ids", np.ascontiguousarray(ids, dtype=np.int64))
-        binding.bind_cpu_input("seqlens_k", (total - 1).astype(np.int32))
-        binding.bind_cpu_input("total_sequence_length", np.array(total.max(), dtype=np.int32))
-        for i, (key, value) in enumerate(zip(keys, values, strict=True)):
-            for kind, buffer in (("key", key), ("value", value)):
+        self._binding = self.session.io_binding()
+        for i in range(self.shape.layers):
+            for kind, buffer in (("key", keys[i]), ("value", values[i])):
                 wrapped = ort.OrtValue.ortvalue_from_numpy(buffer)
-                binding.bind_ortvalue_input(f"past_{kind}_{i}", wrapped)
-                binding.bind_ortvalue_output(f"present_{kind}_{i}", wrapped)
-        binding.bind_ortvalue_output("logits", ort.OrtValue.ortvalue_from_numpy(logits))
-        self.session.run_with_iobinding(binding)
+                self._binding.bind_ortvalue_input(f"past_{kind}_{i}", wrapped)
+                self._binding.bind_ortvalue_output(f"present_{kind}_{i}", wrapped)
+        self._binding.bind_ortvalue_output("logits", ort.OrtValue.ortvalue_from_numpy(logits))
+
+    def run(self, ids: np.ndarray, lengths: np.ndarray) -> None:
+        """One forward of ``ids [B, S]`` for the bound rows, whose caches hold ``lengths`` positions."""
+        total = lengths + ids.shape[1]
+        self._binding.bind_cpu_input("input_ids", np.ascontiguousarray(ids, dtype=np.int64))
+        self._binding.bind_cpu_input("seqlens_k", (total - 1).astype(np.int32))
+        self._binding.bind_cpu_input("total_sequence_length", np.array(total.max(), dtype=np.int32))
+        self.session.run_with_iobinding(self._binding)
 
 
 @torch.inference_mode()
@@ -240,8 +241,8 @@ def sample(
     lengths = np.zeros(rows, np.int64)
     for number, prompt in enumerate(prompts):
         first = number * copies
-        session.run(np.array([prompt]), np.zeros(1, np.int64), [k[first : first + 1] for k in keys],
-                    [v[first : first + 1] for v in values], logits[first : first + 1])
+        session.bind(keys[:, first : first + 1], values[:, first : first + 1], logits[first : first + 1])
+        session.run(np.array([prompt]), np.zeros(1, np.int64))
         # The prompt runs once; its rows start from copies of its cache and its next-token logits.
         keys[:, first + 1 : first + copies, :, : len(prompt)] = keys[:, first : first + 1, :, : len(prompt)]
         values[:, first + 1 : first + copies, :, : len(prompt)] = values[:, first : first + 1, :, : len(prompt)]
@@ -256,6 +257,7 @@ def sample(
     logprobs = torch.zeros(rows, max_new_tokens, dtype=torch.float32)
     eos = torch.tensor(eos_ids)
     produced = 0
+    session.bind(keys, values, logits)
     for step in range(max_new_tokens):
         scores = torch.from_numpy(logits[: len(live)]).clone()
         chosen, scores = decoding.choose(scores, warpers, noise_row, drawing_rows=drawing_rows,
@@ -273,8 +275,8 @@ def sample(
             live, noise_row, chosen = live[kept], noise_row[kept], chosen[kept]
             lengths = lengths[: len(kept)]
             drawing_rows = int((noise_row >= 0).sum())
-        session.run(chosen[:, None].numpy(), lengths, list(keys[:, : len(live)]), list(values[:, : len(live)]),
-                    logits[: len(live)])
+            session.bind(keys[:, : len(live)], values[:, : len(live)], logits[: len(live)])
+        session.run(chosen[:, None].numpy(), lengths)
         lengths = lengths + 1
     return decoding.Sampled(tokens[:, :produced], logprobs[:, :produced])
 
