@@ -116,16 +116,22 @@ def test_without_onnxruntime_the_torch_loop_samples_and_says_so_once(tiny_model_
     monkeypatch.setattr(decoding, "sample", lambda *a, **kw: calls.append(1) or torch_sample(*a, **kw))
     monkeypatch.setattr(ort_decoding, "available", lambda: False)
     kwargs = {"num_generations": G, "max_new_tokens": 4, "temperature": 1.0, "top_p": 1.0, "seed": 3}
-    for setting in ("auto", "onnxruntime"):
-        policy = _policy(model, tiny_model_dir, setting)
-        prompts = _prompts(policy)
-        with caplog.at_level(logging.WARNING, logger="node.learning.grpo"):
-            caplog.clear()
-            policy.generate(prompts, **kwargs)
-            policy.generate(prompts, **kwargs)
-        warned = [r for r in caplog.records if "onnxruntime is not installed" in r.getMessage()]
-        assert len(warned) == (1 if setting == "onnxruntime" else 0)  # auto falls back quietly
-    assert len(calls) == 4
+    policy = _policy(model, tiny_model_dir, "onnxruntime")
+    prompts = _prompts(policy)
+    with caplog.at_level(logging.WARNING, logger="node.learning.grpo"):
+        policy.generate(prompts, **kwargs)
+        policy.generate(prompts, **kwargs)
+    warned = [r for r in caplog.records if "onnxruntime is not installed" in r.getMessage()]
+    assert len(calls) == 2 and len(warned) == 1
+
+
+def test_the_default_sampler_is_torchs(tiny_model_dir, monkeypatch):
+    from node.config import TrainingSettings
+
+    assert TrainingSettings().sampler == "torch"
+    monkeypatch.setattr(ort_decoding, "sample", lambda *a, **kw: pytest.fail("onnxruntime sampled"))
+    policy = _policy(_model(tiny_model_dir, None), tiny_model_dir, TrainingSettings().sampler)
+    policy.generate(_prompts(policy), num_generations=G, max_new_tokens=4, temperature=1.0, top_p=1.0, seed=3)
 
 
 def test_models_it_does_not_run_keep_the_torch_loop(tiny_model_dir):

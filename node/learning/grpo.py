@@ -107,10 +107,9 @@ class Policy:
     def __init__(self, model, tokenizer, *, generation_dtype: torch.dtype, max_prompt_tokens: int,
                  preallocated_cache: bool = True, sampler: str = "torch") -> None:
         """``preallocated_cache=False`` samples through ``generate()`` for every model (the reference path that
-        :mod:`node.learning.decoding` is checked and measured against). ``sampler="onnxruntime"`` (or ``"auto"``) runs
-        that loop's forwards in ONNX Runtime (:mod:`node.learning.ort_decoding`) where it is installed and the
-        sampling model is one it runs (float32 Llama on the CPU); elsewhere the torch loop samples, as with
-        ``"torch"``."""
+        :mod:`node.learning.decoding` is checked and measured against). ``sampler="onnxruntime"`` runs that loop's
+        forwards in ONNX Runtime (:mod:`node.learning.ort_decoding`) where it is installed and the sampling model is
+        one it runs (float32 Llama on the CPU); elsewhere the torch loop samples, as with ``"torch"``."""
         self.model = model
         self.preallocated_cache = preallocated_cache
         self.sampler = sampler
@@ -224,9 +223,9 @@ class Policy:
                 for start in range(0, len(rows), copies)]
 
     def _sample_function(self, sampler) -> Callable[..., decoding.Sampled]:
-        """ONNX Runtime's loop where ``self.sampler`` asks for it (``"auto"`` or ``"onnxruntime"``) and it can run
-        ``sampler``, else the torch loop; an explicit ``"onnxruntime"`` that cannot run says why, once."""
-        if self.sampler in ("auto", "onnxruntime"):
+        """ONNX Runtime's loop where ``self.sampler`` asks for it and it can run ``sampler``, else the torch loop
+        (saying why, once)."""
+        if self.sampler == "onnxruntime":
             if not ort_decoding.available():
                 self._fall_back("onnxruntime is not installed (pip install onnxruntime onnx)")
             elif not ort_decoding.supports(sampler):
@@ -236,7 +235,7 @@ class Policy:
         return decoding.sample
 
     def _fall_back(self, why: str) -> None:
-        if self.sampler == "onnxruntime" and why not in self._fallbacks:  # once: every round would say the same
+        if why not in self._fallbacks:  # once: every round would say the same
             self._fallbacks.add(why)
             log.warning("sampler 'onnxruntime' asked for, sampling with torch instead: %s", why)
 
