@@ -20,11 +20,16 @@ the cast counted):
 * ``reference/float32``: :mod:`node.learning.decoding` as it was at ``--reference`` (git; default: the loop before
   ended rows left the batch), run in its place;
 * ``generate/bfloat16`` and ``preallocated/bfloat16``: the same from a bfloat16 copy (fast only where the CPU has
-  native bfloat16: avx512_bf16 or AMX; emulated elsewhere).
+  native bfloat16: avx512_bf16 or AMX; emulated elsewhere);
+* ``onnxruntime/float32``: :mod:`node.learning.ort_decoding`, the same loop and draws with ONNX Runtime running the
+  forwards over the policy's float32 weights; its per-call session build (handing it the current weights) is
+  counted in the round, the graph's build once per process (``export_cpu_s``, timed before the rounds).
 
     python bench/generation.py --rounds 5
     python bench/generation.py --rounds 3 --samplers reference/float32 preallocated/float32 \
         --workloads suppressed natural --baseline reference/float32 --out bench/results/generation_rows.json
+    python bench/generation.py --rounds 5 --samplers preallocated/float32 onnxruntime/float32 \
+        --workloads suppressed natural --baseline preallocated/float32 --out bench/results/generation_ort.json
 
 Writes bench/results/generation.json (or ``--out``: settings, the machine, every run, median and range per
 workload and sampler and its ratio to ``--baseline``) and prints a markdown table.
@@ -53,7 +58,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "bench" / "results" / "generation.json"
 SAMPLERS = ("generate/float32", "preallocated/float32", "reference/float32", "generate/bfloat16",
-            "preallocated/bfloat16")
+            "preallocated/bfloat16", "onnxruntime/float32")
 WORKLOADS = ("suppressed", "natural")
 # The decode loop before a row that ended left the batch.
 REFERENCE = "bb172af"
@@ -76,7 +81,8 @@ def main() -> None:
     parser.add_argument("-G", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--samplers", nargs="+", default=[n for n in SAMPLERS if not n.startswith("reference")],
+    parser.add_argument("--samplers", nargs="+", default=[n for n in SAMPLERS if n.split("/")[0] not in
+                                                          ("reference", "onnxruntime")],
                         choices=SAMPLERS)
     parser.add_argument("--workloads", nargs="+", default=["suppressed"], choices=WORKLOADS)
     parser.add_argument("--baseline", default="generate/float32", help="the sampler the ratios are taken to")
@@ -103,6 +109,7 @@ def main() -> None:
                                      preallocated_cache=path != "generate")
     natural_eos = policies[args.samplers[0]].eos_ids
     reference = reference_decoding(args.reference) if any(n.startswith("reference") for n in args.samplers) else None
+    ort = _ort_sampler(model) if any(n.startswith("onnxruntime") for n in args.samplers) else None
     tasks = TaskSource({family: 1.0 for family in DEFAULT_FAMILIES}, seed=1234).sample(args.I, random.Random(0))
     prompts = [policies[args.samplers[0]].prompt_ids(build_messages(task.question)) for task in tasks]
     hw = hardware.detect()
@@ -114,8 +121,12 @@ def main() -> None:
             policy = policies[name]
             # natural: the model's own end-of-sequence tokens; suppressed: no token ends a completion
             policy.eos_ids = natural_eos if workload == "natural" else (model.config.vocab_size,)
-            swapped = mock.patch.object(grpo.decoding, "sample", reference.sample) \
-                if name.startswith("reference") else nullcontext()
+            swapped = nullcontext()
+            if name.startswith("reference"):
+                swapped = mock.patch.object(grpo.decoding, "sample", reference.sample)
+            elif name.startswith("onnxruntime"):
+                swapped = mock.patch.object(grpo.decoding, "sample", ort["sample"])
+                ort["session_cpu_s"].clear()
             gc.collect()
             with swapped:
                 started, cpu = time.perf_counter(), time.process_time()
@@ -127,6 +138,8 @@ def main() -> None:
             row = {"round": number + 1, "workload": workload, "sampler": name, "tokens": sum(lengths),
                    "lengths": lengths, "seconds": round(seconds, 3), "cpu_seconds": round(cpu, 3),
                    "tokens_per_cpu_s": round(sum(lengths) / cpu, 2)}
+            if name.startswith("onnxruntime"):
+                row["session_build_cpu_s"] = round(sum(ort["session_cpu_s"]), 3)
             runs.append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
 
@@ -142,7 +155,8 @@ def main() -> None:
         "settings": {"model": "bundled SmolLM2-135M-Instruct", "I": args.I, "G": args.G, "threads": args.threads,
                      "max_new_tokens": args.max_new_tokens, "rounds": args.rounds, "workloads": args.workloads,
                      "baseline": args.baseline, "reference_commit": args.reference,
-                     "prompt_tokens": [len(p) for p in prompts], "torch": torch.__version__},
+                     "prompt_tokens": [len(p) for p in prompts], "torch": torch.__version__,
+                     **({"onnxruntime": ort["version"], "export_cpu_s": ort["export_cpu_s"]} if ort else {})},
         "machine": {"description": hw.describe(), "cpu_bf16": hardware.cpu_bf16_report(), "load": args.load},
         "summary": summary,
         "runs": runs,
@@ -161,6 +175,31 @@ def main() -> None:
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
 
 
+def _ort_sampler(model) -> dict:
+    """ONNX Runtime's sampler, its graph built (the once-per-architecture export) and timed here; each session
+    build's CPU seconds are collected per round."""
+    import onnxruntime
+
+    from node.learning import ort_decoding
+
+    if not ort_decoding.supports(model):
+        raise SystemExit("onnxruntime/float32: this model's architecture has no ONNX Runtime graph here")
+    cpu = time.process_time()
+    ort_decoding.graph_for(ort_decoding.Shape(model.config))
+    export = time.process_time() - cpu
+    builds: list[float] = []
+    build = ort_decoding.Session.__init__
+
+    def timed_build(self, *args, **kwargs):
+        started = time.process_time()
+        build(self, *args, **kwargs)
+        builds.append(time.process_time() - started)
+
+    ort_decoding.Session.__init__ = timed_build
+    return {"sample": ort_decoding.sample, "export_cpu_s": round(export, 3), "session_cpu_s": builds,
+            "version": onnxruntime.__version__}
+
+
 def _summary(runs: list[dict], samplers: list[str], baseline: str) -> dict:
     """Median and range per sampler; ratios to the baseline taken within each round, where what the machine's load
     did to both cancels."""
@@ -177,6 +216,10 @@ def _summary(runs: list[dict], samplers: list[str], baseline: str) -> dict:
             "wall_s_median": round(statistics.median(r["seconds"] for r in mine), 2),
             "tokens_median": statistics.median(r["tokens"] for r in mine),
         }
+        builds = [r["session_build_cpu_s"] for r in mine if "session_build_cpu_s" in r]
+        if builds:
+            summary[name]["session_build_cpu_s_median"] = round(statistics.median(builds), 3)
+            summary[name]["session_build_cpu_s_range"] = [min(builds), max(builds)]
         if base:
             for key, field, invert in (("vs_baseline", "tokens_per_cpu_s", False),
                                        ("cpu_s_vs_baseline", "cpu_seconds", True)):

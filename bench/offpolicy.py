@@ -14,8 +14,12 @@ percentile <= 0.25, i.e. 99 % of tokens carry a weight within exp(+-0.25) = [0.7
 range (0.8-1.28).
 
     python bench/offpolicy.py --questions 4 --max-new-tokens 128
+    python bench/offpolicy.py --sampler onnxruntime --questions 2 --seeds 1 --out bench/results/offpolicy_ort.json
 
-Writes bench/results/offpolicy.json and prints it.
+``--sampler onnxruntime`` measures ONNX Runtime's float32 sampler (:mod:`node.learning.ort_decoding`) instead: the
+same weights, so its gap is the rounding of another kernel order.
+
+Writes bench/results/offpolicy.json (or ``--out``) and prints it.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ P99_ABS_GAP_BOUND = 0.25
 
 
 def sampler_policy_gaps(policy, prompts: list[tuple[int, ...]], *, num_generations: int, max_new_tokens: int,
-                        seed: int):
+                        seed: int, sample=None):
     """Per completion, the per-token ``log p_policy - log q_sampler`` of the tokens ``policy``'s sampler drew
     (temperature 1; the end-of-sequence token included where a completion ended)."""
     import torch
@@ -48,7 +52,7 @@ def sampler_policy_gaps(policy, prompts: list[tuple[int, ...]], *, num_generatio
     sampler = policy.sampling_model()
     input_ids, attention = policy._padded(prompts, sampler)
     torch.manual_seed(seed)
-    drawn = decoding.sample(sampler, input_ids, attention, greedy=0, sampled=num_generations,
+    drawn = (sample or decoding.sample)(sampler, input_ids, attention, greedy=0, sampled=num_generations,
                             max_new_tokens=max_new_tokens, temperature=1.0, top_p=1.0, eos_ids=policy.eos_ids,
                             pad_id=policy.tokenizer.pad_token_id)
     del sampler
@@ -94,6 +98,9 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--cache-dir", default=str(Path.home() / ".cache" / "rl-swarm-bench"))
+    parser.add_argument("--sampler", choices=["bfloat16", "onnxruntime"], default="bfloat16",
+                        help="the torch loop over a bfloat16 copy, or ONNX Runtime over the float32 weights")
+    parser.add_argument("--out", default=str(RESULTS))
     parser.add_argument("--no-save", action="store_true")
     args = parser.parse_args()
 
@@ -107,23 +114,30 @@ def main() -> None:
     torch.set_num_threads(1)
     model, tokenizer = models.load(models.resolve(args.model), cache_dir=Path(args.cache_dir), dtype=torch.float32,
                                    device="cpu")
-    policy = Policy(model, tokenizer, generation_dtype=torch.bfloat16, max_prompt_tokens=1024)
+    ort = args.sampler == "onnxruntime"
+    policy = Policy(model, tokenizer, generation_dtype=torch.float32 if ort else torch.bfloat16, max_prompt_tokens=1024)
+    sample = None
+    if ort:
+        from node.learning import ort_decoding
+
+        sample = ort_decoding.sample
     tasks = TaskSource({family: 1.0 for family in DEFAULT_FAMILIES}, seed=1234).sample(args.questions, random.Random(0))
     prompts = [policy.prompt_ids(build_messages(task.question)) for task in tasks]
     gaps = []
     for seed in range(args.seeds):
         gaps += sampler_policy_gaps(policy, prompts, num_generations=args.G, max_new_tokens=args.max_new_tokens,
-                                    seed=seed)
+                                    seed=seed, sample=sample)
     result = {
         "command": "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
-        "model": args.model, "sampler": "bfloat16 copy, node.learning.decoding (its own log-probs)",
+        "model": args.model, "sampler": "float32 weights, node.learning.ort_decoding (ONNX Runtime; its own log-probs)" if ort
+        else "bfloat16 copy, node.learning.decoding (its own log-probs)",
         "policy": "float32, one forward over prompt and completion",
         "bound": {"mean_abs_token_gap": MEAN_ABS_GAP_BOUND, "abs_token_gap_p99": P99_ABS_GAP_BOUND},
         "result": summarize(gaps),
     }
     print(json.dumps(result, indent=1))
     if not args.no_save:
-        RESULTS.write_text(json.dumps(result, indent=1) + "\n")
+        Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -234,7 +234,8 @@ class SwarmNode:
             source, cache_dir=cfg.model_cache_dir, dtype=models.weights_dtype(device, lora=bool(lora), bf16=mixed_bf16),
             device=device,
         )
-        self.policy = Policy(model, tokenizer, generation_dtype=generation_dtype, max_prompt_tokens=train.max_prompt_tokens)
+        self.policy = Policy(model, tokenizer, generation_dtype=generation_dtype, max_prompt_tokens=train.max_prompt_tokens,
+                             sampler=train.sampler)
         self.learner = GrpoLearner(
             self.policy, output_dir=self.run_dir / "trl", device=device, mixed_bf16=mixed_bf16,
             num_generations=train.num_generations, max_new_tokens=train.max_new_tokens,

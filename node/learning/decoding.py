@@ -188,7 +188,7 @@ def sample(
     is_sampled = (live % copies) >= greedy
     noise_row = torch.where(is_sampled, is_sampled.cumsum(0) - 1, -1)
     drawing_rows = prompts * sampled
-    warpers = _warpers(temperature, top_p)
+    warpers = warpers_for(temperature, top_p)
     tokens = torch.full((rows, max_new_tokens), pad_id, dtype=torch.long, device=device)
     logprobs = torch.zeros(rows, max_new_tokens, dtype=torch.float32, device=device)
     eos = torch.tensor(eos_ids, device=device)
@@ -197,17 +197,7 @@ def sample(
         logits = causal_lm(input_ids=step_ids, attention_mask=mask[:, : width + step], position_ids=step_positions,
                            use_cache=True, logits_to_keep=1, **{CACHE_KWARG: cache}).logits[:, -1, :]
         scores = logits.to(dtype=torch.float32, copy=True)
-        if not drawing_rows:  # greedy rows only, or every sampled row has ended: no draw changes what is sampled
-            chosen = scores.argmax(-1)
-        elif not greedy:
-            scores = _warp(warpers, scores)
-            chosen = _draw(scores, noise_row, prompts * sampled)
-        else:
-            chosen = scores.argmax(-1)
-            drawing = noise_row >= 0
-            drawn = _warp(warpers, scores[drawing])
-            scores[drawing] = drawn
-            chosen[drawing] = _draw(drawn, noise_row[drawing], prompts * sampled)
+        chosen, scores = choose(scores, warpers, noise_row, drawing_rows=drawing_rows, batch=prompts * sampled)
         tokens[live, step] = chosen
         logprobs[live, step] = scores.log_softmax(-1).gather(1, chosen[:, None])[:, 0]
         produced = step + 1
@@ -226,6 +216,24 @@ def sample(
     return Sampled(tokens[:, :produced], logprobs[:, :produced])
 
 
+def choose(scores: torch.Tensor, warpers: list, noise_row: torch.Tensor, *, drawing_rows: int, batch: int
+           ) -> tuple[torch.Tensor, torch.Tensor]:
+    """One step's tokens for the live rows from their float32 ``scores`` (changed in place where warped) and the
+    scores they were drawn from: greedy rows (``noise_row`` -1) take the most likely token, sampled rows draw with
+    their row ``noise_row`` of the ``batch`` sampled rows' noise, after ``warpers``."""
+    if not drawing_rows:  # greedy rows only, or every sampled row has ended: no draw changes what is sampled
+        return scores.argmax(-1), scores
+    drawing = noise_row >= 0
+    if bool(drawing.all()):
+        scores = _warp(warpers, scores)
+        return _draw(scores, noise_row, batch), scores
+    chosen = scores.argmax(-1)
+    drawn = _warp(warpers, scores[drawing])
+    scores[drawing] = drawn
+    chosen[drawing] = _draw(drawn, noise_row[drawing], batch)
+    return chosen, scores
+
+
 def _draw(scores: torch.Tensor, noise_rows: torch.Tensor, batch: int) -> torch.Tensor:
     """``torch.multinomial(scores.softmax(-1), 1)`` as drawn for a batch of ``batch`` sampled rows of which
     ``scores`` holds rows ``noise_rows``: the noise is drawn for the whole batch, as ``generate()`` draws it."""
@@ -239,7 +247,7 @@ def _warp(warpers: list, scores: torch.Tensor) -> torch.Tensor:
     return scores
 
 
-def _warpers(temperature: float, top_p: float) -> list:
+def warpers_for(temperature: float, top_p: float) -> list:
     """generate()'s warpers for these settings, in its order (a neutral value adds none, as there)."""
     warpers = []
     if temperature != 1.0:

@@ -29,7 +29,7 @@ from accelerate.utils import is_peft_model  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 from trl.kernels import ChunkedLogProbFunction  # noqa: E402
 
-from node.learning import decoding  # noqa: E402
+from node.learning import decoding, ort_decoding  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -105,11 +105,15 @@ class Policy:
     """
 
     def __init__(self, model, tokenizer, *, generation_dtype: torch.dtype, max_prompt_tokens: int,
-                 preallocated_cache: bool = True) -> None:
+                 preallocated_cache: bool = True, sampler: str = "torch") -> None:
         """``preallocated_cache=False`` samples through ``generate()`` for every model (the reference path that
-        :mod:`node.learning.decoding` is checked and measured against)."""
+        :mod:`node.learning.decoding` is checked and measured against). ``sampler="onnxruntime"`` runs that loop's
+        forwards in ONNX Runtime (:mod:`node.learning.ort_decoding`) where it is installed and the sampling model is
+        one it runs (float32 Llama on the CPU); elsewhere the torch loop samples, as with ``"torch"``."""
         self.model = model
         self.preallocated_cache = preallocated_cache
+        self.sampler = sampler
+        self._fallbacks: set[str] = set()
         self.tokenizer = tokenizer
         self.max_prompt_tokens = max_prompt_tokens
         if tokenizer.pad_token_id is None:
@@ -209,7 +213,7 @@ class Policy:
                 should_stop) -> list[list[Completion]]:
         """Each padded prompt's ``greedy`` + ``sampled`` completions from :func:`node.learning.decoding.sample`."""
         torch.manual_seed(seed)
-        result = decoding.sample(
+        result = self._sample_function(sampler)(
             sampler, input_ids, attention, greedy=greedy, sampled=sampled, max_new_tokens=max_new_tokens,
             temperature=temperature, top_p=top_p, eos_ids=self.eos_ids, pad_id=self.tokenizer.pad_token_id,
             should_stop=should_stop,
@@ -217,6 +221,23 @@ class Policy:
         rows, copies = result.tokens.tolist(), greedy + sampled
         return [[self._completion(row) for row in rows[start : start + copies]]
                 for start in range(0, len(rows), copies)]
+
+    def _sample_function(self, sampler) -> Callable[..., decoding.Sampled]:
+        """ONNX Runtime's loop where ``self.sampler`` asks for it and it can run ``sampler``, else the torch loop
+        (saying why, once)."""
+        if self.sampler == "onnxruntime":
+            if not ort_decoding.available():
+                self._fall_back("onnxruntime is not installed (pip install onnxruntime onnx)")
+            elif not ort_decoding.supports(sampler):
+                self._fall_back("it runs float32 Llama-type models on the CPU only")
+            else:
+                return ort_decoding.sample
+        return decoding.sample
+
+    def _fall_back(self, why: str) -> None:
+        if why not in self._fallbacks:  # once: every round would say the same
+            self._fallbacks.add(why)
+            log.warning("sampler 'onnxruntime' asked for, sampling with torch instead: %s", why)
 
     def _padded(self, prompts: list[tuple[int, ...]], sampler) -> tuple[torch.Tensor, torch.Tensor]:
         """The prompts as one left-padded batch: token ids and attention mask."""

@@ -1,0 +1,143 @@
+"""ONNX Runtime's sampler (:mod:`node.learning.ort_decoding`) against the torch loop and the policy on the tiny
+model: the same tokens from the same seed (greedy and sampled rows, rows ending at different steps, grouped
+key/value heads), each token's log-prob the policy's own within 1e-4 nats, the weights of the moment sampled
+from at every call, and the torch loop wherever onnxruntime is missing."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
+
+from node.learning import decoding, ort_decoding
+from node.learning.grpo import Policy
+from tests.test_generate_prompt_once import G, MAX_NEW_TOKENS, _end_mid_completion, _prompts, _sharpen
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("onnx")
+
+# Per-token |log-prob gap| between what the ONNX Runtime sampler drew each token from and the float32 policy's
+# full forward: float32 rounding of another kernel order, nothing more.
+LOGPROB_BOUND = 1e-4
+
+
+def _model(model_dir, kv_heads: int | None):
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    if kv_heads is not None:  # grouped-query attention: fewer key/value heads than query heads, as in SmolLM2
+        config = model.config
+        config.num_key_value_heads = kv_heads
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            model = LlamaForCausalLM(config)
+    _sharpen(model)
+    return model.eval()
+
+
+def _policy(model, model_dir, sampler: str) -> Policy:
+    return Policy(model, AutoTokenizer.from_pretrained(model_dir), generation_dtype=torch.float32,
+                  max_prompt_tokens=256, sampler=sampler)
+
+
+def _draw(policy: Policy, prompts, sample, *, seed: int = 7) -> decoding.Sampled:
+    sampler = policy.sampling_model()
+    input_ids, attention = policy._padded(prompts, sampler)
+    torch.manual_seed(seed)
+    return sample(sampler, input_ids, attention, greedy=1, sampled=G, max_new_tokens=MAX_NEW_TOKENS, temperature=1.0,
+                  top_p=1.0, eos_ids=policy.eos_ids, pad_id=policy.tokenizer.pad_token_id)
+
+
+def _assert_policy_logprobs(policy: Policy, prompts, drawn: decoding.Sampled) -> list[int]:
+    """Each row's sampler log-probs are the policy's full-forward log-probs of what it drew, within the bound; the
+    rows' lengths."""
+    ends = []
+    for row, (tokens, logps) in enumerate(zip(drawn.tokens.tolist(), drawn.logprobs, strict=True)):
+        prompt = list(prompts[row // (1 + G)])
+        end = next((i + 1 for i, token in enumerate(tokens) if token in policy.eos_ids), len(tokens))
+        ends.append(end)
+        ids = torch.tensor([prompt + tokens[:end]])
+        with torch.inference_mode():
+            logits = policy.model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
+        expected = logits.log_softmax(-1).gather(1, ids[0, len(prompt) :, None])[:, 0]
+        torch.testing.assert_close(logps[:end], expected, atol=LOGPROB_BOUND, rtol=0)
+        assert not logps[end:].any()
+    return ends
+
+
+@pytest.mark.parametrize("kv_heads", [None, 2])
+def test_onnxruntime_draws_the_torch_loops_tokens_with_the_policys_log_probs(tiny_model_dir, kv_heads):
+    model = _model(tiny_model_dir, kv_heads)
+    policy = _policy(model, tiny_model_dir, "onnxruntime")
+    assert ort_decoding.supports(policy.sampling_model())
+    prompts = _prompts(policy)
+    _end_mid_completion(policy, prompts, greedy=False)
+    torch_drawn = _draw(policy, prompts, decoding.sample)
+    ort_drawn = _draw(policy, prompts, ort_decoding.sample)
+    assert torch.equal(ort_drawn.tokens, torch_drawn.tokens)
+    ends = _assert_policy_logprobs(policy, prompts, ort_drawn)
+    assert len(set(ends)) > 1 and max(ends) == MAX_NEW_TOKENS  # rows left the batch at different steps
+    # Through the policy, with the same seed: the same completions as the torch loop's.
+    kwargs = {"num_generations": G, "max_new_tokens": MAX_NEW_TOKENS, "temperature": 0.7, "top_p": 0.9, "seed": 3}
+    built = []
+    session = ort_decoding.Session.__init__
+
+    def counted(self, *args, **kw):
+        built.append(1)
+        session(self, *args, **kw)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ort_decoding.Session, "__init__", counted)
+        groups = policy.generate(prompts, **kwargs)
+    assert built == [1]  # ONNX Runtime sampled them
+    assert groups == _policy(model, tiny_model_dir, "torch").generate(prompts, **kwargs)
+
+
+def test_each_call_samples_from_the_weights_as_they_are_then(tiny_model_dir):
+    """An optimizer step changes the weights in place between rounds: the next call samples from the new ones."""
+    model = _model(tiny_model_dir, None)
+    policy = _policy(model, tiny_model_dir, "onnxruntime")
+    prompts = _prompts(policy)
+    before = _draw(policy, prompts, ort_decoding.sample)
+    with torch.no_grad(), torch.random.fork_rng(devices=[]):
+        torch.manual_seed(5)
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.1)
+    after = _draw(policy, prompts, ort_decoding.sample)
+    assert not torch.equal(after.tokens, before.tokens)
+    assert torch.equal(after.tokens, _draw(policy, prompts, decoding.sample).tokens)
+    _assert_policy_logprobs(policy, prompts, after)
+
+
+def test_without_onnxruntime_the_torch_loop_samples_and_says_so_once(tiny_model_dir, monkeypatch, caplog):
+    model = _model(tiny_model_dir, None)
+    calls = []
+    torch_sample = decoding.sample
+    monkeypatch.setattr(decoding, "sample", lambda *a, **kw: calls.append(1) or torch_sample(*a, **kw))
+    monkeypatch.setattr(ort_decoding, "available", lambda: False)
+    kwargs = {"num_generations": G, "max_new_tokens": 4, "temperature": 1.0, "top_p": 1.0, "seed": 3}
+    policy = _policy(model, tiny_model_dir, "onnxruntime")
+    prompts = _prompts(policy)
+    with caplog.at_level(logging.WARNING, logger="node.learning.grpo"):
+        policy.generate(prompts, **kwargs)
+        policy.generate(prompts, **kwargs)
+    warned = [r for r in caplog.records if "onnxruntime is not installed" in r.getMessage()]
+    assert len(calls) == 2 and len(warned) == 1
+
+
+def test_the_default_sampler_is_torchs(tiny_model_dir, monkeypatch):
+    from node.config import TrainingSettings
+
+    assert TrainingSettings().sampler == "torch"
+    monkeypatch.setattr(ort_decoding, "sample", lambda *a, **kw: pytest.fail("onnxruntime sampled"))
+    policy = _policy(_model(tiny_model_dir, None), tiny_model_dir, TrainingSettings().sampler)
+    policy.generate(_prompts(policy), num_generations=G, max_new_tokens=4, temperature=1.0, top_p=1.0, seed=3)
+
+
+def test_models_it_does_not_run_keep_the_torch_loop(tiny_model_dir):
+    model = _model(tiny_model_dir, None)
+    assert ort_decoding.supports(model)
+    assert not ort_decoding.supports(model.to(torch.bfloat16))
+    model = _model(tiny_model_dir, None)
+    model.config.attention_bias = True  # Qwen2-style biases: a graph without them would be wrong
+    assert not ort_decoding.supports(model)
