@@ -143,9 +143,9 @@ _HIDDEN_PER_SQRT_PARAMS = 1 / 22
 _LORA_PARAMS_PER_RANK_SQRT = 25
 # ONNX Runtime's sampler (training.sampler = "onnxruntime") copies the float32 weights it is handed and prepacks
 # every matrix for its GEMM while a generation runs: measured 7.1 bytes a parameter more peak RSS than before the
-# call for the bundled model (8 rows, 141-token prompts; the torch loop's own buffers 0.7), so about twice the
-# weights' 4 bytes a parameter less what the packing shares.
-_ORT_SAMPLER_BYTES_PER_PARAM = 7
+# call for the bundled model (8 rows, 141-token prompts, after a warm-up call), about twice the weights' 4; rounded
+# up for the decode loop's own buffers (0.7 with the torch loop), which the rest of the estimate leaves out.
+_ORT_SAMPLER_BYTES_PER_PARAM = 8
 
 
 def estimate_training_bytes(
@@ -167,7 +167,7 @@ def estimate_training_bytes(
 
         full:  8 * params + moments  [+ 2 * params bfloat16 cache]  + 2 output-layer gradients + activations + tiles
         LoRA:  4 * params + max(activations + tiles, [sampler]) + 16 * adapter params
-        sampler: 2 * params (bfloat16 copy) or 7 * params (ONNX Runtime's copy, prepacked), else 0
+        sampler: 2 * params (bfloat16 copy) or 8 * params (ONNX Runtime's copy, prepacked), else 0
         activations = b * n * sqrt(params); tiles = 128 MiB; plus 600 MiB runtime
 
     GRPO here is reference-free (beta = 0), so there is no second model; log-probs are computed in bounded tiles
