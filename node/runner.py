@@ -32,7 +32,7 @@ from node.events import (
 )
 from node.game.driver import GameCancelled, GameDriver, build_driver
 from node.hub.auto_upload import AutoUploader
-from node.learning import hardware, limits, models
+from node.learning import hardware, limits, models, ort_decoding
 from node.learning.checkpoint import ADAPTER, Checkpointer, CheckpointState
 from node.learning.evaluation import EvalCancelled, EvalSettings, Evaluator
 from node.learning.grpo import GrpoLearner, LoraSettings, Policy
@@ -210,6 +210,9 @@ class SwarmNode:
             seq_len=min(train.max_prompt_tokens, hardware.PROMPT_TOKENS) + train.max_new_tokens,
             lora_rank=train.lora_rank, adamw_8bit=adamw_8bit,
             sampling_copy=generation_dtype != models.weights_dtype(device, lora=bool(train.lora_rank), bf16=mixed_bf16),
+            # Counted before the model is loaded, so for any architecture: only the checks after loading can tell.
+            onnxruntime_sampler=train.sampler == "onnxruntime" and device == "cpu" and generation_dtype == torch.float32
+            and ort_decoding.available(),
         )
         self.checkpointer = Checkpointer(self.run_dir / "checkpoints")
         latest = self.checkpointer.latest()

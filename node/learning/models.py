@@ -141,11 +141,16 @@ _LOGIT_TILE_BYTES = 8 * 4 * 2**20
 _HIDDEN_PER_SQRT_PARAMS = 1 / 22
 # LoRA on every linear layer adds ~25 * rank * sqrt(params) parameters (sum of in + out features over the layers).
 _LORA_PARAMS_PER_RANK_SQRT = 25
+# ONNX Runtime's sampler (training.sampler = "onnxruntime") copies the float32 weights it is handed and prepacks
+# every matrix for its GEMM while a generation runs: measured 7.1 bytes a parameter more peak RSS than before the
+# call for the bundled model (8 rows, 141-token prompts, after a warm-up call), about twice the weights' 4; rounded
+# up for the decode loop's own buffers (0.7 with the torch loop), which the rest of the estimate leaves out.
+_ORT_SAMPLER_BYTES_PER_PARAM = 8
 
 
 def estimate_training_bytes(
     params: int, *, train_dtype: str, num_sequences: int, seq_len: int, vocab_size: int = QWEN_VOCAB,
-    lora_rank: int = 0, adamw_8bit: bool = False, sampling_copy: bool = False,
+    lora_rank: int = 0, adamw_8bit: bool = False, sampling_copy: bool = False, onnxruntime_sampler: bool = False,
 ) -> int:
     """Peak memory of a round (the larger of sampling and the GRPO step), as the node runs it.
 
@@ -155,11 +160,14 @@ def estimate_training_bytes(
     ``train_dtype="bfloat16"`` means autocast (activations in 2 bytes, a bfloat16 weight cache). With ``lora_rank``
     the base weights are frozen (4 bytes a parameter) and only the adapter has gradients and optimizer states.
     With ``sampling_copy`` (bfloat16 sampling from float32 weights, as on CUDA) completions are sampled from a
-    bfloat16 copy of the weights that lives only while they are generated; otherwise from the weights themselves. With
+    bfloat16 copy of the weights that lives only while they are generated; otherwise from the weights themselves,
+    through ONNX Runtime with ``onnxruntime_sampler`` (float32 sampling only), whose own packed copy of them lives as
+    long. With
     ``n = num_sequences * seq_len`` tokens in one forward/backward pass and ``b`` bytes per activation::
 
         full:  8 * params + moments  [+ 2 * params bfloat16 cache]  + 2 output-layer gradients + activations + tiles
-        LoRA:  4 * params + max(activations + tiles, [2 * params sampling copy]) + 16 * adapter params
+        LoRA:  4 * params + max(activations + tiles, [sampler]) + 16 * adapter params
+        sampler: 2 * params (bfloat16 copy) or 8 * params (ONNX Runtime's copy, prepacked), else 0
         activations = b * n * sqrt(params); tiles = 128 MiB; plus 600 MiB runtime
 
     GRPO here is reference-free (beta = 0), so there is no second model; log-probs are computed in bounded tiles
@@ -170,7 +178,7 @@ def estimate_training_bytes(
     tokens = num_sequences * seq_len
     root = params**0.5
     activations = _ACTIVATION_FACTOR * b * tokens * int(root) + _LOGIT_TILE_BYTES
-    sampler = 2 * params if sampling_copy else 0
+    sampler = 2 * params if sampling_copy else _ORT_SAMPLER_BYTES_PER_PARAM * params if onnxruntime_sampler else 0
     if lora_rank:
         adapter = _LORA_PARAMS_PER_RANK_SQRT * lora_rank * int(root)
         peak = max(4 * params + activations, 4 * params + sampler) + 16 * adapter
@@ -319,13 +327,13 @@ def _display_name(model: ResolvedModel) -> str:
 
 def check_fits(
     model: ResolvedModel, *, available_bytes: int, train_dtype: str, num_sequences: int, seq_len: int,
-    lora_rank: int = 0, adamw_8bit: bool = False, sampling_copy: bool = False,
+    lora_rank: int = 0, adamw_8bit: bool = False, sampling_copy: bool = False, onnxruntime_sampler: bool = False,
 ) -> None:
     """Refuse, before anything is loaded, a model whose training step would run out of memory."""
     if model.params is None:
         return
     settings = {"train_dtype": train_dtype, "num_sequences": num_sequences, "seq_len": seq_len, "lora_rank": lora_rank,
-                "adamw_8bit": adamw_8bit, "sampling_copy": sampling_copy}
+                "adamw_8bit": adamw_8bit, "sampling_copy": sampling_copy, "onnxruntime_sampler": onnxruntime_sampler}
     required = estimate_training_bytes(model.params, vocab_size=model.vocab_size or QWEN_VOCAB, **settings)
     if fit_label(required, available_bytes) != "won't fit":
         return
