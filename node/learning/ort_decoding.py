@@ -5,7 +5,7 @@ model's config, with every weight an initializer named as in the torch ``state_d
 :func:`sample` call builds an ``InferenceSession`` that is handed the policy's current tensors as those initializers
 (``SessionOptions.add_external_initializers``, OrtValues wrapping the torch storage), so the weights of the round
 are what is sampled from and nothing is exported per round. ORT takes its own copy of those initializers and
-prepacks every matrix for its GEMM kernels while the session is built (a fraction of a second, and about 1.3 GB
+prepacks every matrix for its GEMM kernels while the session is built (a fraction of a second, and about 1 GB
 more memory for the bundled model while sampling, given back when the call returns): binding the torch tensors as
 plain graph inputs instead copies nothing but leaves the weights unpacked, and its decode steps were 1.5-1.8x
 slower.
