@@ -12,7 +12,15 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from node.learning import decoding
 from node.learning.grpo import Policy
-from tests.test_generate_prompt_once import G, MAX_NEW_TOKENS, _Embedded, _end_mid_completion, _prompts, _sharpen
+from tests.test_generate_prompt_once import (
+    G,
+    MAX_NEW_TOKENS,
+    _assert_policy_logprobs,
+    _Embedded,
+    _end_mid_completion,
+    _prompts,
+    _sharpen,
+)
 
 
 def _policies(model_dir, dtype) -> tuple[Policy, Policy]:
@@ -121,18 +129,7 @@ def test_rows_that_end_leave_the_batch_with_the_log_probs_of_what_each_row_drew(
     torch.manual_seed(7)
     drawn = decoding.sample(sampler, input_ids, attention, greedy=1, sampled=G, max_new_tokens=MAX_NEW_TOKENS,
                             temperature=1.0, top_p=1.0, eos_ids=loop.eos_ids, pad_id=loop.tokenizer.pad_token_id)
-    ends = []
-    for row, (tokens, logps) in enumerate(zip(drawn.tokens.tolist(), drawn.logprobs, strict=True)):
-        prompt = list(prompts[row // (1 + G)])
-        end = next((i + 1 for i, token in enumerate(tokens) if token in loop.eos_ids), len(tokens))
-        ends.append(end)
-        ids = torch.tensor([prompt + tokens[:end]])
-        with torch.inference_mode():
-            logits = loop.model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
-        policy = logits.log_softmax(-1).gather(1, ids[0, len(prompt) :, None])[:, 0]
-        torch.testing.assert_close(logps[:end], policy, atol=1e-4, rtol=0)
-        assert set(tokens[end:]) <= {loop.tokenizer.pad_token_id}
-        assert not logps[end:].any()
+    ends = _assert_policy_logprobs(loop, prompts, drawn, atol=1e-4)
     assert len(set(ends)) > 2 and max(ends) == MAX_NEW_TOKENS  # rows ended at several steps, some ran to the limit
 
 

@@ -89,6 +89,25 @@ def _end_mid_completion(policy: Policy, prompts, *, greedy: bool) -> None:
     policy.eos_ids = (*policy.eos_ids, first[0][0].ids[2])
 
 
+def _assert_policy_logprobs(policy: Policy, prompts, drawn, *, atol: float) -> list[int]:
+    """Each row of a sampler's draw (``decoding.Sampled``: 1 greedy + G sampled rows per prompt): its log-probs
+    are the policy's full-forward log-probs of the tokens it drew, within ``atol``, and after its end only padding
+    with no log-prob. Returns the rows' lengths."""
+    ends = []
+    for row, (tokens, logps) in enumerate(zip(drawn.tokens.tolist(), drawn.logprobs, strict=True)):
+        prompt = list(prompts[row // (1 + G)])
+        end = next((i + 1 for i, token in enumerate(tokens) if token in policy.eos_ids), len(tokens))
+        ends.append(end)
+        ids = torch.tensor([prompt + tokens[:end]])
+        with torch.inference_mode():
+            logits = policy.model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
+        expected = logits.log_softmax(-1).gather(1, ids[0, len(prompt) :, None])[:, 0]
+        torch.testing.assert_close(logps[:end], expected, atol=atol, rtol=0)
+        assert set(tokens[end:]) <= {policy.tokenizer.pad_token_id}
+        assert not logps[end:].any()
+    return ends
+
+
 @pytest.mark.parametrize("greedy", [True, False])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_prompts_run_once_and_completions_match_the_plain_path(tiny_model_dir, dtype, greedy):

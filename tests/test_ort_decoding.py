@@ -13,7 +13,14 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
 
 from node.learning import decoding, ort_decoding
 from node.learning.grpo import Policy
-from tests.test_generate_prompt_once import G, MAX_NEW_TOKENS, _end_mid_completion, _prompts, _sharpen
+from tests.test_generate_prompt_once import (
+    G,
+    MAX_NEW_TOKENS,
+    _assert_policy_logprobs,
+    _end_mid_completion,
+    _prompts,
+    _sharpen,
+)
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
@@ -48,23 +55,6 @@ def _draw(policy: Policy, prompts, sample, *, seed: int = 7) -> decoding.Sampled
                   top_p=1.0, eos_ids=policy.eos_ids, pad_id=policy.tokenizer.pad_token_id)
 
 
-def _assert_policy_logprobs(policy: Policy, prompts, drawn: decoding.Sampled) -> list[int]:
-    """Each row's sampler log-probs are the policy's full-forward log-probs of what it drew, within the bound; the
-    rows' lengths."""
-    ends = []
-    for row, (tokens, logps) in enumerate(zip(drawn.tokens.tolist(), drawn.logprobs, strict=True)):
-        prompt = list(prompts[row // (1 + G)])
-        end = next((i + 1 for i, token in enumerate(tokens) if token in policy.eos_ids), len(tokens))
-        ends.append(end)
-        ids = torch.tensor([prompt + tokens[:end]])
-        with torch.inference_mode():
-            logits = policy.model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
-        expected = logits.log_softmax(-1).gather(1, ids[0, len(prompt) :, None])[:, 0]
-        torch.testing.assert_close(logps[:end], expected, atol=LOGPROB_BOUND, rtol=0)
-        assert not logps[end:].any()
-    return ends
-
-
 @pytest.mark.parametrize("kv_heads", [None, 2])
 def test_onnxruntime_draws_the_torch_loops_tokens_with_the_policys_log_probs(tiny_model_dir, kv_heads):
     model = _model(tiny_model_dir, kv_heads)
@@ -75,7 +65,7 @@ def test_onnxruntime_draws_the_torch_loops_tokens_with_the_policys_log_probs(tin
     torch_drawn = _draw(policy, prompts, decoding.sample)
     ort_drawn = _draw(policy, prompts, ort_decoding.sample)
     assert torch.equal(ort_drawn.tokens, torch_drawn.tokens)
-    ends = _assert_policy_logprobs(policy, prompts, ort_drawn)
+    ends = _assert_policy_logprobs(policy, prompts, ort_drawn, atol=LOGPROB_BOUND)
     assert len(set(ends)) > 1 and max(ends) == MAX_NEW_TOKENS  # rows left the batch at different steps
     # Through the policy, with the same seed: the same completions as the torch loop's.
     kwargs = {"num_generations": G, "max_new_tokens": MAX_NEW_TOKENS, "temperature": 0.7, "top_p": 0.9, "seed": 3}
@@ -106,7 +96,7 @@ def test_each_call_samples_from_the_weights_as_they_are_then(tiny_model_dir):
     after = _draw(policy, prompts, ort_decoding.sample)
     assert not torch.equal(after.tokens, before.tokens)
     assert torch.equal(after.tokens, _draw(policy, prompts, decoding.sample).tokens)
-    _assert_policy_logprobs(policy, prompts, after)
+    _assert_policy_logprobs(policy, prompts, after, atol=LOGPROB_BOUND)
 
 
 def test_without_onnxruntime_the_torch_loop_samples_and_says_so_once(tiny_model_dir, monkeypatch, caplog):
