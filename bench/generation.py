@@ -23,7 +23,11 @@ the cast counted):
   native bfloat16: avx512_bf16 or AMX; emulated elsewhere);
 * ``onnxruntime/float32``: :mod:`node.learning.ort_decoding`, the same loop and draws with ONNX Runtime running the
   forwards over the policy's float32 weights; its per-call session build (handing it the current weights) is
-  counted in the round, the graph's build once per process (``export_cpu_s``, timed before the rounds).
+  counted in the round, the graph's build once per process (``export_cpu_s``, timed before the rounds);
+* ``onnxruntime-int8/float32`` and ``onnxruntime-int4/float32``: the same with the decoder layers' projections
+  quantized from the float32 weights at each session build (:mod:`bench.ort_quantized`: blocks of 32,
+  ``MatMulNBits``), the quantization counted in the round; embedding, norms and head stay float32. Measured, not
+  in the node.
 
     python bench/generation.py --rounds 5
     python bench/generation.py --rounds 3 --samplers reference/float32 preallocated/float32 \
@@ -58,7 +62,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "bench" / "results" / "generation.json"
 SAMPLERS = ("generate/float32", "preallocated/float32", "reference/float32", "generate/bfloat16",
-            "preallocated/bfloat16", "onnxruntime/float32")
+            "preallocated/bfloat16", "onnxruntime/float32", "onnxruntime-int8/float32", "onnxruntime-int4/float32")
+# ONNX Runtime's samplers: the float32 weights, or the decoder layers' projections quantized to this many bits.
+ORT_BITS = {"onnxruntime": None, "onnxruntime-int8": 8, "onnxruntime-int4": 4}
 WORKLOADS = ("suppressed", "natural")
 # The decode loop before a row that ended left the batch.
 REFERENCE = "bb172af"
@@ -109,7 +115,8 @@ def main() -> None:
                                      preallocated_cache=path != "generate")
     natural_eos = policies[args.samplers[0]].eos_ids
     reference = reference_decoding(args.reference) if any(n.startswith("reference") for n in args.samplers) else None
-    ort = _ort_sampler(model) if any(n.startswith("onnxruntime") for n in args.samplers) else None
+    ort_paths = {n.split("/")[0] for n in args.samplers if n.startswith("onnxruntime")}
+    ort = _ort_sampler(model, ort_paths) if ort_paths else None
     tasks = TaskSource({family: 1.0 for family in DEFAULT_FAMILIES}, seed=1234).sample(args.I, random.Random(0))
     prompts = [policies[args.samplers[0]].prompt_ids(build_messages(task.question)) for task in tasks]
     hw = hardware.detect()
@@ -125,7 +132,7 @@ def main() -> None:
             if name.startswith("reference"):
                 swapped = mock.patch.object(grpo.decoding, "sample", reference.sample)
             elif name.startswith("onnxruntime"):
-                swapped = mock.patch.object(grpo.decoding, "sample", ort["sample"])
+                swapped = mock.patch.object(grpo.decoding, "sample", ort["sample"][name.split("/")[0]])
                 ort["session_cpu_s"].clear()
             gc.collect()
             with swapped:
@@ -175,28 +182,38 @@ def main() -> None:
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
 
 
-def _ort_sampler(model) -> dict:
-    """ONNX Runtime's sampler, its graph built (the once-per-architecture export) and timed here; each session
-    build's CPU seconds are collected per round."""
+def _ort_sampler(model, paths: set[str]) -> dict:
+    """ONNX Runtime's sampler, its graphs built (the once-per-architecture export, one per weight format in
+    ``paths``) and timed here; each session build's CPU seconds (quantization included) are collected per round."""
     import onnxruntime
 
+    from bench import ort_quantized
     from node.learning import ort_decoding
 
     if not ort_decoding.supports(model):
         raise SystemExit("onnxruntime/float32: this model's architecture has no ONNX Runtime graph here")
     cpu = time.process_time()
     ort_decoding.graph_for(ort_decoding.Shape(model.config))
+    samples = {}
+    for path in sorted(paths):
+        bits = ORT_BITS[path]
+        if bits is not None:
+            ort_quantized.prepare(model, bits)
+        samples[path] = ort_decoding.sample if bits is None else ort_quantized.sampler(bits)
     export = time.process_time() - cpu
     builds: list[float] = []
-    build = ort_decoding.Session.__init__
 
-    def timed_build(self, *args, **kwargs):
-        started = time.process_time()
-        build(self, *args, **kwargs)
-        builds.append(time.process_time() - started)
+    def timed(build):
+        def timed_build(self, *args, **kwargs):
+            started = time.process_time()
+            build(self, *args, **kwargs)
+            builds.append(time.process_time() - started)
+        return timed_build
 
-    ort_decoding.Session.__init__ = timed_build
-    return {"sample": ort_decoding.sample, "export_cpu_s": round(export, 3), "session_cpu_s": builds,
+    for sample in samples.values():
+        session = getattr(sample, "session_class", ort_decoding.Session)
+        session.__init__ = timed(session.__init__)
+    return {"sample": samples, "export_cpu_s": round(export, 3), "session_cpu_s": builds,
             "version": onnxruntime.__version__}
 
 

@@ -17,7 +17,9 @@ range (0.8-1.28).
     python bench/offpolicy.py --sampler onnxruntime --questions 2 --seeds 1 --out bench/results/offpolicy_ort.json
 
 ``--sampler onnxruntime`` measures ONNX Runtime's float32 sampler (:mod:`node.learning.ort_decoding`) instead: the
-same weights, so its gap is the rounding of another kernel order.
+same weights, so its gap is the rounding of another kernel order. ``onnxruntime-int8`` and ``onnxruntime-int4``
+measure it over the decoder layers' projections quantized per call (:mod:`bench.ort_quantized`: blocks of 32, a
+scale and a zero point each; measured, not in the node).
 
 Writes bench/results/offpolicy.json (or ``--out``) and prints it.
 """
@@ -39,6 +41,8 @@ sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "bench" / "results" / "offpolicy.json"
 MEAN_ABS_GAP_BOUND = 0.05
 P99_ABS_GAP_BOUND = 0.25
+# ONNX Runtime's samplers: the float32 weights, or the layers' projections quantized to this many bits per call.
+ORT_SAMPLERS = {"onnxruntime": None, "onnxruntime-int8": 8, "onnxruntime-int4": 4}
 
 
 def sampler_policy_gaps(policy, prompts: list[tuple[int, ...]], *, num_generations: int, max_new_tokens: int,
@@ -98,8 +102,9 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--cache-dir", default=str(Path.home() / ".cache" / "rl-swarm-bench"))
-    parser.add_argument("--sampler", choices=["bfloat16", "onnxruntime"], default="bfloat16",
-                        help="the torch loop over a bfloat16 copy, or ONNX Runtime over the float32 weights")
+    parser.add_argument("--sampler", choices=["bfloat16", *ORT_SAMPLERS], default="bfloat16",
+                        help="the torch loop over a bfloat16 copy, or ONNX Runtime over the float32 weights (or over "
+                        "their projections quantized per call to 8 or 4 bits)")
     parser.add_argument("--out", default=str(RESULTS))
     parser.add_argument("--no-save", action="store_true")
     args = parser.parse_args()
@@ -114,13 +119,19 @@ def main() -> None:
     torch.set_num_threads(1)
     model, tokenizer = models.load(models.resolve(args.model), cache_dir=Path(args.cache_dir), dtype=torch.float32,
                                    device="cpu")
-    ort = args.sampler == "onnxruntime"
+    ort = args.sampler in ORT_SAMPLERS
     policy = Policy(model, tokenizer, generation_dtype=torch.float32 if ort else torch.bfloat16, max_prompt_tokens=1024)
     sample = None
     if ort:
         from node.learning import ort_decoding
 
-        sample = ort_decoding.sample
+        bits = ORT_SAMPLERS[args.sampler]
+        if bits is None:
+            sample = ort_decoding.sample
+        else:
+            from bench import ort_quantized
+
+            sample = ort_quantized.sampler(bits)
     tasks = TaskSource({family: 1.0 for family in DEFAULT_FAMILIES}, seed=1234).sample(args.questions, random.Random(0))
     prompts = [policy.prompt_ids(build_messages(task.question)) for task in tasks]
     gaps = []
@@ -129,8 +140,7 @@ def main() -> None:
                                     seed=seed, sample=sample)
     result = {
         "command": "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
-        "model": args.model, "sampler": "float32 weights, node.learning.ort_decoding (ONNX Runtime; its own log-probs)" if ort
-        else "bfloat16 copy, node.learning.decoding (its own log-probs)",
+        "model": args.model, "sampler": _described(args.sampler),
         "policy": "float32, one forward over prompt and completion",
         "bound": {"mean_abs_token_gap": MEAN_ABS_GAP_BOUND, "abs_token_gap_p99": P99_ABS_GAP_BOUND},
         "result": summarize(gaps),
@@ -138,6 +148,15 @@ def main() -> None:
     print(json.dumps(result, indent=1))
     if not args.no_save:
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+
+
+def _described(sampler: str) -> str:
+    if sampler == "bfloat16":
+        return "bfloat16 copy, node.learning.decoding (its own log-probs)"
+    bits = ORT_SAMPLERS[sampler]
+    weights = "float32 weights" if bits is None else (
+        f"decoder projections quantized per call to {bits}-bit blocks of 32 (MatMulNBits), the rest float32")
+    return f"{weights}, node.learning.ort_decoding (ONNX Runtime; its own log-probs)"
 
 
 if __name__ == "__main__":
