@@ -98,11 +98,7 @@ def session_class(bits: int) -> type:
 
             self.shape = ort_decoding.Shape(causal_lm.config)
             _shapes[self.shape.key()] = self.shape
-            options = ort.SessionOptions()
-            options.intra_op_num_threads = threads
-            options.inter_op_num_threads = 1
-            options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            options = ort_decoding.session_options(threads)
             params = dict(causal_lm.named_parameters())
             names, arrays = [], []
             for name in self.shape.weight_names():

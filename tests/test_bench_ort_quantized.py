@@ -8,7 +8,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
@@ -17,6 +16,7 @@ from bench import ort_quantized  # noqa: E402
 from bench.offpolicy import MEAN_ABS_GAP_BOUND, P99_ABS_GAP_BOUND, sampler_policy_gaps, summarize  # noqa: E402
 from node.learning.grpo import Policy  # noqa: E402
 from tests.test_generate_prompt_once import QUESTIONS  # noqa: E402
+from tests.test_offpolicy import _policy  # noqa: E402
 
 # Twice the project's bound for reduced-precision sampling: 8 bits sits at that bound (mean |gap| 0.053 nats on this
 # tiny model, 0.0515 on the bundled one, against 0.05), which is why the node does not sample with it; held here so
@@ -61,17 +61,6 @@ def test_matmulnbits_computes_with_the_weights_quantize_packed(bits):
     assert np.abs(y - expected).max() <= 0.02 * np.abs(expected).max()
 
 
-def _policy(model_dir) -> Policy:
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    with torch.no_grad(), torch.random.fork_rng(devices=[]):
-        torch.manual_seed(1)
-        for parameter in model.parameters():
-            if parameter.dim() == 2:
-                parameter.normal_(0.0, 0.2)
-    return Policy(model, AutoTokenizer.from_pretrained(model_dir), generation_dtype=torch.float32,
-                  max_prompt_tokens=256)
-
-
 def _summary(policy: Policy) -> dict:
     prompts = [policy.prompt_ids([{"role": "user", "content": q}]) for q in QUESTIONS]
     return summarize(sampler_policy_gaps(policy, prompts, num_generations=4, max_new_tokens=24, seed=0,
@@ -79,7 +68,7 @@ def _summary(policy: Policy) -> dict:
 
 
 def test_the_8_bit_sampler_keeps_the_bound_with_the_weights_of_each_call(tiny_model_dir):
-    policy = _policy(tiny_model_dir)
+    policy = _policy(tiny_model_dir, torch.float32)
     summary = _summary(policy)
     assert summary["tokens"] >= 100
     assert summary["max_abs_token_gap"] > 1e-3  # sampled from quantized weights, not the float32 ones

@@ -182,6 +182,19 @@ def graph_for(shape: Shape) -> bytes:
     return _GRAPHS[shape.key()]
 
 
+def session_options(threads: int):
+    """ORT's options for a sampler session: ``threads`` for each operator, one operator at a time, and no spinning
+    threads (they would hold a core between steps that the node's training needs)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return options
+
+
 class Session:
     """An ``InferenceSession`` of the model's graph over its current weights (no copy of them is made here)."""
 
@@ -189,11 +202,7 @@ class Session:
         import onnxruntime as ort
 
         self.shape = Shape(causal_lm.config)
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options = session_options(threads)
         params = dict(causal_lm.named_parameters())
         names = self.shape.weight_names()
         # The torch storage itself, wrapped; ``self._weights`` keeps it referenced while the session lives.
