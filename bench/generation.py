@@ -63,8 +63,6 @@ sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "bench" / "results" / "generation.json"
 SAMPLERS = ("generate/float32", "preallocated/float32", "reference/float32", "generate/bfloat16",
             "preallocated/bfloat16", "onnxruntime/float32", "onnxruntime-int8/float32", "onnxruntime-int4/float32")
-# ONNX Runtime's samplers: the float32 weights, or the decoder layers' projections quantized to this many bits.
-ORT_BITS = {"onnxruntime": None, "onnxruntime-int8": 8, "onnxruntime-int4": 4}
 WORKLOADS = ("suppressed", "natural")
 # The decode loop before a row that ended left the batch.
 REFERENCE = "bb172af"
@@ -196,23 +194,19 @@ def _ort_sampler(model, paths: set[str]) -> dict:
     ort_decoding.graph_for(ort_decoding.Shape(model.config))
     samples = {}
     for path in sorted(paths):
-        bits = ORT_BITS[path]
-        if bits is not None:
-            ort_quantized.prepare(model, bits)
-        samples[path] = ort_decoding.sample if bits is None else ort_quantized.sampler(bits)
+        if ort_quantized.SAMPLERS[path] is not None:
+            ort_quantized.prepare(model, ort_quantized.SAMPLERS[path])
+        samples[path] = ort_quantized.sample_for(path)
     export = time.process_time() - cpu
     builds: list[float] = []
+    build = ort_decoding.Session.__init__
 
-    def timed(build):
-        def timed_build(self, *args, **kwargs):
-            started = time.process_time()
-            build(self, *args, **kwargs)
-            builds.append(time.process_time() - started)
-        return timed_build
+    def timed_build(self, *args, **kwargs):  # every sampler's sessions, the quantized ones included, build here
+        started = time.process_time()
+        build(self, *args, **kwargs)
+        builds.append(time.process_time() - started)
 
-    for sample in samples.values():
-        session = getattr(sample, "session_class", ort_decoding.Session)
-        session.__init__ = timed(session.__init__)
+    ort_decoding.Session.__init__ = timed_build
     return {"sample": samples, "export_cpu_s": round(export, 3), "session_cpu_s": builds,
             "version": onnxruntime.__version__}
 

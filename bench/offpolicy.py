@@ -39,10 +39,10 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "bench" / "results" / "offpolicy.json"
+
+from bench import ort_quantized  # noqa: E402
 MEAN_ABS_GAP_BOUND = 0.05
 P99_ABS_GAP_BOUND = 0.25
-# ONNX Runtime's samplers: the float32 weights, or the layers' projections quantized to this many bits per call.
-ORT_SAMPLERS = {"onnxruntime": None, "onnxruntime-int8": 8, "onnxruntime-int4": 4}
 
 
 def sampler_policy_gaps(policy, prompts: list[tuple[int, ...]], *, num_generations: int, max_new_tokens: int,
@@ -102,7 +102,7 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--cache-dir", default=str(Path.home() / ".cache" / "rl-swarm-bench"))
-    parser.add_argument("--sampler", choices=["bfloat16", *ORT_SAMPLERS], default="bfloat16",
+    parser.add_argument("--sampler", choices=["bfloat16", *ort_quantized.SAMPLERS], default="bfloat16",
                         help="the torch loop over a bfloat16 copy, or ONNX Runtime over the float32 weights (or over "
                         "their projections quantized per call to 8 or 4 bits)")
     parser.add_argument("--out", default=str(RESULTS))
@@ -119,19 +119,9 @@ def main() -> None:
     torch.set_num_threads(1)
     model, tokenizer = models.load(models.resolve(args.model), cache_dir=Path(args.cache_dir), dtype=torch.float32,
                                    device="cpu")
-    ort = args.sampler in ORT_SAMPLERS
+    ort = args.sampler in ort_quantized.SAMPLERS
     policy = Policy(model, tokenizer, generation_dtype=torch.float32 if ort else torch.bfloat16, max_prompt_tokens=1024)
-    sample = None
-    if ort:
-        from node.learning import ort_decoding
-
-        bits = ORT_SAMPLERS[args.sampler]
-        if bits is None:
-            sample = ort_decoding.sample
-        else:
-            from bench import ort_quantized
-
-            sample = ort_quantized.sampler(bits)
+    sample = ort_quantized.sample_for(args.sampler) if ort else None
     tasks = TaskSource({family: 1.0 for family in DEFAULT_FAMILIES}, seed=1234).sample(args.questions, random.Random(0))
     prompts = [policy.prompt_ids(build_messages(task.question)) for task in tasks]
     gaps = []
@@ -153,7 +143,7 @@ def main() -> None:
 def _described(sampler: str) -> str:
     if sampler == "bfloat16":
         return "bfloat16 copy, node.learning.decoding (its own log-probs)"
-    bits = ORT_SAMPLERS[sampler]
+    bits = ort_quantized.SAMPLERS[sampler]
     weights = "float32 weights" if bits is None else (
         f"decoder projections quantized per call to {bits}-bit blocks of 32 (MatMulNBits), the rest float32")
     return f"{weights}, node.learning.ort_decoding (ONNX Runtime; its own log-probs)"

@@ -53,14 +53,25 @@ def _names(name: str) -> list[str]:
     return [f"{name}.quantized", f"{name}.scales", f"{name}.zero_points"]
 
 
-@functools.cache
-def graph(shape_key: tuple, bits: int) -> bytes:
+# ONNX Runtime's samplers as the benches name them: the node's float32 one, or this module's over projections
+# quantized to this many bits.
+SAMPLERS = {"onnxruntime": None, "onnxruntime-int8": 8, "onnxruntime-int4": 4}
+_GRAPHS: dict[tuple, bytes] = {}
+
+
+def graph(shape: ort_decoding.Shape, bits: int) -> bytes:
     """The node's graph for this architecture with the projections' ``FusedMatMul`` replaced by ``MatMulNBits``
-    over data-less initializers each session supplies."""
+    over data-less initializers each session supplies; built once per architecture and width."""
+    key = (shape.key(), bits)
+    if key not in _GRAPHS:
+        _GRAPHS[key] = _quantized_graph(shape, bits)
+    return _GRAPHS[key]
+
+
+def _quantized_graph(shape: ort_decoding.Shape, bits: int) -> bytes:
     import onnx
     from onnx import TensorProto, helper
 
-    shape = _shapes[shape_key]
     model = onnx.load_from_string(ort_decoding.graph_for(shape))
     inits = {tensor.name: tensor for tensor in model.graph.initializer}
     per_byte = 8 // bits
@@ -85,21 +96,12 @@ def graph(shape_key: tuple, bits: int) -> bytes:
     return model.SerializeToString()
 
 
-_shapes: dict[tuple, ort_decoding.Shape] = {}
-
-
 @functools.cache
 def session_class(bits: int) -> type:
     """An :class:`ort_decoding.Session` whose build quantizes the projections of the weights as they are now."""
 
     class QuantizedSession(ort_decoding.Session):
-        def __init__(self, causal_lm, *, threads: int) -> None:
-            import onnxruntime as ort
-
-            self.shape = ort_decoding.Shape(causal_lm.config)
-            _shapes[self.shape.key()] = self.shape
-            options = ort_decoding.session_options(threads)
-            params = dict(causal_lm.named_parameters())
+        def initializers(self, params):
             names, arrays = [], []
             for name in self.shape.weight_names():
                 if _quantized(name):
@@ -108,20 +110,23 @@ def session_class(bits: int) -> type:
                 else:
                     names.append(name)
                     arrays.append(params[name].detach().numpy())
-            self._weights = [ort.OrtValue.ortvalue_from_numpy(array) for array in arrays]
-            options.add_external_initializers(names, self._weights)
-            self.session = ort.InferenceSession(graph(self.shape.key(), bits), options,
-                                                providers=["CPUExecutionProvider"])
-            self._ort = ort
+            return names, arrays
+
+        def graph(self) -> bytes:
+            return graph(self.shape, bits)
 
     return QuantizedSession
 
 
 def prepare(model, bits: int) -> None:
     """Build the quantized graph for ``model``'s architecture now (the once-per-process export)."""
-    shape = ort_decoding.Shape(model.config)
-    _shapes[shape.key()] = shape
-    graph(shape.key(), bits)
+    graph(ort_decoding.Shape(model.config), bits)
+
+
+def sample_for(name: str):
+    """The sample function of one of :data:`SAMPLERS`."""
+    bits = SAMPLERS[name]
+    return ort_decoding.sample if bits is None else sampler(bits)
 
 
 @functools.cache
@@ -135,5 +140,4 @@ def sampler(bits: int):
         with mock.patch.object(ort_decoding, "Session", quantized):
             return ort_decoding.sample(*args, **kwargs)
 
-    sample.session_class = quantized
     return sample

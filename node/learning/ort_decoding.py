@@ -203,13 +203,20 @@ class Session:
 
         self.shape = Shape(causal_lm.config)
         options = session_options(threads)
-        params = dict(causal_lm.named_parameters())
-        names = self.shape.weight_names()
-        # The torch storage itself, wrapped; ``self._weights`` keeps it referenced while the session lives.
-        self._weights = [ort.OrtValue.ortvalue_from_numpy(params[name].detach().numpy()) for name in names]
+        names, arrays = self.initializers(dict(causal_lm.named_parameters()))
+        # ``self._weights`` keeps the arrays referenced while the session lives.
+        self._weights = [ort.OrtValue.ortvalue_from_numpy(array) for array in arrays]
         options.add_external_initializers(names, self._weights)
-        self.session = ort.InferenceSession(graph_for(self.shape), options, providers=["CPUExecutionProvider"])
+        self.session = ort.InferenceSession(self.graph(), options, providers=["CPUExecutionProvider"])
         self._ort = ort
+
+    def initializers(self, params: dict[str, torch.Tensor]) -> tuple[list[str], list[np.ndarray]]:
+        """The graph's data-less initializers and what this session supplies for them: the torch storage itself."""
+        names = self.shape.weight_names()
+        return names, [params[name].detach().numpy() for name in names]
+
+    def graph(self) -> bytes:
+        return graph_for(self.shape)
 
     def bind(self, keys: np.ndarray, values: np.ndarray, logits: np.ndarray) -> None:
         """Run the next forwards over the rows whose caches are ``keys``/``values`` (``[layers, B, kv_heads,
