@@ -131,9 +131,10 @@ def _send(process: subprocess.Popen, line: str) -> None:
         pass
 
 
-def run_scenario(name: str, tokens: tuple[int, int], external: int, *, seconds: float, model: str,
+def run_scenario(name: str, tokens: tuple[int, ...], external: int, *, seconds: float, model: str,
                  code: Path) -> dict:
-    """Two nodes released together for ``seconds``; per-node numbers over that window."""
+    """One node per entry of ``tokens`` (its new tokens a completion), released together for ``seconds``; per-node
+    numbers over that window."""
     work = Path(tempfile.mkdtemp(prefix=f"async-bench-{name}-"))
     nodes: list[_Node] = []
     bed = Netbed() if name == "internet" else None
