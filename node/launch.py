@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import psutil
 
@@ -61,6 +62,17 @@ def kill_tree(pid: int) -> None:
         return
     for process in family:
         try:
+            sockets = _unix_listen_paths(process.cmdline())
             process.kill()
         except psutil.NoSuchProcess:
-            pass
+            continue
+        # a SIGKILLed p2pd cannot remove its control socket, and its node no longer can either: one stale file in
+        # the temp folder per killed node, for ever
+        for path in sockets:
+            path.unlink(missing_ok=True)
+
+
+def _unix_listen_paths(argv: list[str]) -> list[Path]:
+    """The unix sockets a p2pd command line listens on (``-listen=/unix/tmp/hivemind-p2pd-....sock``)."""
+    prefix = "-listen=/unix"
+    return [Path(arg.removeprefix(prefix)) for arg in argv if arg.startswith(prefix + "/")]
