@@ -1,0 +1,151 @@
+"""Two versions of the code, one sweep: held-out accuracy paired by seed, at equal rounds and at equal wall time.
+
+``swarm_vs_solo.py`` compares SAPO configurations within one version of the code. This compares one configuration
+across two versions: each version's own ``swarm_vs_solo.py`` runs the same sweep (same nodes, configuration, seeds,
+evaluation set and settings) from its own checkout, at the same time on the same machine so both share its load, and
+this pairs their runs by seed. Issue 36 measures the asynchronous round against the synchronous gather of c936939
+this way::
+
+    git worktree add --detach /tmp/sync c936939
+    export RL_SWARM_ALLOCATOR=glibc MALLOC_ARENA_MAX=2 MALLOC_MMAP_THRESHOLD_=131072 MALLOC_TRIM_THRESHOLD_=134217728
+    SWEEP="--nodes 2 --configs I=2,J=2 --seeds 0 1 2 --eval-every 5 --eval-questions 64 --eval-samples 0"
+    (cd /tmp/sync && python bench/swarm_vs_solo.py $SWEEP --rounds 20 --out /tmp/sweep/sync) &
+    python bench/swarm_vs_solo.py $SWEEP --rounds 25 --out /tmp/sweep/async
+    python bench/paired_codes.py /tmp/sweep/async /tmp/sweep/sync --labels async sync \\
+        --codes "$(git rev-parse --short HEAD)" c936939 --out bench/results/async_learning.json
+
+At **equal rounds** the runs are compared at the last evaluation both reached. At **equal wall time** each node's
+held-out accuracy is read at the training seconds the slower run of the pair spent in all (the sum of its rounds'
+wall times, evaluations left out because both versions evaluate the same way), interpolated linearly between that
+node's evaluations; the faster version runs more rounds (``--rounds 25`` above) so its curve reaches that time.
+Each difference (first folder minus second) comes with its mean over seeds and a bootstrap 95 % interval
+(``swarm_vs_solo._paired_ci95``). Per version it also reports where the round's time went: seconds per round,
+the share spent waiting for peers, rounds per hour of training time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+
+def training_seconds(node_curve: dict) -> dict[int, float]:
+    """Rounds trained -> the node's wall seconds spent in rounds up to then (0 at round 0)."""
+    elapsed, total = {0: 0.0}, 0.0
+    for row in node_curve["rounds"]:
+        total += row[-1]
+        elapsed[row[0]] = total
+    return elapsed
+
+
+def heldout_at_seconds(node_curve: dict, budget: float) -> float:
+    """The node's held-out accuracy after ``budget`` seconds of rounds, linear between its evaluations."""
+    elapsed = training_seconds(node_curve)
+    points = sorted((elapsed[n], accuracy) for n, accuracy, *_ in node_curve["heldout"] if n in elapsed)
+    if budget >= points[-1][0]:
+        return points[-1][1]
+    for (t0, a0), (t1, a1) in zip(points, points[1:]):
+        if t0 <= budget <= t1:
+            return a0 if t1 == t0 else a0 + (a1 - a0) * (budget - t0) / (t1 - t0)
+    return points[0][1]
+
+
+def run_seconds(run: dict) -> float:
+    """Mean over a run's nodes of the seconds its rounds took in all."""
+    return statistics.fmean(max(training_seconds(node).values()) for node in run["curves"])
+
+
+def time_split(runs: list[dict]) -> dict:
+    """Where one version's rounds spent their time, mean over its runs (from each run's diagnostics)."""
+    per_round = [r["diagnostics"]["seconds_per_round"] for r in runs]
+    waiting = [r["diagnostics"]["seconds_waiting_for_peers"] for r in runs]
+    j_filled = [r["diagnostics"].get("rounds_j_filled") for r in runs]
+    return {
+        "seconds_per_round": round(statistics.fmean(per_round), 2),
+        "waiting_share": round(statistics.fmean(w / s for w, s in zip(waiting, per_round, strict=True)), 4),
+        "rounds_per_hour": round(3600 / statistics.fmean(per_round), 1),
+        "rounds_j_filled": round(statistics.fmean(j_filled), 4) if None not in j_filled else None,
+        "peer_groups_trained_per_round": round(statistics.fmean(
+            r["diagnostics"]["peer_groups_trained"] / r["diagnostics"]["rounds"] for r in runs), 3),
+    }
+
+
+def compare(first: list[dict], second: list[dict], ci95) -> dict:
+    """Runs of the same configuration by two versions, paired by seed (complete runs only)."""
+    by_seed = {r["seed"]: r for r in second if r["complete"]}
+    pairs = [(a, by_seed[a["seed"]]) for a in first if a["complete"] and a["seed"] in by_seed]
+    if not pairs:
+        raise SystemExit("no seed has a complete run in both folders")
+    equal_rounds, rounds_compared, equal_time, budgets = [], [], [], []
+    for a, b in pairs:
+        common = set(a["heldout_by_round"]) & set(b["heldout_by_round"])
+        last = max(common, key=int)
+        rounds_compared.append(int(last))
+        equal_rounds.append(a["heldout_by_round"][last] - b["heldout_by_round"][last])
+        budget = min(run_seconds(a), run_seconds(b))
+        budgets.append(budget)
+        equal_time.append(statistics.fmean(heldout_at_seconds(n, budget) for n in a["curves"])
+                          - statistics.fmean(heldout_at_seconds(n, budget) for n in b["curves"]))
+    firsts, seconds = [a for a, _ in pairs], [b for _, b in pairs]
+    return {
+        "seeds": [a["seed"] for a, _ in pairs],
+        "equal_rounds": {
+            "rounds": rounds_compared,
+            "heldout_first": [a["heldout_by_round"][str(n)] for a, n in zip(firsts, rounds_compared, strict=True)],
+            "heldout_second": [b["heldout_by_round"][str(n)] for b, n in zip(seconds, rounds_compared, strict=True)],
+            "delta": [round(d, 4) for d in equal_rounds],
+            "delta_mean": round(statistics.fmean(equal_rounds), 4),
+            "ci95": ci95(equal_rounds),
+        },
+        "equal_wall_time": {
+            "training_seconds": [round(b, 1) for b in budgets],
+            "delta": [round(d, 4) for d in equal_time],
+            "delta_mean": round(statistics.fmean(equal_time), 4),
+            "ci95": ci95(equal_time),
+        },
+        "time_first": time_split(firsts),
+        "time_second": time_split(seconds),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("first", type=Path, help="folder with the learning.json of the version under test")
+    parser.add_argument("second", type=Path, help="folder with the learning.json of the version it is compared with")
+    parser.add_argument("--labels", nargs=2, default=["first", "second"])
+    parser.add_argument("--codes", nargs=2, default=[None, None], help="the two versions' commits, for the record")
+    parser.add_argument("--config", default="I=2,J=2")
+    parser.add_argument("--out", type=Path, help="results JSON")
+    args = parser.parse_args()
+    results = [json.loads((folder / "learning.json").read_text()) for folder in (args.first, args.second)]
+    runs = [[r for r in result["runs"] if r["config"] == args.config] for result in results]
+    from swarm_vs_solo import _paired_ci95  # a sibling script: this folder is on sys.path when run as a script
+
+    comparison = compare(*runs, _paired_ci95)
+    summary = {
+        "schema": 1, "config": args.config,
+        "first": {"label": args.labels[0], "code": args.codes[0], "command": results[0]["command"]},
+        "second": {"label": args.labels[1], "code": args.codes[1], "command": results[1]["command"]},
+        "model": results[0]["model"], "machine": results[0]["machine"],
+        "settings": {"first": results[0]["settings"], "second": results[1]["settings"]},
+        **comparison,
+        "runs": {"first": runs[0], "second": runs[1]},
+    }
+    first, second = args.labels
+    rounds, wall = comparison["equal_rounds"], comparison["equal_wall_time"]
+    print(f"{args.config}, seeds {comparison['seeds']}: held-out {first} minus {second}")
+    print(f"  at equal rounds {rounds['rounds']}: {rounds['delta']}, mean {rounds['delta_mean']}, "
+          f"95 % interval {rounds['ci95']}")
+    print(f"  at equal wall time {wall['training_seconds']} s: {wall['delta']}, mean {wall['delta_mean']}, "
+          f"95 % interval {wall['ci95']}")
+    for label, key in ((first, "time_first"), (second, "time_second")):
+        print(f"  {label}: {comparison[key]}")
+    if args.out:
+        args.out.write_text(json.dumps(summary, indent=1) + "\n")
+        print(f"results: {args.out}")
+
+
+if __name__ == "__main__":
+    main()

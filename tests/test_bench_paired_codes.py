@@ -1,0 +1,75 @@
+"""bench/paired_codes.py: two versions' runs of one sweep, paired by seed at equal rounds and equal wall time."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _paired():
+    spec = importlib.util.spec_from_file_location("paired_codes", REPO / "bench" / "paired_codes.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _node(seconds_per_round: float, rounds: int, heldout: dict[int, float]) -> dict:
+    return {"heldout": [[n, a, 1.0, None] for n, a in heldout.items()],
+            "rounds": [[n, 0.5, 1.0, 0.25, 1.0, 2, 0, seconds_per_round] for n in range(1, rounds + 1)]}
+
+
+def _run(seed: int, seconds_per_round: float, rounds: int, heldout: dict[int, float], waited: float = 0.0) -> dict:
+    nodes = [_node(seconds_per_round, rounds, heldout), _node(seconds_per_round, rounds, heldout)]
+    return {"config": "I=2,J=2", "seed": seed, "complete": True,
+            "heldout_by_round": {str(n): a for n, a in heldout.items()}, "curves": nodes,
+            "diagnostics": {"seconds_per_round": seconds_per_round, "seconds_waiting_for_peers": waited,
+                            "rounds": 2 * rounds, "peer_groups_trained": 3 * rounds, "rounds_j_filled": None}}
+
+
+def test_heldout_at_seconds_interpolates_between_evaluations():
+    paired = _paired()
+    node = _node(10.0, 20, {0: 0.2, 10: 0.3, 20: 0.5})
+    assert paired.training_seconds(node)[20] == pytest.approx(200.0)
+    assert paired.heldout_at_seconds(node, 0.0) == pytest.approx(0.2)
+    assert paired.heldout_at_seconds(node, 150.0) == pytest.approx(0.4)
+    assert paired.heldout_at_seconds(node, 999.0) == pytest.approx(0.5)  # past its last round: its last evaluation
+
+
+def test_compare_pairs_by_seed_at_equal_rounds_and_at_the_slower_runs_seconds():
+    paired = _paired()
+    # the first version: 8 s rounds, 25 of them; the second: 10 s rounds (2 s of it waiting), 20 of them
+    first = [_run(0, 8.0, 25, {0: 0.2, 20: 0.4, 25: 0.5}), _run(1, 8.0, 25, {0: 0.2, 20: 0.3, 25: 0.3})]
+    second = [_run(1, 10.0, 20, {0: 0.2, 20: 0.35}, waited=2.0), _run(0, 10.0, 20, {0: 0.2, 20: 0.3}, waited=2.0),
+              _run(7, 10.0, 20, {0: 0.2, 20: 0.9})]  # no partner: left out
+    result = paired.compare(first, second, lambda deltas: [min(deltas), max(deltas)])
+    assert result["seeds"] == [0, 1]
+    assert result["equal_rounds"]["rounds"] == [20, 20]
+    assert result["equal_rounds"]["delta"] == [pytest.approx(0.1), pytest.approx(-0.05)]
+    # 200 s: the first version's round 25 (0.5 at 200 s), against the second's round 20
+    assert result["equal_wall_time"]["training_seconds"] == [200.0, 200.0]
+    assert result["equal_wall_time"]["delta"] == [pytest.approx(0.2), pytest.approx(-0.05)]
+    assert result["time_second"]["waiting_share"] == pytest.approx(0.2)
+    assert result["time_first"]["rounds_per_hour"] == pytest.approx(450.0)
+
+
+def test_the_command_writes_the_comparison(tmp_path):
+    for name, runs in (("a", [_run(0, 8.0, 25, {0: 0.2, 20: 0.4, 25: 0.5}), _run(1, 8.0, 25, {0: 0.2, 20: 0.3})]),
+                       ("b", [_run(0, 10.0, 20, {0: 0.2, 20: 0.3}), _run(1, 10.0, 20, {0: 0.2, 20: 0.3})])):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "learning.json").write_text(json.dumps(
+            {"command": f"sweep {name}", "model": "tiny", "machine": "here", "settings": {}, "runs": runs}))
+    out = tmp_path / "paired.json"
+    subprocess.run([sys.executable, str(REPO / "bench" / "paired_codes.py"), str(tmp_path / "a"), str(tmp_path / "b"),
+                    "--labels", "async", "sync", "--codes", "abc", "c936939", "--out", str(out)], check=True,
+                   capture_output=True, cwd=tmp_path)
+    result = json.loads(out.read_text())
+    assert result["first"] == {"label": "async", "code": "abc", "command": "sweep a"}
+    assert result["equal_rounds"]["delta"] == [pytest.approx(0.1), pytest.approx(0.0)]
+    assert len(result["equal_rounds"]["ci95"]) == 2
