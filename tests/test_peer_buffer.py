@@ -8,6 +8,7 @@ import pytest
 from node.clock import SwarmClock
 from node.sapo.peer_buffer import PeerGroupBuffer
 from node.sapo.scoring import RejectedGroup, Verification, score_group
+from node.sapo.teaching import OwnAccuracy, teaching_rank
 from node.swarm.records import GroupRecord, SharedGroup
 from node.tasks.source import Grade, Task
 from node.tasks.taskref import TaskRef
@@ -15,10 +16,10 @@ from node.tasks.taskref import TaskRef
 CLOCK = SwarmClock(epoch=time.time() - 10_000.0, round_seconds=10.0)
 
 
-def group(peer, index, *, round_=None, rewards=(0.0, 1.0), forged=False):
+def group(peer, index, *, round_=None, rewards=(0.0, 1.0), forged=False, family="basic_arithmetic"):
     texts = tuple(f"{peer}/{index}/{i}/{r}" for i, r in enumerate(rewards))
     question = "forged" if forged else f"q{index}"
-    shared = SharedGroup(TaskRef("basic_arithmetic", "ab", 0, index), question, texts, (True,) * len(texts))
+    shared = SharedGroup(TaskRef(family, "ab", 0, index), question, texts, (True,) * len(texts))
     return GroupRecord(peer, CLOCK.now() if round_ is None else round_, index, shared)
 
 
@@ -199,3 +200,73 @@ def test_a_round_takes_one_group_per_network_before_a_second_of_any():
         trial.verify_pending()
         chosen = trial.take(2, random.Random(seed)).chosen
         assert sorted(item.source for item in chosen) == ["198.51.100.0/24", SYBIL_NETWORK]
+
+
+def _taken(groups, count, seed, *, rank=None, networks=None, preferred=None, **bounds):
+    """Peers of ``groups`` (one group each unless a peer repeats) offered to a fresh buffer, then one take."""
+    buf, _ = buffer(max_per_peer=8, **bounds)
+    for record in groups:
+        buf.offer(record, published_at=time.time(), size=1000, network=(networks or {}).get(record.peer_id))
+    buf.verify_pending()
+    return buf.take(count, random.Random(seed), rank=rank, preferred=preferred).chosen
+
+
+def _own(**accuracy):
+    own = OwnAccuracy()
+    for family, value in accuracy.items():
+        own.record(family, value)
+    return own
+
+
+def test_teaching_first_takes_the_widest_spread_first_and_equal_rewards_last():
+    # drop_zero_advantage off: equal-reward groups are usable, and uniform takes them as often as any other
+    groups = [group("QmFlat0", 0, rewards=(1.0, 1.0, 1.0, 1.0)), group("QmFlat1", 1, rewards=(0.0,) * 4),
+              group("QmRare", 2, rewards=(0.0, 0.0, 0.0, 1.0)), group("QmHalf", 3, rewards=(0.0, 1.0, 0.0, 1.0))]
+    rank = teaching_rank(OwnAccuracy())
+    for seed in range(10):
+        chosen = _taken(groups, 2, seed, rank=rank, drop_zero_advantage=False)
+        assert [item.peer_id for item in chosen] == ["QmHalf", "QmRare"]  # std 0.5, then 0.43; never a flat one
+    uniform = {item.peer_id for seed in range(10) for item in _taken(groups, 2, seed, drop_zero_advantage=False)}
+    assert uniform == {"QmFlat0", "QmFlat1", "QmRare", "QmHalf"}
+
+
+def test_teaching_first_prefers_the_family_where_our_own_recent_accuracy_is_lowest():
+    groups = [group(f"QmProducts{i}", i, family="products") for i in range(4)]
+    groups += [group("QmChain", 10, family="chain_sum"), group("QmGcd", 11, family="gcd")]
+    own = _own(products=1.0, chain_sum=0.25)  # gcd: no group of ours yet, so no sign that we are weak there
+    for seed in range(10):
+        chosen = _taken(groups, 2, seed, rank=teaching_rank(own))
+        assert [item.group.task.ref.family for item in chosen] == ["chain_sum", "products"]
+    own.record("products", 0.0)  # a running window: the products groups we fail now count
+    own.record("products", 0.0)
+    assert own.of("products") == pytest.approx(1 / 3)
+    for _ in range(8):  # ...and it is bounded: the last 8 groups only
+        own.record("products", 0.0)
+    assert own.of("products") == 0.0
+    chosen = _taken(groups, 2, 0, rank=teaching_rank(own))
+    assert [item.group.task.ref.family for item in chosen] == ["products", "products"]
+
+
+def test_teaching_first_keeps_one_group_per_network_before_a_second_of_any():
+    # many identities of one /24 publish ideal groups (the widest spread, our weakest family): they rank first, and
+    # still get one slot while other networks have groups, exactly as under the uniform choice
+    honest = {f"QmHonest{i}": f"198.51.100.{i}" for i in range(3)}
+    sybils = {f"QmSybil{i}": SYBIL_NETWORK for i in range(7)}
+    groups = [group(peer, i, rewards=(0.0, 0.0, 0.0, 1.0), family="products") for i, peer in enumerate(honest)]
+    groups += [group(peer, 10 + i, rewards=(0.0, 1.0, 0.0, 1.0), family="chain_sum") for i, peer in enumerate(sybils)]
+    rank = teaching_rank(_own(products=1.0, chain_sum=0.0))
+    for seed in range(10):
+        for choice in (rank, None):
+            chosen = _taken(groups, 4, seed, rank=choice, networks=honest | sybils)
+            assert sorted(item.source for item in chosen) == sorted([*honest.values(), SYBIL_NETWORK])
+        chosen = _taken(groups, 2, seed, rank=rank, networks=honest | sybils)
+        assert [item.source for item in chosen][0] == SYBIL_NETWORK and chosen[1].source in honest.values()
+
+
+def test_teaching_first_still_takes_registered_peers_first():
+    groups = [group("QmRegistered", 0, rewards=(0.0, 0.0, 0.0, 1.0)), group("QmIdeal", 1, rewards=(0.0, 1.0, 0.0, 1.0))]
+    rank = teaching_rank(OwnAccuracy())
+    for seed in range(5):
+        assert [i.peer_id for i in _taken(groups, 2, seed, rank=rank)] == ["QmIdeal", "QmRegistered"]
+        chosen = _taken(groups, 2, seed, rank=rank, preferred={"QmRegistered"})
+        assert [i.peer_id for i in chosen] == ["QmRegistered", "QmIdeal"]

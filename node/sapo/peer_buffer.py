@@ -4,9 +4,9 @@ The exchange's background feed (:meth:`node.swarm.dht.DhtExchange.start_feed`) h
 with :meth:`PeerGroupBuffer.offer`, on the DHT loop, where only a deque append happens. A verifier thread checks each
 group against the task we regenerate ourselves and grades it with our own verifier
 (:func:`node.sapo.scoring.verify_records`), so rewards and advantages are ours, never the peer's. A round then calls
-:meth:`PeerGroupBuffer.take`: J groups chosen at once among the fresh usable ones (SAPO's uniform choice, newest swarm
-round first, registered peers first, one group per network before a second of any), or fewer when the buffer is
-short. Taken groups leave the buffer: a group is trained on at most once.
+:meth:`PeerGroupBuffer.take`: J groups chosen at once among the fresh usable ones (SAPO's uniform choice or the
+teaching-first order of :mod:`node.sapo.teaching`, newest swarm round first, registered peers first, one group per
+network before a second of any), or fewer when the buffer is short. Taken groups leave the buffer: a group is trained on at most once.
 
 Identities are free, network addresses are not: each group carries the address group (/24, /48) of the peer that
 published it, as the feed saw it (:mod:`node.swarm.peer_addresses`; a group offered without one is its peer's own
@@ -42,6 +42,7 @@ AUTO_AGE_ROUNDS = 3  # ...or three of this node's own rounds, whichever is longe
 
 Verify = Callable[[RoundRecord], Verification]
 Keep = Callable[[ScoredGroup], str]  # "" to keep a group, else the reason it is refused
+Rank = Callable[[ScoredGroup], tuple[float, ...]]  # a sort key of what a group teaches, smallest first
 
 
 @dataclass
@@ -247,10 +248,12 @@ class PeerGroupBuffer:
     # ------------------------------------------------------------------------------------------ the round
     def take(
         self, count: int, rng: random.Random, *, keep: Keep = lambda group: "",
-        preferred: Collection[str] | None = None,
+        preferred: Collection[str] | None = None, rank: Rank | None = None,
     ) -> Taken:
         """Up to ``count`` fresh usable groups, chosen now; never waits. ``keep`` may refuse a candidate (the
-        peer-text cap, the log-prob floor), which then leaves the buffer as rejected."""
+        peer-text cap, the log-prob floor), which then leaves the buffer as rejected. ``rank`` (the teaching-first
+        choice, :func:`node.sapo.teaching.teaching_rank`) orders candidates before the swarm round does; registered
+        peers still come first and each network still gets one group before a second of any, whatever it ranks."""
         now, round_now = time.time(), self.clock.now()
         with self._lock:
             stale = [item for item in self._ready if not self._fresh(item, now, round_now)]
@@ -264,6 +267,8 @@ class PeerGroupBuffer:
             self._arrived, self._dropped, self._rejected, self._expired = 0, [], [], 0
         rng.shuffle(candidates)
         candidates.sort(key=lambda item: -item.record.round)  # stable: uniform within each swarm round
+        if rank is not None:
+            candidates.sort(key=lambda item: rank(item.group))  # stable: ties keep the order above
         if preferred is not None:
             candidates.sort(key=lambda item: item.peer_id not in preferred)
         gone: list[Buffered] = []
