@@ -60,6 +60,9 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
+PeerChoice = Literal["uniform", "teaching"]
+
+
 class TrainingSettings(_Section):
     """What is trained and how (SAPO: GRPO over local and peer rollouts)."""
 
@@ -80,6 +83,12 @@ class TrainingSettings(_Section):
     )
     local_questions: int = Field(2, ge=1, le=64, description="I: questions sampled locally per round")
     external_groups: int = Field(2, ge=0, le=64, description="J: peer groups trained on per round (0 = solo)")
+    peer_choice: PeerChoice = Field(
+        "uniform", description="which J of the fresh peer groups a round takes: uniform = SAPO's uniform choice; "
+        "teaching = the groups whose rewards (by our own verifier) spread most first, then those of the families "
+        "where this node's own recent accuracy is lowest. Either way registered peers come first and each network "
+        "gets one group before a second of any",
+    )
     num_generations: int = Field(4, ge=2, le=64, description="G: completions per question")
     max_new_tokens: int = Field(128, ge=8, le=4096)
     max_prompt_tokens: int = Field(1024, ge=32, le=32768, description="longer prompts are cut from the left")

@@ -43,6 +43,7 @@ def test_toml_roundtrip_and_overrides(tmp_path):
         ({"training": {"num_generations": 1}}, "[training] num_generations"),
         ({"training": {"epsilon": 0.3, "epsilon_high": 0.2}}, "epsilon_high"),
         ({"training": {"device": "tpu"}}, "[training] device"),
+        ({"training": {"peer_choice": "best"}}, "[training] peer_choice"),
         ({"swarm": {"port": 70000}}, "[swarm] port"),
         ({"run": {"turbo": True}}, "[run] turbo: unknown setting"),
         ({"swarm": {"swarm_name": "no spaces allowed"}}, "[swarm] swarm_name"),
@@ -53,6 +54,17 @@ def test_invalid_settings_name_the_field_and_how_to_fix(data, fragment):
         NodeConfig.build(data)
     assert fragment in info.value.message
     assert "--help" in info.value.hint
+
+
+def test_the_peer_choice_is_sapos_uniform_one_unless_teaching_first_is_asked_for(tmp_path):
+    assert NodeConfig.build().training.peer_choice == "uniform"
+    older = tmp_path / "older.toml"  # written before the setting existed
+    older.write_text("[training]\nexternal_groups = 3\n")
+    assert NodeConfig.load(older).training.peer_choice == "uniform"
+    chosen = tmp_path / "teaching.toml"
+    chosen.write_text('[training]\npeer_choice = "teaching"\n')
+    assert NodeConfig.load(chosen).training.peer_choice == "teaching"
+    assert config_from_args(_parser().parse_args(["run", "--peer-choice", "teaching"])).training.peer_choice == "teaching"
 
 
 def test_broken_toml_and_missing_file(tmp_path):

@@ -43,6 +43,17 @@ class _FlatOwnParts(_SpreadParts):
         return super().grade(task, text, finished)
 
 
+class _OwnByFamilyParts(RoundParts):
+    """Its own groups: every products completion right, every other one wrong (its accuracy per family); peers'
+    groups: graded by the real verifier."""
+
+    def grade(self, task: Task, text: str, finished: bool) -> Grade:
+        if task.ref.seed == self.tasks.seed:
+            right = task.ref.family == "products"
+            return Grade(float(right), right, float(right), True, "correct" if right else "wrong_value")
+        return super().grade(task, text, finished)
+
+
 class _Registry:
     def __init__(self, registered: set[str]) -> None:
         self.registered, self.asked = registered, set()
@@ -185,6 +196,32 @@ def test_a_round_counts_the_peer_groups_that_brought_spread_its_own_groups_lacke
 
 
 @pytest.mark.slow
+def test_teaching_first_takes_the_peer_groups_of_the_family_where_our_own_accuracy_is_lowest(tiny_model_dir, tmp_path):
+    board = InMemoryBoard()
+    a = _parts(tiny_model_dir, tmp_path, board, "QmLearner", seed=1, cls=_OwnByFamilyParts)
+    a.tasks = TaskSource({"products": 1.0, "chain_sum": 1.0}, seed=1, ladders=SMALL_MODEL_LADDERS)
+    a.settings = dataclasses.replace(SETTINGS, local_questions=4, peer_choice="teaching")
+    _connect(a)
+    # 8 peers, one group each, all alike in spread (one right answer of G): 2 of chain_sum, 6 of products
+    for i, family in enumerate(["chain_sum"] * 2 + ["products"] * 6):
+        task = TaskSource({family: 1.0}, seed=2, ladders=SMALL_MODEL_LADDERS).sample(1, random.Random(i))[0]
+        texts = (f"<answer>{task.answer}</answer>",) + (f"<answer>{task.answer}1</answer>",) * (G - 1)
+        peer = f"QmPeer{i}"
+        InMemoryExchange(board, peer).publish(RoundRecord(peer, a.clock.now(), (
+            SharedGroup(task=task.ref, question=task.question, completions=texts, finished=(True,) * G),),
+            prompt_format=PROMPT_FORMAT))
+    a.buffer.verify_pending()
+    assert len(a.buffer.candidates()) == 8
+    results: dict = {}
+    _play(a, 0, results, [])
+    # the round's own groups, graded before it took: products all right, chain_sum all wrong
+    assert (a.own_accuracy.of("products"), a.own_accuracy.of("chain_sum")) == (1.0, 0.0)
+    taken = [s.family for s in results["QmLearner"].samples if not s.local and s.fate == "trained"]
+    assert taken == ["chain_sum", "chain_sum"]  # the uniform choice: 1 chance in 28
+    disconnect_peers(a)
+
+
+@pytest.mark.slow
 def test_a_round_without_reward_spread_skips_the_update(tiny_model_dir, tmp_path):
     board = InMemoryBoard()
     solo = _parts(tiny_model_dir, tmp_path, board, "QmSolo", seed=3)  # real verifier: a random model scores 0
@@ -208,7 +245,7 @@ def test_build_node_plays_rounds_and_evaluates_over_an_in_memory_exchange(tiny_m
     from tests.nodes import tiny_config
 
     config = tiny_config(tiny_model_dir, tmp_path, run={"rounds": 2, "checkpoint_every_rounds": 5},
-                         evaluation={"every_rounds": 1, "questions": 5})
+                         evaluation={"every_rounds": 1, "questions": 5}, training={"peer_choice": "teaching"})
     board, bus, events = InMemoryBoard(), EventBus(), []
     bus.subscribe(events.append)
     trims = []  # rounds finished when the heap was trimmed: once after each round, none for an evaluation
@@ -216,6 +253,7 @@ def test_build_node_plays_rounds_and_evaluates_over_an_in_memory_exchange(tiny_m
                         lambda: trims.append(sum(e.kind == "round_finished" for e in events)) or True)
     node = build_node(config, bus=bus, exchange=lambda cfg, identity, peers: InMemoryExchange(board, identity.peer_id))
     node.run()
+    assert node.parts.settings.peer_choice == "teaching"  # the config's choice reaches the round
     assert trims == [1, 2]
     kinds = [e.kind for e in events]
     evaluations = [e for e in events if e.kind == "eval_finished"]

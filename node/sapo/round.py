@@ -5,7 +5,8 @@
 3. grade them with our verifier and hand them to the exchange to publish (as text, with task refs, never ground
    truth), without waiting for the store;
 4. take J peer groups at once from the buffer the exchange's background feed fills and a verifier thread checks and
-   grades with the same verifier (:mod:`node.sapo.peer_buffer`): fresh ones only, fewer when it is short;
+   grades with the same verifier (:mod:`node.sapo.peer_buffer`): fresh ones only, fewer when it is short, chosen
+   uniformly as in SAPO or teaching-first (:mod:`node.sapo.teaching`, from our own recent accuracy per family);
 5. one GRPO update on the local and taken groups, skipped when none has reward spread (no gradient);
 6. move the curriculum, and report metrics (with the age of the peer groups used) and one sample per group.
 
@@ -22,10 +23,11 @@ import statistics
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from node.clock import SwarmClock
+from node.config import PeerChoice
 from node.events import RolloutSample, RoundFinished, RoundProgress
 from node.learning.grpo import Completion, GrpoLearner, Policy, StepStats, TrainGroup
 from node.sapo.peer_buffer import Buffered, PeerGroupBuffer, Taken
@@ -34,6 +36,7 @@ from node.sapo.scoring import (
     DROPPED_EQUAL_REWARDS, RejectedGroup, ScoredGroup, Verification, peer_signal, score_group, trained_fate,
     verify_records,
 )
+from node.sapo.teaching import OwnAccuracy, teaching_rank
 from node.swarm.exchange import Exchange
 from node.swarm.identity import peer_name
 from node.swarm.records import RoundRecord, SharedGroup
@@ -63,6 +66,7 @@ class RoundSettings:
     drop_zero_advantage: bool
     peer_text_ratio: float = 2.0  # cap on peer text outside <answer>, relative to our own (node.sapo.peer_text)
     peer_logprob_floor: float | None = None  # least mean per-token log-prob of a peer completion under our policy
+    peer_choice: PeerChoice = "uniform"  # how J peer groups are chosen among the usable ones (node.sapo.teaching)
 
 
 class PeerRegistry(Protocol):
@@ -86,6 +90,7 @@ class RoundParts:
     registry: PeerRegistry | None = None  # with a chain: groups of registered peers are picked first
     clock: SwarmClock = SwarmClock()  # the swarm round our groups are published under
     buffer: PeerGroupBuffer | None = None  # peers' groups (see connect_peers); None: solo
+    own_accuracy: OwnAccuracy = field(default_factory=OwnAccuracy)  # what the teaching-first choice reads
 
     def verify(self, record: RoundRecord) -> Verification:
         """A peer's groups checked against the tasks we regenerate, graded by our verifier (the buffer's thread)."""
@@ -162,6 +167,8 @@ def play_round(
                     texts=[c.text for c in completions], finished=[c.finished for c in completions])
         for task, completions in zip(tasks, generated, strict=True)
     ]
+    for group in local:  # before taking: this round's own groups are the freshest word on where we are weak
+        parts.own_accuracy.record(group.task.ref.family, group.accuracy)
     report(RoundProgress(round=number, phase="sharing", done=0, total=len(local)))
     t0 = time.perf_counter()
     shared = _publish(parts, local)
@@ -315,7 +322,8 @@ def _take(parts: RoundParts, local: list[ScoredGroup], rng: random.Random) -> Ta
 
     peers = {item.peer_id for item in parts.buffer.candidates()} if parts.registry is not None else set()
     registered = None if parts.registry is None else parts.registry.registered_peers(peers)
-    return parts.buffer.take(s.external_groups, rng, keep=keep, preferred=registered)
+    rank = teaching_rank(parts.own_accuracy) if s.peer_choice == "teaching" else None
+    return parts.buffer.take(s.external_groups, rng, keep=keep, preferred=registered, rank=rank)
 
 
 def _ages(clock: SwarmClock, chosen: list[Buffered]) -> dict:
