@@ -212,6 +212,7 @@ def test_model_card_describes_the_run(hub, tmp_path, tiny_model_dir):
     assert "library_name: transformers" in header
     for expected in ("| rounds trained | 12 (last swarm round 11) |", "| most peers seen in a round | 4 |",
                      "| local questions per round (I) | 3 |", "| peer groups per round (J) | 5 |",
+                     "| peer groups chosen | uniformly (SAPO) |",
                      "| completions per question (G) | 6 |", "dr_grpo, beta (KL) 0", "clip epsilon 0.2 / 0.28",
                      "| task families (reasoning-gym) | basic_arithmetic, bf |", "![reward per round](reward_curve.png)",
                      'AutoModelForCausalLM.from_pretrained("alice/card")', peer(config)):

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 TAGS = ("rl-swarm", "grpo", "sapo", "reasoning-gym")
 BUNDLED_BASE = "HuggingFaceTB/SmolLM2-135M-Instruct"
 SMOOTHING = 10  # rounds in the moving average of the curve
+PEER_CHOICES = {"uniform": "uniformly (SAPO)", "teaching": "teaching-first (widest reward spread, then our weakest families)"}
 
 
 def base_model_id(model_ref: str) -> str | None:
@@ -81,6 +82,7 @@ def build_model_card(
         f"| most peers seen in a round | {swarm_size} |",
         f"| local questions per round (I) | {train.local_questions} |",
         f"| peer groups per round (J) | {train.external_groups} |",
+        f"| peer groups chosen | {PEER_CHOICES[train.peer_choice]} |",
         f"| completions per question (G) | {train.num_generations} |",
         f"| loss | {train.loss_type}, beta (KL) {train.beta:g}, clip epsilon {train.epsilon:g} / "
         f"{train.epsilon_high:g} |",
