@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 TAGS = ("rl-swarm", "grpo", "sapo", "reasoning-gym")
 BUNDLED_BASE = "HuggingFaceTB/SmolLM2-135M-Instruct"
 SMOOTHING = 10  # rounds in the moving average of the curve
-PEER_CHOICES = {"uniform": "uniformly (SAPO)", "teaching": "teaching-first (widest reward spread, then our weakest families)"}
+PEER_CHOICES = {"uniform": "uniformly (SAPO)",
+                "teaching": "teaching-first (widest reward spread, then our weakest families)"}
 
 
 def base_model_id(model_ref: str) -> str | None:

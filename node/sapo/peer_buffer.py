@@ -6,7 +6,8 @@ group against the task we regenerate ourselves and grades it with our own verifi
 (:func:`node.sapo.scoring.verify_records`), so rewards and advantages are ours, never the peer's. A round then calls
 :meth:`PeerGroupBuffer.take`: J groups chosen at once among the fresh usable ones (SAPO's uniform choice or the
 teaching-first order of :mod:`node.sapo.teaching`, newest swarm round first, registered peers first, one group per
-network before a second of any), or fewer when the buffer is short. Taken groups leave the buffer: a group is trained on at most once.
+network before a second of any), or fewer when the buffer is short. Taken groups leave the buffer: a group is trained
+on at most once.
 
 Identities are free, network addresses are not: each group carries the address group (/24, /48) of the peer that
 published it, as the feed saw it (:mod:`node.swarm.peer_addresses`; a group offered without one is its peer's own
