@@ -99,19 +99,27 @@ def test_each_call_samples_from_the_weights_as_they_are_then(tiny_model_dir):
     _assert_policy_logprobs(policy, prompts, after, atol=LOGPROB_BOUND)
 
 
-def test_without_onnxruntime_the_torch_loop_samples_and_says_so_once(tiny_model_dir, monkeypatch, caplog):
+@pytest.mark.parametrize("missing", ["onnxruntime", "positions"])
+def test_where_onnxruntime_cannot_sample_the_torch_loop_does_and_says_why_once(tiny_model_dir, monkeypatch, caplog,
+                                                                                missing):
     model = _model(tiny_model_dir, None)
     calls = []
     torch_sample = decoding.sample
     monkeypatch.setattr(decoding, "sample", lambda *a, **kw: calls.append(1) or torch_sample(*a, **kw))
-    monkeypatch.setattr(ort_decoding, "available", lambda: False)
+    monkeypatch.setattr(ort_decoding, "sample", lambda *a, **kw: pytest.fail("onnxruntime sampled"))
     kwargs = {"num_generations": G, "max_new_tokens": 4, "temperature": 1.0, "top_p": 1.0, "seed": 3}
     policy = _policy(model, tiny_model_dir, "onnxruntime")
     prompts = _prompts(policy)
+    if missing == "onnxruntime":
+        monkeypatch.setattr(ort_decoding, "available", lambda: False)
+        reason = "onnxruntime is not installed"
+    else:  # the longest prompt and its completion run one position past the graph's rotary table
+        model.config.max_position_embeddings = max(len(p) for p in prompts) + kwargs["max_new_tokens"] - 1
+        reason = "longer than its rotary table"
     with caplog.at_level(logging.WARNING, logger="node.learning.grpo"):
         policy.generate(prompts, **kwargs)
         policy.generate(prompts, **kwargs)
-    warned = [r for r in caplog.records if "onnxruntime is not installed" in r.getMessage()]
+    warned = [r for r in caplog.records if reason in r.getMessage()]
     assert len(calls) == 2 and len(warned) == 1
 
 

@@ -213,7 +213,7 @@ class Policy:
                 should_stop) -> list[list[Completion]]:
         """Each padded prompt's ``greedy`` + ``sampled`` completions from :func:`node.learning.decoding.sample`."""
         torch.manual_seed(seed)
-        result = self._sample_function(sampler)(
+        result = self._sample_function(sampler, positions=input_ids.shape[1] + max_new_tokens)(
             sampler, input_ids, attention, greedy=greedy, sampled=sampled, max_new_tokens=max_new_tokens,
             temperature=temperature, top_p=top_p, eos_ids=self.eos_ids, pad_id=self.tokenizer.pad_token_id,
             should_stop=should_stop,
@@ -222,14 +222,17 @@ class Policy:
         return [[self._completion(row) for row in rows[start : start + copies]]
                 for start in range(0, len(rows), copies)]
 
-    def _sample_function(self, sampler) -> Callable[..., decoding.Sampled]:
-        """ONNX Runtime's loop where ``self.sampler`` asks for it and it can run ``sampler``, else the torch loop
-        (saying why, once)."""
+    def _sample_function(self, sampler, *, positions: int) -> Callable[..., decoding.Sampled]:
+        """ONNX Runtime's loop where ``self.sampler`` asks for it and it can run ``sampler`` for sequences of
+        ``positions`` tokens, else the torch loop (saying why, once)."""
         if self.sampler == "onnxruntime":
             if not ort_decoding.available():
                 self._fall_back("onnxruntime is not installed (pip install onnxruntime onnx)")
             elif not ort_decoding.supports(sampler):
                 self._fall_back("it runs float32 Llama-type models on the CPU only")
+            elif positions > ort_decoding.max_positions(sampler):
+                self._fall_back("prompt and completion are longer than its rotary table (the model's position "
+                                "limit)")
             else:
                 return ort_decoding.sample
         return decoding.sample

@@ -42,6 +42,11 @@ def available() -> bool:
     return importlib.util.find_spec("onnxruntime") is not None and importlib.util.find_spec("onnx") is not None
 
 
+def max_positions(causal_lm) -> int:
+    """The longest prompt plus completion the graph can run: its rotary table's length, the model's own limit."""
+    return Shape(causal_lm.config).positions
+
+
 def supports(causal_lm) -> bool:
     """Whether :func:`graph` describes this model exactly."""
     config = causal_lm.config
@@ -251,10 +256,8 @@ def sample(
     from the updated weights."""
     prompts = [row[mask.bool()].tolist() for row, mask in zip(input_ids, attention, strict=True)]
     capacity = max(len(p) for p in prompts) + max_new_tokens
-    if capacity > Shape(causal_lm.config).positions:  # past the rotary table: the model's own limit, torch's too
-        return decoding.sample(causal_lm, input_ids, attention, greedy=greedy, sampled=sampled,
-                               max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, eos_ids=eos_ids,
-                               pad_id=pad_id, should_stop=should_stop)
+    if capacity > max_positions(causal_lm):
+        raise ValueError(f"{capacity} positions do not fit the rotary table; check max_positions() first")
     session = Session(causal_lm, threads=torch.get_num_threads())
     shape = session.shape
     copies = greedy + sampled
