@@ -222,8 +222,8 @@ def sample(
     produced = 0
     for step in range(max_new_tokens):
         logits = causal_lm(input_ids=step_ids, attention_mask=mask[:, : shared + width + step],
-                           position_ids=step_positions,
-                           use_cache=True, logits_to_keep=1, **{CACHE_KWARG: cache}).logits[:, -1, :]
+                           position_ids=step_positions, use_cache=True, logits_to_keep=1,
+                           **{CACHE_KWARG: cache}).logits[:, -1, :]
         scores = logits.to(dtype=torch.float32, copy=True)
         chosen, scores = choose(scores, warpers, noise_row, drawing_rows=drawing_rows, batch=prompts * sampled)
         tokens[live, step] = chosen
