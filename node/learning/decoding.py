@@ -80,9 +80,9 @@ class PreallocatedLayer(DynamicLayer):
     """One layer's keys and values in buffers of ``capacity`` positions for ``rows`` sequences, filled in place.
 
     ``keys``/``values`` are views of the filled part of the live rows, so everything that reads a dynamic layer (its
-    length, the attention mask's size, the attention itself) sees exactly the tokens written so far. A first update
-    with fewer rows (the shared prompts) is written to each of its ``rows // batch`` copies, row i's copies next to
-    each other. :meth:`batch_select_indices` keeps some rows, moved to the front of the same buffers.
+    length, the attention mask's size, the attention itself) sees exactly the tokens written so far. An update with
+    fewer rows (a shared prefix, the shared prompts) is written to each of its ``rows // batch`` copies, row i's
+    copies next to each other. :meth:`batch_select_indices` keeps some rows, moved to the front of the same buffers.
     """
 
     def __init__(self, capacity: int, rows: int) -> None:
@@ -147,6 +147,26 @@ class PreallocatedCache(DynamicCache):
 
 
 @dataclass(frozen=True)
+class Prefix:
+    """The keys and values of tokens that every prompt of several generations starts with, computed once: each
+    generation copies them into every row instead of running them again (:func:`prefill`). Valid for the weights
+    they were computed with."""
+
+    ids: tuple[int, ...]
+    layers: tuple[tuple[torch.Tensor, torch.Tensor], ...]  # per layer: keys, values [1, kv heads, len(ids), head dim]
+
+
+@torch.inference_mode()
+def prefill(causal_lm, ids: tuple[int, ...]) -> Prefix:
+    """``ids``' keys and values under ``causal_lm``, at positions 0.., as :func:`sample`'s prefill computes them."""
+    cache = PreallocatedCache(causal_lm, capacity=len(ids), rows=1)
+    device = next(causal_lm.parameters()).device
+    causal_lm.base_model(input_ids=torch.tensor([ids], device=device),
+                         position_ids=torch.arange(len(ids), device=device)[None], use_cache=True, **{CACHE_KWARG: cache})
+    return Prefix(tuple(ids), tuple((layer.keys, layer.values) for layer in cache.layers))
+
+
+@dataclass(frozen=True)
 class Sampled:
     tokens: torch.Tensor  # [rows, new tokens]; pad after a row's end-of-sequence token
     logprobs: torch.Tensor  # [rows, new tokens] float32: each token's log-prob under the distribution it was drawn from
@@ -156,10 +176,12 @@ class Sampled:
 def sample(
     causal_lm, input_ids: torch.Tensor, attention: torch.Tensor, *, greedy: int, sampled: int, max_new_tokens: int,
     temperature: float, top_p: float, eos_ids: tuple[int, ...], pad_id: int,
-    should_stop: Callable[[], bool] = lambda: False,
+    should_stop: Callable[[], bool] = lambda: False, prefix: Prefix | None = None,
 ) -> Sampled:
     """``greedy`` most-likely and then ``sampled`` sampled continuations of each left-padded prompt, one batch, a
     prompt's rows next to each other. Each prompt but its last token runs once; its cache serves all its rows.
+    With ``prefix``, each prompt is ``prefix.ids`` followed by its row of ``input_ids`` (at least one token): the
+    prefix's keys and values are copied into every row, and only the rest of each prompt runs.
 
     The greedy rows are ``generate(do_sample=False)``'s; the sampled rows are what ``generate(do_sample=True,
     temperature, top_p, top_k=0, num_return_sequences=sampled)`` samples from the global torch generator: the draws
@@ -171,14 +193,19 @@ def sample(
     copies = greedy + sampled
     rows = prompts * copies
     device = input_ids.device
-    cache = PreallocatedCache(causal_lm, capacity=width + max_new_tokens, rows=rows)
-    # The attention mask of the whole generation, prompt padding included; each step reads its filled part.
-    mask = attention.new_ones(rows, width + max_new_tokens)
-    mask[:, :width] = attention.repeat_interleave(copies, dim=0)
-    # Positions count a row's real tokens, as generate() numbers them, so left padding does not shift them.
-    positions = (attention.cumsum(-1) - 1).masked_fill(attention == 0, 0)
+    shared = len(prefix.ids) if prefix else 0
+    cache = PreallocatedCache(causal_lm, capacity=shared + width + max_new_tokens, rows=rows)
+    if prefix:
+        for layer, (keys, values) in zip(cache.layers, prefix.layers, strict=True):
+            layer.update(keys, values)  # one row: written to every row
+    # The attention mask of the whole generation, prompt padding included; each step reads its filled part. With a
+    # prefix a row's padding sits between the prefix and the rest of its prompt, masked as at the left.
+    mask = attention.new_ones(rows, shared + width + max_new_tokens)
+    mask[:, shared : shared + width] = attention.repeat_interleave(copies, dim=0)
+    # Positions count a row's real tokens, as generate() numbers them, so padding does not shift them.
+    positions = (shared + attention.cumsum(-1) - 1).masked_fill(attention == 0, 0)
     if width > 1:
-        causal_lm.base_model(input_ids=input_ids[:, :-1], attention_mask=attention[:, :-1],
+        causal_lm.base_model(input_ids=input_ids[:, :-1], attention_mask=mask[::copies, : shared + width - 1],
                              position_ids=positions[:, :-1], use_cache=True, **{CACHE_KWARG: cache})
     step_ids = input_ids[:, -1:].repeat_interleave(copies, dim=0)
     step_positions = positions[:, -1:].repeat_interleave(copies, dim=0)
@@ -194,8 +221,9 @@ def sample(
     eos = torch.tensor(eos_ids, device=device)
     produced = 0
     for step in range(max_new_tokens):
-        logits = causal_lm(input_ids=step_ids, attention_mask=mask[:, : width + step], position_ids=step_positions,
-                           use_cache=True, logits_to_keep=1, **{CACHE_KWARG: cache}).logits[:, -1, :]
+        logits = causal_lm(input_ids=step_ids, attention_mask=mask[:, : shared + width + step],
+                           position_ids=step_positions, use_cache=True, logits_to_keep=1,
+                           **{CACHE_KWARG: cache}).logits[:, -1, :]
         scores = logits.to(dtype=torch.float32, copy=True)
         chosen, scores = choose(scores, warpers, noise_row, drawing_rows=drawing_rows, batch=prompts * sampled)
         tokens[live, step] = chosen

@@ -137,21 +137,23 @@ class Policy:
     def generate(
         self, prompts: list[tuple[int, ...]], *, num_generations: int, max_new_tokens: int, temperature: float,
         top_p: float, seed: int, should_stop: Callable[[], bool] = lambda: False, greedy: bool = False,
+        prefix: decoding.Prefix | None = None,
     ) -> list[list[Completion]]:
         """All G completions of all prompts in one batch, each prompt run once: over a cache allocated once
         (:func:`node.learning.decoding.sample`) where the model allows it, else in one left-padded ``generate`` call
         (each prompt run once where :func:`_prompt_sharing_is_exact`).
 
         ``should_stop`` is polled after every token, so a cancelled node does not sit out a long generation.
-        ``greedy`` decodes the most likely token instead of sampling (held-out evaluation's pass@1).
+        ``greedy`` decodes the most likely token instead of sampling (held-out evaluation's pass@1). ``prefix``
+        (:meth:`prefill`, every prompt longer than it and starting with it) is copied instead of run again.
         """
         sampler = self.sampling_model()
         try:
-            input_ids, attention = self._padded(prompts, sampler)
             if self._preallocates(sampler):
                 copies = (num_generations, 0) if greedy else (0, num_generations)
-                return self._sample(sampler, input_ids, attention, *copies, max_new_tokens, temperature, top_p, seed,
-                                    should_stop)
+                return self._sample(sampler, prompts, *copies, max_new_tokens, temperature, top_p, seed, should_stop,
+                                    prefix)
+            input_ids, attention = self._padded(prompts, sampler)
             cache = None
             if num_generations > 1 and _shares_prompts(sampler, input_ids):
                 # generate() repeats each prompt G times before its prefill, so every prompt would run G times; here
@@ -166,20 +168,21 @@ class Policy:
     @torch.inference_mode()
     def greedy_and_sampled(
         self, prompts: list[tuple[int, ...]], *, samples: int, max_new_tokens: int, temperature: float, top_p: float,
-        seed: int, should_stop: Callable[[], bool] = lambda: False,
+        seed: int, should_stop: Callable[[], bool] = lambda: False, prefix: decoding.Prefix | None = None,
     ) -> tuple[list[Completion], list[list[Completion]]]:
         """Each prompt's greedy answer and ``samples`` sampled ones: what a greedy and a sampled :meth:`generate`
         return, with the prompts prefilled once for both where the model allows it, in one batch where
-        :func:`node.learning.decoding.supports` it (held-out evaluation answers every question both ways)."""
+        :func:`node.learning.decoding.supports` it (held-out evaluation answers every question both ways);
+        ``prefix`` as in :meth:`generate`."""
         if samples < 1:
             raise ValueError("greedy_and_sampled needs at least one sample a prompt; use generate(greedy=True)")
         sampler = self.sampling_model()
         try:
-            input_ids, attention = self._padded(prompts, sampler)
             if self._preallocates(sampler):  # one batch: each prompt's greedy row, then its sampled ones
-                rows = self._sample(sampler, input_ids, attention, 1, samples, max_new_tokens, temperature, top_p,
-                                    seed, should_stop)
+                rows = self._sample(sampler, prompts, 1, samples, max_new_tokens, temperature, top_p, seed,
+                                    should_stop, prefix)
                 return [group[0] for group in rows], [group[1:] for group in rows]
+            input_ids, attention = self._padded(prompts, sampler)
             greedy_cache = sampled_cache = None
             if _shares_prompts(sampler, input_ids):
                 greedy_cache = _prompt_cache(sampler, input_ids, attention)
@@ -190,6 +193,18 @@ class Policy:
             sampled = self._decode(sampler, input_ids, attention, sampled_cache, samples, max_new_tokens, temperature,
                                    top_p, seed, should_stop, False)
             return [group[0] for group in greedy], sampled
+        finally:
+            del sampler
+
+    def prefill(self, ids: tuple[int, ...]) -> decoding.Prefix | None:
+        """``ids``' keys and values, for later generations whose every prompt starts with ``ids`` to copy instead of
+        computing them again; valid until the weights change. None where the sampler would not use them: models
+        on ``generate()``, and ONNX Runtime, which runs its own per-prompt prefill in the session it builds per call."""
+        sampler = self.sampling_model()
+        try:
+            if not self._preallocates(sampler) or self._sample_function(sampler, positions=len(ids)) is not decoding.sample:
+                return None
+            return decoding.prefill(sampler, ids)
         finally:
             del sampler
 
@@ -209,14 +224,23 @@ class Policy:
     def _preallocates(self, sampler) -> bool:
         return self.preallocated_cache and decoding.supports(sampler)
 
-    def _sample(self, sampler, input_ids, attention, greedy, sampled, max_new_tokens, temperature, top_p, seed,
-                should_stop) -> list[list[Completion]]:
-        """Each padded prompt's ``greedy`` + ``sampled`` completions from :func:`node.learning.decoding.sample`."""
+    def _sample(self, sampler, prompts, greedy, sampled, max_new_tokens, temperature, top_p, seed, should_stop,
+                prefix) -> list[list[Completion]]:
+        """Each prompt's ``greedy`` + ``sampled`` completions from :func:`node.learning.decoding.sample`, the
+        ``prefix`` copied where it is given and that loop samples."""
+        sample = self._sample_function(sampler, positions=max(len(p) for p in prompts) + max_new_tokens)
+        shared = {}
+        if prefix is not None and sample is decoding.sample:
+            start = len(prefix.ids)
+            if any(len(p) <= start or p[:start] != prefix.ids for p in prompts):
+                raise ValueError("every prompt must start with the prefix and go on after it")
+            prompts, shared = [p[start:] for p in prompts], {"prefix": prefix}
+        input_ids, attention = self._padded(prompts, sampler)
         torch.manual_seed(seed)
-        result = self._sample_function(sampler, positions=input_ids.shape[1] + max_new_tokens)(
+        result = sample(
             sampler, input_ids, attention, greedy=greedy, sampled=sampled, max_new_tokens=max_new_tokens,
             temperature=temperature, top_p=top_p, eos_ids=self.eos_ids, pad_id=self.tokenizer.pad_token_id,
-            should_stop=should_stop,
+            should_stop=should_stop, **shared,
         )
         rows, copies = result.tokens.tolist(), greedy + sampled
         return [[self._completion(row) for row in rows[start : start + copies]]
