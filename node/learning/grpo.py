@@ -202,7 +202,8 @@ class Policy:
         on ``generate()``, and ONNX Runtime, which runs its own per-prompt prefill in the session it builds per call."""
         sampler = self.sampling_model()
         try:
-            if not self._preallocates(sampler) or self._sample_function(sampler, positions=len(ids)) is not decoding.sample:
+            uses_prefix = self._sample_function(sampler, positions=len(ids)) is decoding.sample
+            if not self._preallocates(sampler) or not uses_prefix:
                 return None
             return decoding.prefill(sampler, ids)
         finally:
