@@ -28,7 +28,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from bench.swarm_vs_solo import _paired_ci95  # noqa: E402
 
 
 def training_seconds(node_curve: dict) -> dict[int, float]:
@@ -72,7 +79,7 @@ def time_split(runs: list[dict]) -> dict:
     }
 
 
-def compare(first: list[dict], second: list[dict], ci95) -> dict:
+def compare(first: list[dict], second: list[dict], ci95=_paired_ci95) -> dict:
     """Runs of the same configuration by two versions, paired by seed (complete runs only)."""
     by_seed = {r["seed"]: r for r in second if r["complete"]}
     pairs = [(a, by_seed[a["seed"]]) for a in first if a["complete"] and a["seed"] in by_seed]
@@ -121,9 +128,7 @@ def main() -> None:
     args = parser.parse_args()
     results = [json.loads((folder / "learning.json").read_text()) for folder in (args.first, args.second)]
     runs = [[r for r in result["runs"] if r["config"] == args.config] for result in results]
-    from swarm_vs_solo import _paired_ci95  # a sibling script: this folder is on sys.path when run as a script
-
-    comparison = compare(*runs, _paired_ci95)
+    comparison = compare(*runs)
     summary = {
         "schema": 1, "config": args.config,
         "first": {"label": args.labels[0], "code": args.codes[0], "command": results[0]["command"]},

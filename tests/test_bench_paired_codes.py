@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -10,14 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from bench import paired_codes
+
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _paired():
-    spec = importlib.util.spec_from_file_location("paired_codes", REPO / "bench" / "paired_codes.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _node(seconds_per_round: float, rounds: int, heldout: dict[int, float]) -> dict:
@@ -34,21 +28,19 @@ def _run(seed: int, seconds_per_round: float, rounds: int, heldout: dict[int, fl
 
 
 def test_heldout_at_seconds_interpolates_between_evaluations():
-    paired = _paired()
     node = _node(10.0, 20, {0: 0.2, 10: 0.3, 20: 0.5})
-    assert paired.training_seconds(node)[20] == pytest.approx(200.0)
-    assert paired.heldout_at_seconds(node, 0.0) == pytest.approx(0.2)
-    assert paired.heldout_at_seconds(node, 150.0) == pytest.approx(0.4)
-    assert paired.heldout_at_seconds(node, 999.0) == pytest.approx(0.5)  # past its last round: its last evaluation
+    assert paired_codes.training_seconds(node)[20] == pytest.approx(200.0)
+    assert paired_codes.heldout_at_seconds(node, 0.0) == pytest.approx(0.2)
+    assert paired_codes.heldout_at_seconds(node, 150.0) == pytest.approx(0.4)
+    assert paired_codes.heldout_at_seconds(node, 999.0) == pytest.approx(0.5)  # past its last round: its last evaluation
 
 
 def test_compare_pairs_by_seed_at_equal_rounds_and_at_the_slower_runs_seconds():
-    paired = _paired()
     # the first version: 8 s rounds, 25 of them; the second: 10 s rounds (2 s of it waiting), 20 of them
     first = [_run(0, 8.0, 25, {0: 0.2, 20: 0.4, 25: 0.5}), _run(1, 8.0, 25, {0: 0.2, 20: 0.3, 25: 0.3})]
     second = [_run(1, 10.0, 20, {0: 0.2, 20: 0.35}, waited=2.0), _run(0, 10.0, 20, {0: 0.2, 20: 0.3}, waited=2.0),
               _run(7, 10.0, 20, {0: 0.2, 20: 0.9})]  # no partner: left out
-    result = paired.compare(first, second, lambda deltas: [min(deltas), max(deltas)])
+    result = paired_codes.compare(first, second, lambda deltas: [min(deltas), max(deltas)])
     assert result["seeds"] == [0, 1]
     assert result["equal_rounds"]["rounds"] == [20, 20]
     assert result["equal_rounds"]["delta"] == [pytest.approx(0.1), pytest.approx(-0.05)]

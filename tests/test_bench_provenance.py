@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -10,14 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from bench import provenance
+
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _provenance():
-    spec = importlib.util.spec_from_file_location("provenance", REPO / "bench" / "provenance.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _has_history() -> bool:
@@ -37,7 +31,6 @@ def test_the_table_lists_every_results_file_with_the_commit_that_last_changed_it
 
 
 def test_a_row_holds_the_recorded_command_or_says_there_is_none(tmp_path, monkeypatch):
-    provenance = _provenance()
     monkeypatch.setattr(provenance, "REPO", tmp_path)
     monkeypatch.setattr(provenance, "last_commit", lambda path: ("abc1234", "2026-11-25"))
     with_command, without = tmp_path / "a.json", tmp_path / "b.json"
