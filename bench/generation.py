@@ -74,6 +74,7 @@ def reference_decoding(commit: str):
                             capture_output=True, text=True).stdout
     spec = importlib.util.spec_from_loader(f"decoding_at_{commit}", loader=None)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up while they are built
     exec(compile(source, f"{commit}:node/learning/decoding.py", "exec"), module.__dict__)
     return module
 
