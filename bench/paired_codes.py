@@ -8,7 +8,7 @@ this way::
 
     git worktree add --detach /tmp/sync c936939
     export RL_SWARM_ALLOCATOR=glibc MALLOC_ARENA_MAX=2 MALLOC_MMAP_THRESHOLD_=131072 MALLOC_TRIM_THRESHOLD_=134217728
-    SWEEP="--nodes 2 --configs I=2,J=2 --seeds 0 1 2 --eval-every 5 --eval-questions 64 --eval-samples 0"
+    SWEEP="--nodes 2 --configs I=2,J=2 --seeds 0 1 2 3 4 --eval-every 5 --eval-questions 64 --eval-samples 0"
     (cd /tmp/sync && python bench/swarm_vs_solo.py $SWEEP --rounds 20 --out /tmp/sweep/sync) &
     python bench/swarm_vs_solo.py $SWEEP --rounds 25 --out /tmp/sweep/async
     python bench/paired_codes.py /tmp/sweep/async /tmp/sweep/sync --labels async sync \\
