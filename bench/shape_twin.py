@@ -29,6 +29,11 @@ CACHE = Path.home() / ".cache" / "rl-swarm-bench"
 
 # Published architectures of the catalog's Hub models (the config.json of each repository).
 ARCHITECTURES = {
+    "HuggingFaceTB/SmolLM2-135M-Instruct": {  # the bundled model's architecture
+        "model_type": "llama", "hidden_size": 576, "num_hidden_layers": 30, "intermediate_size": 1536,
+        "num_attention_heads": 9, "num_key_value_heads": 3, "vocab_size": 49152, "tie_word_embeddings": True,
+        "max_position_embeddings": 8192, "rope_theta": 1e5, "rms_norm_eps": 1e-5,
+    },
     "HuggingFaceTB/SmolLM2-360M-Instruct": {
         "model_type": "llama", "hidden_size": 960, "num_hidden_layers": 32, "intermediate_size": 2560,
         "num_attention_heads": 15, "num_key_value_heads": 5, "vocab_size": 49152, "tie_word_embeddings": True,
@@ -77,8 +82,9 @@ def twin_folder(model_id: str, cache_dir: Path = CACHE) -> Path:
     return cache_dir / "shape-twins" / model_id.replace("/", "--")
 
 
-def build(model_id: str, cache_dir: Path = CACHE) -> Path:
-    """The twin's folder under ``cache_dir``, written once (a folder that exists is complete)."""
+def build(model_id: str, cache_dir: Path = CACHE, tokenizer=None) -> Path:
+    """The twin's folder under ``cache_dir``, written once (a folder that exists is complete), with ``tokenizer``
+    (by default the bundled model's)."""
     import tempfile
 
     import torch
@@ -88,7 +94,8 @@ def build(model_id: str, cache_dir: Path = CACHE) -> Path:
     target = twin_folder(model_id, cache_dir)
     if target.is_dir():
         return target
-    _, tokenizer = models.load(models.resolve("bundled"), cache_dir=cache_dir, dtype=torch.float32, device="cpu")
+    if tokenizer is None:
+        _, tokenizer = models.load(models.resolve("bundled"), cache_dir=cache_dir, dtype=torch.float32, device="cpu")
     model = twin_model(model_id, tokenizer, torch.bfloat16)
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
