@@ -101,6 +101,13 @@ class TrainingSettings(_Section):
         "take smaller steps; 0 = constant",
     )
     beta: float = Field(0.0, ge=0.0, description="KL coefficient; 0 = no reference model (as in SAPO)")
+    anchor_decay: float = Field(
+        0.0, ge=0.0,
+        description="> 0: each update pulls every weight back toward its starting value (the model the run started "
+        "from, also after a resume) by learning_rate x anchor_decay of the distance, a reference-free brake on drift "
+        "that costs no extra forward pass but a float32 copy of the weights (4 bytes a parameter); full fine-tuning "
+        "only; 0 = off",
+    )
     epsilon: float = Field(0.2, gt=0.0, lt=1.0, description="lower clip range")
     epsilon_high: float = Field(0.28, gt=0.0, lt=1.0, description="upper clip range")
     loss_type: Literal["grpo", "dapo", "dr_grpo", "bnpo"] = "grpo"
@@ -131,9 +138,17 @@ class TrainingSettings(_Section):
     drop_zero_advantage: bool = Field(True, description="drop peer groups whose completions all scored the same")
 
     @model_validator(mode="after")
-    def _clip_order(self) -> TrainingSettings:
+    def _consistent(self) -> TrainingSettings:
         if self.epsilon_high < self.epsilon:
             raise ValueError(f"epsilon_high ({self.epsilon_high}) must be >= epsilon ({self.epsilon})")
+        if self.anchor_decay and self.lora_rank:
+            raise ValueError("anchor_decay pulls all weights toward the starting model and works with full "
+                             "fine-tuning only: set anchor_decay = 0 to train a LoRA adapter, or lora_rank = 0")
+        if self.learning_rate * self.anchor_decay >= 1:
+            raise ValueError(f"learning_rate x anchor_decay ({self.learning_rate * self.anchor_decay:g}) is the share "
+                             "of the distance to the starting weights each update takes back and must be below 1 "
+                             f"(1 resets the weights every update): lower anchor_decay below "
+                             f"{1 / self.learning_rate:g}")
         return self
 
 

@@ -208,7 +208,7 @@ class SwarmNode:
             resolved, available_bytes=hardware.training_budget(hw), train_dtype="bfloat16" if mixed_bf16 else "float32",
             num_sequences=per_pass,
             seq_len=min(train.max_prompt_tokens, hardware.PROMPT_TOKENS) + train.max_new_tokens,
-            lora_rank=train.lora_rank, adamw_8bit=adamw_8bit,
+            lora_rank=train.lora_rank, adamw_8bit=adamw_8bit, starting_copy=train.anchor_decay > 0,
             sampling_copy=generation_dtype != models.weights_dtype(device, lora=bool(train.lora_rank), bf16=mixed_bf16),
             # Counted before the model is loaded, so for any architecture: only the checks after loading can tell.
             onnxruntime_sampler=train.sampler == "onnxruntime" and device == "cpu" and generation_dtype == torch.float32
@@ -233,10 +233,13 @@ class SwarmNode:
         source = models.ResolvedModel(
             ref=train.model, kind="local_dir", path_or_id=str(latest[0] / "model"), gguf_file=None, params=None
         ) if latest and not lora else resolved
-        model, tokenizer = models.load(
-            source, cache_dir=cfg.model_cache_dir, dtype=models.weights_dtype(device, lora=bool(lora), bf16=mixed_bf16),
-            device=device,
-        )
+        dtype = models.weights_dtype(device, lora=bool(lora), bf16=mixed_bf16)
+        model, tokenizer = models.load(source, cache_dir=cfg.model_cache_dir, dtype=dtype, device=device)
+        starting_weights = None
+        if train.anchor_decay and source is not resolved:
+            # The pull is toward the weights the run started from: a resumed run loads its checkpoint above, so the
+            # original model is loaded once more for its weights alone.
+            starting_weights = models.load_weights(resolved, cache_dir=cfg.model_cache_dir, dtype=dtype, device=device)
         self.policy = Policy(model, tokenizer, generation_dtype=generation_dtype, max_prompt_tokens=train.max_prompt_tokens,
                              sampler=train.sampler)
         self.learner = GrpoLearner(
@@ -245,8 +248,10 @@ class SwarmNode:
             learning_rate=train.learning_rate, beta=train.beta, epsilon=train.epsilon,
             epsilon_high=train.epsilon_high, loss_type=train.loss_type, max_grad_norm=train.max_grad_norm,
             seed=cfg.run.seed, micro_batch_groups=train.micro_batch_groups, lora=lora, adapter_dir=adapter_dir,
-            adamw_8bit=adamw_8bit, lr_decay_rounds=train.lr_decay_rounds,
+            adamw_8bit=adamw_8bit, lr_decay_rounds=train.lr_decay_rounds, anchor_decay=train.anchor_decay,
+            starting_weights=starting_weights,
         )
+        del starting_weights  # the learner holds them now, cast to where the weights live
         if latest:
             folder, state = latest
             self.checkpointer.load_optimizer(folder, self.learner.optimizer)

@@ -44,6 +44,9 @@ def test_toml_roundtrip_and_overrides(tmp_path):
         ({"training": {"epsilon": 0.3, "epsilon_high": 0.2}}, "epsilon_high"),
         ({"training": {"device": "tpu"}}, "[training] device"),
         ({"training": {"peer_choice": "best"}}, "[training] peer_choice"),
+        ({"training": {"anchor_decay": -1.0}}, "[training] anchor_decay: Input should be greater than or equal to 0"),
+        ({"training": {"anchor_decay": 10.0, "lora_rank": 16}}, "set anchor_decay = 0 to train a LoRA adapter"),
+        ({"training": {"anchor_decay": 1e5, "learning_rate": 1e-5}}, "lower anchor_decay below 100000"),
         ({"swarm": {"port": 70000}}, "[swarm] port"),
         ({"run": {"turbo": True}}, "[run] turbo: unknown setting"),
         ({"swarm": {"swarm_name": "no spaces allowed"}}, "[swarm] swarm_name"),
@@ -65,6 +68,14 @@ def test_the_peer_choice_is_sapos_uniform_one_unless_teaching_first_is_asked_for
     chosen.write_text('[training]\npeer_choice = "teaching"\n')
     assert NodeConfig.load(chosen).training.peer_choice == "teaching"
     assert config_from_args(_parser().parse_args(["run", "--peer-choice", "teaching"])).training.peer_choice == "teaching"
+
+
+def test_the_pull_toward_the_starting_weights_is_off_unless_asked_for(tmp_path):
+    assert NodeConfig.build().training.anchor_decay == 0.0
+    path = tmp_path / "anchor.toml"
+    path.write_text("[training]\nanchor_decay = 1000.0\n")
+    assert NodeConfig.load(path).training.anchor_decay == 1000.0
+    assert config_from_args(_parser().parse_args(["run", "--anchor-decay", "20"])).training.anchor_decay == 20.0
 
 
 def test_broken_toml_and_missing_file(tmp_path):

@@ -16,7 +16,7 @@ import os
 import threading
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -625,10 +625,17 @@ class GrpoLearner:
         max_new_tokens: int, learning_rate: float, beta: float, epsilon: float, epsilon_high: float, loss_type: str,
         max_grad_norm: float, seed: int, micro_batch_groups: int = 0, lora: LoraSettings | None = None,
         adapter_dir: Path | None = None, adamw_8bit: bool = False, lr_decay_rounds: int = 0,
+        anchor_decay: float = 0.0, starting_weights: Mapping[str, torch.Tensor] | None = None,
     ) -> None:
         """``lora`` trains an adapter; ``adapter_dir`` resumes one saved by :meth:`save_adapter`.
 
         ``lr_decay_rounds`` N > 0 scales the learning rate of update k by 1 / sqrt(1 + k / N); 0 keeps it constant.
+
+        ``anchor_decay`` > 0 pulls every weight back toward its starting value after each optimizer step, by the
+        learning rate that step used times ``anchor_decay`` of the distance (decoupled decay toward the start
+        instead of toward zero, L2-SP). The start is ``starting_weights`` (parameter name -> tensor: a resumed run's
+        original model, not its checkpoint), or the policy's weights as the learner finds them. Full fine-tuning
+        only: see :func:`_refuse_anchor_on_adapters`.
 
         ``adamw_8bit`` keeps AdamW's two moments block-wise quantized to 8 bits (bitsandbytes; the update itself is
         computed in float32): 2 bytes per parameter instead of 8, the largest item of a full fine-tune.
@@ -636,6 +643,11 @@ class GrpoLearner:
         self.policy = policy
         self.micro_batch_groups = micro_batch_groups
         self.lr_decay_rounds = lr_decay_rounds
+        if anchor_decay < 0:
+            raise ValueError(f"anchor_decay must be >= 0, got {anchor_decay}")
+        if anchor_decay and (lora is not None or adapter_dir is not None):
+            _refuse_anchor_on_adapters()
+        self.anchor_decay = anchor_decay
         self.adapter = RoundAdapter(eos_id=policy.eos_ids[0])
         with SETTING_UP:
             args = GRPOConfig(
@@ -691,6 +703,7 @@ class GrpoLearner:
             # Trainer.train() would set this; step() sets it per forward/backward pass.
             self.trainer.current_gradient_accumulation_steps = 1
         self.num_generations = num_generations
+        self.starting_weights = _anchor(self.trainer.model, starting_weights) if anchor_decay else {}
 
     @property
     def model(self):
@@ -740,6 +753,8 @@ class GrpoLearner:
         for group, base in zip(trainer.optimizer.param_groups, trainer.lr_scheduler.base_lrs, strict=True):
             group["lr"] = base * factor
         trainer.optimizer.step()
+        if self.anchor_decay:
+            self._pull_toward_start()
         trainer.optimizer.zero_grad(set_to_none=True)
         trainer.state.global_step += 1
         metrics = trainer._metrics["train"]
@@ -752,6 +767,53 @@ class GrpoLearner:
             grad_norm=float(norm) if math.isfinite(float(norm)) else None,
             entropy=_mean(metrics.get("entropy")),
         )
+
+    @torch.no_grad()
+    def _pull_toward_start(self) -> None:
+        """theta <- theta - lr * anchor_decay * (theta - theta0) for every trained weight, in place, with each
+        parameter group's learning rate as this step used it (the decayed one under ``lr_decay_rounds``).
+
+        AdamW moves every coordinate by about the learning rate whatever its gradient's signal-to-noise, so with a
+        few noisy groups a round the weights random-walk; nothing else pulls back a weight that no consistent
+        signal holds where it went. Applied after the optimizer, outside its moments, as AdamW's own decay is."""
+        for group in self.optimizer.param_groups:
+            share = group["lr"] * self.anchor_decay
+            for parameter in group["params"]:
+                start = self.starting_weights.get(parameter)
+                if start is not None:
+                    parameter.lerp_(start, share)  # theta + share * (theta0 - theta)
+
+
+def _refuse_anchor_on_adapters() -> None:
+    """An adapter starts as no change at all (LoRA's B is zero), so the pull that would make sense there is plain
+    decay of the adapter toward zero, a different regulariser; and its A matrices' random start is not kept in a
+    checkpoint, so a resumed run could not pull toward it. Refused rather than half-done."""
+    raise ValueError("anchor_decay pulls all weights toward the starting model and works with full fine-tuning only; "
+                     "set anchor_decay = 0 to train a LoRA adapter, or lora_rank = 0 to train all weights")
+
+
+def _anchor(model, given: Mapping[str, torch.Tensor] | None) -> dict[torch.Tensor, torch.Tensor]:
+    """theta0 of every trained parameter, keyed by the parameter: ``given`` by name, else a copy of the weights now.
+
+    Kept in the parameter's own dtype on its device. Full fine-tuning keeps float32 master weights on every device
+    (node.learning.models.weights_dtype), so theta0 is exact: a bfloat16 copy would halve its memory, but bfloat16's
+    spacing near 1 (the norm layers' weights) is 2^-7, so rounding would move their anchor by up to 0.004, hundreds
+    of steps at the learning rates used here, in a fixed direction the pull would then hold them to.
+    """
+    anchor = {}
+    for name, parameter in model.named_parameters():  # tied weights are listed once
+        if not parameter.requires_grad:
+            continue
+        if given is None:
+            anchor[parameter] = parameter.detach().clone()
+            continue
+        start = given.get(name)
+        if start is None or start.shape != parameter.shape:
+            found = "missing" if start is None else f"of shape {tuple(start.shape)}"
+            raise ValueError(f"the starting weights do not match the model: {name} "
+                             f"{tuple(parameter.shape)} is {found}")
+        anchor[parameter] = start.detach().to(device=parameter.device, dtype=parameter.dtype)
+    return anchor
 
 
 def _release_gradients_as_applied(optimizer) -> None:

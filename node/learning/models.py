@@ -151,6 +151,7 @@ _ORT_SAMPLER_BYTES_PER_PARAM = 8
 def estimate_training_bytes(
     params: int, *, train_dtype: str, num_sequences: int, seq_len: int, vocab_size: int = QWEN_VOCAB,
     lora_rank: int = 0, adamw_8bit: bool = False, sampling_copy: bool = False, onnxruntime_sampler: bool = False,
+    starting_copy: bool = False,
 ) -> int:
     """Peak memory of a round (the larger of sampling and the GRPO step), as the node runs it.
 
@@ -162,10 +163,12 @@ def estimate_training_bytes(
     With ``sampling_copy`` (bfloat16 sampling from float32 weights, as on CUDA) completions are sampled from a
     bfloat16 copy of the weights that lives only while they are generated; otherwise from the weights themselves,
     through ONNX Runtime with ``onnxruntime_sampler`` (float32 sampling only), whose own packed copy of them lives as
-    long. With
+    long. ``starting_copy`` (``training.anchor_decay``, full fine-tuning only) keeps a float32 copy of the starting
+    weights for the whole run. With
     ``n = num_sequences * seq_len`` tokens in one forward/backward pass and ``b`` bytes per activation::
 
         full:  8 * params + moments  [+ 2 * params bfloat16 cache]  + 2 output-layer gradients + activations + tiles
+               [+ 4 * params starting weights, in both phases]
         LoRA:  4 * params + max(activations + tiles, [sampler]) + 16 * adapter params
         sampler: 2 * params (bfloat16 copy) or 8 * params (ONNX Runtime's copy, prepacked), else 0
         activations = b * n * sqrt(params); tiles = 128 MiB; plus 600 MiB runtime
@@ -189,7 +192,9 @@ def estimate_training_bytes(
         # The output layer's weight gradient is computed first in the backward and held until the input embedding's
         # dense gradient of the same size joins it at the end (the catalog's small models tie the two).
         head_gradient = 2 * 4 * embedding
-        peak = max(8 * params + moments + bf16_cache + head_gradient + activations, 4 * params + moments + sampler)
+        starting = 4 * params if starting_copy else 0
+        peak = starting + max(8 * params + moments + bf16_cache + head_gradient + activations,
+                              4 * params + moments + sampler)
     return peak + _RUNTIME_OVERHEAD_BYTES
 
 
@@ -328,12 +333,14 @@ def _display_name(model: ResolvedModel) -> str:
 def check_fits(
     model: ResolvedModel, *, available_bytes: int, train_dtype: str, num_sequences: int, seq_len: int,
     lora_rank: int = 0, adamw_8bit: bool = False, sampling_copy: bool = False, onnxruntime_sampler: bool = False,
+    starting_copy: bool = False,
 ) -> None:
     """Refuse, before anything is loaded, a model whose training step would run out of memory."""
     if model.params is None:
         return
     settings = {"train_dtype": train_dtype, "num_sequences": num_sequences, "seq_len": seq_len, "lora_rank": lora_rank,
-                "adamw_8bit": adamw_8bit, "sampling_copy": sampling_copy, "onnxruntime_sampler": onnxruntime_sampler}
+                "adamw_8bit": adamw_8bit, "sampling_copy": sampling_copy, "onnxruntime_sampler": onnxruntime_sampler,
+                "starting_copy": starting_copy}
     required = estimate_training_bytes(model.params, vocab_size=model.vocab_size or QWEN_VOCAB, **settings)
     if fit_label(required, available_bytes) != "won't fit":
         return
@@ -362,6 +369,12 @@ def check_fits(
                 hint = (f"choose the smaller model {spec.name} in Settings (~{smaller / GIB:.1f} GiB; model = "
                         f"{spec.id!r} in the config file), or {hint}")
                 break
+    if starting_copy:
+        without = estimate_training_bytes(model.params, vocab_size=model.vocab_size or QWEN_VOCAB,
+                                          **{**settings, "starting_copy": False})
+        if fit_label(without, available_bytes) != "won't fit":
+            hint = (f"turn off the pull toward the starting weights, which keeps a copy of them (~{without / GIB:.1f} "
+                    f"GiB without it; anchor_decay = 0 in the config file), or {hint}")
     raise NodeError(
         f"{_display_name(model)} needs ~{required / GIB:.1f} GiB to train, "
         f"this machine has {available_bytes / GIB:.1f} GiB",
@@ -383,6 +396,12 @@ def load(
     _prepare_for_generation(tokenizer)
     lm.generation_config.pad_token_id = tokenizer.pad_token_id
     return lm.to(device), tokenizer
+
+
+def load_weights(model: ResolvedModel, *, cache_dir: Path, dtype: torch.dtype, device: str) -> dict[str, torch.Tensor]:
+    """The model's weights alone, by parameter name (tied weights once), as :func:`load` would load them."""
+    lm, _ = load(model, cache_dir=cache_dir, dtype=dtype, device=device)
+    return {name: parameter.detach() for name, parameter in lm.named_parameters()}
 
 
 def _load_error(model: ResolvedModel, source: str, exc: Exception) -> NodeError:
