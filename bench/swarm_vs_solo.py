@@ -55,6 +55,7 @@ from node.config import NodeConfig  # noqa: E402
 from node.events import EvalFinished, RoundFinished, event_from_json  # noqa: E402
 from node.launch import kill_tree, node_command, node_environment, popen_options  # noqa: E402
 from node.runstore import RunStore  # noqa: E402
+from bench.heldout_flips import totals as flip_totals  # noqa: E402
 
 RESULTS_DIR = REPO / "bench" / "results"
 START_TIMEOUT_S = 900  # the first node of a sweep converts the bundled model
@@ -325,7 +326,8 @@ def summarize(args: argparse.Namespace, work: Path, sapo: Sapo, seed: int, outco
         cpu_file = work / "cpu" / f"{run_name(sapo, seed, index)}.json"
         cpu = {int(k): v for k, v in json.loads(cpu_file.read_text(encoding="utf-8")).items()} \
             if cpu_file.exists() else {}
-        nodes.append({"metrics": metrics, "evaluations": evaluations, "cpu": cpu})
+        nodes.append({"metrics": metrics, "evaluations": evaluations, "cpu": cpu,
+                      "flips": flip_totals(store.heldout_answers())})
     evals_at = lambda n: [e for node in nodes for e in node["evaluations"] if e.rounds_trained == n]  # noqa: E731
     rounds_at = lambda i: [m for node in nodes for m in node["metrics"] if m.rounds_trained == i + 1]  # noqa: E731
     all_metrics = [m for node in nodes for m in node["metrics"]]
@@ -366,6 +368,9 @@ def summarize(args: argparse.Namespace, work: Path, sapo: Sapo, seed: int, outco
             # rounds trained, greedy exact accuracy, well-formed rate, exact accuracy of the sampled answers
             "heldout": [[e.rounds_trained, round(e.accuracy_greedy, 4), round(e.wellformed_rate, 4),
                          round(e.exact_mean, 4) if args.eval_samples else None] for e in node["evaluations"]],
+            # held-out questions gained and lost between consecutive evaluations (bench/heldout_flips.py for the
+            # families and the collapse signature): rounds before, rounds after, gained, lost
+            "heldout_flips": node["flips"],
             # rounds trained, local reward, well-formed rate, local exact accuracy, share of trained groups with
             # spread, peer groups trained on, peer groups dropped as equal-reward, seconds
             "rounds": [[m.rounds_trained, round(m.reward_local, 4), round(m.wellformed_rate, 4),

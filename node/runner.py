@@ -441,11 +441,12 @@ class SwarmNode:
                                         detail="held-out questions"))
 
         try:
-            result = self.evaluator.run(round=round_, rounds_trained=self.rounds_trained,
-                                        should_stop=self._stop.is_set, progress=progress)
+            evaluation = self.evaluator.run(round=round_, rounds_trained=self.rounds_trained,
+                                            should_stop=self._stop.is_set, progress=progress)
         except EvalCancelled:
             return
-        self.store.append_evaluation(result)
+        result = evaluation.summary
+        self.store.append_evaluation(result, evaluation.answers)
         self.bus.emit(result)
         log.info("held-out evaluation after %d rounds: exact %.3f (greedy), %.3f (sampled), score %.3f, "
                  "well-formed %.2f, %.0f s", result.rounds_trained, result.accuracy_greedy, result.exact_mean,

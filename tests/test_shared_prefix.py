@@ -113,7 +113,7 @@ def test_an_evaluation_runs_the_shared_prefix_once_and_answers_as_before(tiny_mo
     assert len(shared) >= evaluation.MIN_SHARED_PREFIX
     recording, embedded = _Recording(policy), _Embedded(policy.model)
     try:
-        result = evaluator.run(round=0, rounds_trained=0)
+        result = evaluator.run(round=0, rounds_trained=0).summary
     finally:
         embedded.remove()
         recording.remove()

@@ -10,10 +10,16 @@ so partial credit never passes for accuracy. It runs between rounds, in chunks, 
 Every prompt starts with the same tokens (the system prompt; the worked example differs per question): the longest
 prefix all prompts share is run once per evaluation, and each chunk copies its keys and values instead of running
 it for every question again (:meth:`node.learning.grpo.Policy.prefill`).
+
+Besides its totals (an ``EvalFinished`` event, for the app), an evaluation returns each question's greedy answer
+(:class:`node.runstore.HeldoutAnswers`, for the run folder only), so that a fall-back of accuracy can be read
+question by question: many answers flipping both ways, or wrong answers converging on one value.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -22,7 +28,8 @@ from dataclasses import dataclass
 from node.events import EvalFinished
 from node.learning.decoding import Prefix
 from node.learning.grpo import Completion, Policy
-from node.tasks.source import Task, TaskSource, grade
+from node.runstore import ANSWER_CHARS, HeldoutAnswer, HeldoutAnswers
+from node.tasks.source import Task, TaskSource, extract_answer, grade
 
 CHUNK_QUESTIONS = 16  # questions generated per batch: bounds memory and lets progress and stop requests through
 # A shorter common prefix is run with each prompt as before: it would save a few tokens a row for a forward call of
@@ -41,6 +48,12 @@ class EvalSettings:
     levels: int = 2  # rungs of each family's ladder in the set
 
 
+@dataclass(frozen=True)
+class Evaluation:
+    summary: EvalFinished  # totals and per-family accuracy: the event the app shows
+    answers: HeldoutAnswers  # every question's greedy answer: the run folder's record
+
+
 class EvalCancelled(Exception):
     """The node was stopped during an evaluation; its partial result is not reported."""
 
@@ -53,14 +66,16 @@ class Evaluator:
         self.questions: list[Task] = tasks.evaluation_set(settings.questions, seed=settings.seed, levels=settings.levels)
         self._prompts = [policy.prompt_ids(tasks.messages(task)) for task in self.questions]
         self._shared = shared_prefix(self._prompts)
+        self.question_set = question_set_digest(self.questions)
 
     def run(
         self, *, round: int, rounds_trained: int, should_stop: Callable[[], bool] = lambda: False,
         progress: Callable[[int, int], None] = lambda done, total: None,
-    ) -> EvalFinished:
+    ) -> Evaluation:
         started = time.perf_counter()
         s = self.settings
         greedy_exact, sampled_exact, scores, wellformed = [], [], [], []
+        answers: list[HeldoutAnswer] = []
         by_family: dict[str, list[bool]] = defaultdict(list)
         total = len(self.questions)
         # Once per evaluation: the weights change between evaluations, not during one.
@@ -83,6 +98,9 @@ class Evaluator:
                 greedy_exact.append(g.exact)
                 wellformed.append(g.wellformed)
                 by_family[task.ref.family].append(g.exact)
+                answer = extract_answer(best.text)
+                answers.append(HeldoutAnswer(task.ref.family, None if answer is None else answer[:ANSWER_CHARS],
+                                             g.exact, g.wellformed))
                 if not group:
                     sampled_exact.append(g.exact)
                     scores.append(g.score)
@@ -91,7 +109,7 @@ class Evaluator:
                     sampled_exact.append(sg.exact)
                     scores.append(sg.score)
         progress(total, total)
-        return EvalFinished(
+        summary = EvalFinished(
             round=round, rounds_trained=rounds_trained, questions=total,
             accuracy_greedy=_mean(greedy_exact), exact_mean=_mean(sampled_exact), score_mean=_mean(scores),
             wellformed_rate=_mean(wellformed),
@@ -99,6 +117,7 @@ class Evaluator:
             per_family_questions={family: len(values) for family, values in sorted(by_family.items())},
             seconds=time.perf_counter() - started,
         )
+        return Evaluation(summary, HeldoutAnswers(round, rounds_trained, self.question_set, tuple(answers)))
 
     def _greedy(self, prompts: list[tuple[int, ...]], should_stop: Callable[[], bool], prefix: Prefix | None
                 ) -> list[Completion]:
@@ -107,6 +126,12 @@ class Evaluator:
             seed=0, should_stop=should_stop, greedy=True, prefix=prefix,
         )
         return [group[0] for group in groups]
+
+
+def question_set_digest(tasks: list[Task]) -> str:
+    """Names an evaluation set by its tasks (family, generator config, seed, index of each, in order)."""
+    refs = [[t.ref.family, t.ref.config_id, t.ref.seed, t.ref.index] for t in tasks]
+    return hashlib.sha256(json.dumps(refs, separators=(",", ":")).encode()).hexdigest()[:16]
 
 
 def shared_prefix(prompts: list[tuple[int, ...]]) -> tuple[int, ...]:

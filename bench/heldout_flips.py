@@ -1,0 +1,168 @@
+"""What moved between a node's held-out evaluations, question by question: a random walk or a collapse?
+
+A fall-back of held-out accuracy looks the same in the totals whether many questions were gained and lost (a noisy
+step moves greedy answers both ways) or the answers converged on one wrong value (a collapse: "5 * 7" and "5 * 9"
+both answered 250). Every evaluation of a node writes each question's greedy answer to its run folder
+(``heldout_answers.jsonl``, :class:`node.runstore.HeldoutAnswers`); this reads them and reports, between consecutive
+evaluations of each node and per task family:
+
+- questions gained (wrong, then right), lost (right, then wrong), the net, and how many answers changed at all;
+- the share of the previously right answers that were lost;
+- the collapse signature of each evaluation: of the family's wrong answers (a value that is not the right one; no
+  answer block is counted apart), how many equal its most common wrong answer, and that answer.
+
+Give it run folders (``<data_dir>/runs/<run_name>``), a folder of run folders (``<work>/runs``), or a
+``bench/swarm_vs_solo.py --work`` folder (its nodes' run folders are ``<work>/runs/<config>-s<seed>-n<node>``)::
+
+    python bench/heldout_flips.py ~/.cache/rl-swarm-bench/swarm_vs_solo --out flips.json
+
+A markdown table goes to stdout, the same figures to ``--out`` as JSON. Two evaluations are compared only when they
+answered the same questions (the records' ``question_set`` digests are equal).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from node.runstore import ANSWERS_FILE, HeldoutAnswers, RunStore  # noqa: E402
+
+ALL = "all"  # the row of every family together
+
+
+def run_dirs(paths: list[Path]) -> list[Path]:
+    """The run folders under the given paths, each path a run folder, a folder of them, or a bench work folder."""
+    found: list[Path] = []
+    for path in paths:
+        if (path / ANSWERS_FILE).is_file():
+            found.append(path)
+            continue
+        for folder in (path, path / "runs"):
+            found.extend(sorted(p for p in folder.glob("*") if (p / ANSWERS_FILE).is_file()) if folder.is_dir() else [])
+    return list(dict.fromkeys(found))
+
+
+def family_state(record: HeldoutAnswers) -> dict[str, dict]:
+    """Per family (and all together): questions, right, wrong values, no answer, and the most common wrong value."""
+    families: dict[str, list] = {}
+    for answer in record.answers:
+        families.setdefault(answer.family, []).append(answer)
+    state = {family: _state(answers, signature=True) for family, answers in sorted(families.items())}
+    state[ALL] = _state(list(record.answers), signature=False)  # one wrong value across families means nothing
+    return state
+
+
+def _state(answers: list, *, signature: bool) -> dict:
+    wrong = Counter(a.answer for a in answers if not a.correct and a.answer is not None)
+    # the most common wrong answer; among equally common ones the first in text order, so that reports are stable
+    top = min(wrong.items(), key=lambda item: (-item[1], item[0])) if wrong and signature else (None, None)
+    return {
+        "questions": len(answers), "correct": sum(a.correct for a in answers),
+        "wrong": sum(wrong.values()), "no_answer": sum(a.answer is None for a in answers),
+        "top_wrong": top[0], "top_wrong_count": top[1],
+    }
+
+
+def flips(before: HeldoutAnswers, after: HeldoutAnswers) -> dict[str, dict] | None:
+    """Per family (and all together) between two evaluations: gained, lost, net, changed answers, and the share of
+    the right answers before that were lost; None when they did not answer the same questions."""
+    if before.question_set != after.question_set or len(before.answers) != len(after.answers):
+        return None
+    moved: dict[str, Counter] = {}
+    for old, new in zip(before.answers, after.answers, strict=True):
+        for family in (old.family, ALL):
+            counts = moved.setdefault(family, Counter())
+            counts["gained"] += not old.correct and new.correct
+            counts["lost"] += old.correct and not new.correct
+            counts["changed"] += old.answer != new.answer
+            counts["correct_before"] += old.correct
+    return {family: {
+        "gained": c["gained"], "lost": c["lost"], "net": c["gained"] - c["lost"], "changed": c["changed"],
+        "lost_share": c["lost"] / c["correct_before"] if c["correct_before"] else None,
+    } for family, c in sorted(moved.items(), key=lambda item: (item[0] == ALL, item[0]))}
+
+
+def totals(records: list[HeldoutAnswers]) -> list[list[int]]:
+    """[rounds before, rounds after, gained, lost] of every comparable pair of consecutive evaluations (all families)."""
+    rows = []
+    for before, after in zip(records, records[1:]):
+        moved = flips(before, after)
+        if moved is not None:
+            rows.append([before.rounds_trained, after.rounds_trained, moved[ALL]["gained"], moved[ALL]["lost"]])
+    return rows
+
+
+def analyse_node(run_dir: Path) -> dict:
+    """Every evaluation of one node, each with its families' state and what moved since the one before."""
+    records = RunStore(run_dir).heldout_answers()
+    evaluations = []
+    for number, record in enumerate(records):
+        moved = flips(records[number - 1], record) if number else None
+        state = family_state(record)
+        evaluations.append({
+            "rounds_trained": record.rounds_trained, "round": record.round, "question_set": record.question_set,
+            "accuracy": state[ALL]["correct"] / state[ALL]["questions"] if state[ALL]["questions"] else None,
+            # False where the set changed (a resumed run with other evaluation settings): nothing is compared
+            "compared": moved is not None,
+            "families": {family: values | (moved or {}).get(family, {}) for family, values in state.items()},
+        })
+    return {"node": run_dir.name, "run_dir": str(run_dir), "evaluations": evaluations}
+
+
+def analyse(paths: list[Path]) -> dict:
+    return {"nodes": [analyse_node(run_dir) for run_dir in run_dirs(paths)]}
+
+
+def markdown(result: dict) -> str:
+    lines = [
+        "| node | rounds | family | right | gained | lost | net | lost share | changed | no answer "
+        "| top wrong answer (of wrong) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for node in result["nodes"]:
+        previous = None
+        for evaluation in node["evaluations"]:
+            rounds = f"{previous} -> {evaluation['rounds_trained']}" if evaluation["compared"] \
+                else str(evaluation["rounds_trained"])
+            for family, f in evaluation["families"].items():
+                moved = evaluation["compared"]
+                top = f"`{f['top_wrong']}` {f['top_wrong_count']}/{f['wrong']}" if f["top_wrong"] is not None \
+                    else ("" if family == ALL else f"-/{f['wrong']}")
+                lines.append("| " + " | ".join([
+                    node["node"], rounds, f"**{family}**" if family == ALL else family,
+                    f"{f['correct']}/{f['questions']}",
+                    f"+{f['gained']}" if moved else "", f"-{f['lost']}" if moved else "",
+                    f"{f['net']:+d}" if moved else "",
+                    (f"{f['lost_share']:.2f}" if f["lost_share"] is not None else "-") if moved else "",
+                    str(f["changed"]) if moved else "", str(f["no_answer"]), top,
+                ]) + " |")
+            previous = evaluation["rounds_trained"]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("paths", nargs="+", type=Path,
+                        help="run folders, folders of run folders, or swarm_vs_solo.py --work folders")
+    parser.add_argument("--out", type=Path, help="write the figures as JSON to this file")
+    args = parser.parse_args(argv)
+    result = analyse(args.paths)
+    if not result["nodes"]:
+        parser.error(f"no {ANSWERS_FILE} under {' '.join(map(str, args.paths))}: give run folders of nodes that ran "
+                     "a held-out evaluation with this version")
+    print(markdown(result))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
