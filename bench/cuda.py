@@ -31,7 +31,6 @@ import argparse
 import json
 import os
 import random
-import subprocess
 import sys
 import tempfile
 import time
@@ -42,7 +41,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench import shape_twin  # noqa: E402
-from bench.memory import demo_round_groups, demo_task_source  # noqa: E402
+from bench.memory import child_rows, demo_round_groups, demo_task_source  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -251,15 +250,7 @@ def summarize(rows: list[dict]) -> dict:
 def run_case(case: str, args: argparse.Namespace) -> dict:
     command = [sys.executable, __file__, "--child", case, "--rounds", str(args.rounds),
                "--repetitions", str(args.repetitions), "--cache-dir", args.cache_dir, "--device", args.device]
-    rows = []
-    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as process:
-        for line in process.stdout:
-            row = json.loads(line)
-            rows.append(row)
-            print(f"  {case}: {row}", file=sys.stderr, flush=True)
-    if process.returncode:
-        raise RuntimeError(f"{case} failed with exit code {process.returncode}")
-    return summarize(rows)
+    return summarize(child_rows(command, case))
 
 
 def _tokenizer(folder: str | None):

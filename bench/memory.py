@@ -203,14 +203,20 @@ def run_child(model: str, mode: str, args: argparse.Namespace) -> list[dict]:
                "--lora-rank", str(args.lora_rank), "--cache-dir", args.cache_dir,
                "--generation-dtype", args.generation_dtype, "--optimizer-states", args.optimizer_states,
                "--max-minutes", str(args.max_minutes), *(["--no-trim"] if args.no_trim else [])]
+    return child_rows(command, f"{model} {mode}", env=env)
+
+
+def child_rows(command: list[str], label: str, *, env: dict | None = None) -> list[dict]:
+    """Run a bench child that prints one JSON object per line; echo each row to stderr under ``label`` as it
+    comes, return them all, raise if the child failed."""
     rows = []
     with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True) as process:
         for line in process.stdout:
             row = json.loads(line)
             rows.append(row)
-            print(f"  {model} {mode}: {row}", file=sys.stderr, flush=True)
+            print(f"  {label}: {row}", file=sys.stderr, flush=True)
     if process.returncode:
-        raise RuntimeError(f"{model} {mode} failed with exit code {process.returncode}")
+        raise RuntimeError(f"{label} failed with exit code {process.returncode}")
     return rows
 
 
