@@ -41,7 +41,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench import shape_twin  # noqa: E402
-from bench.memory import child_rows, demo_round_groups, demo_task_source  # noqa: E402
+from bench.memory import _demo_config, child_rows, demo_round_groups, demo_task_source  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -64,11 +64,10 @@ def settings_for(tier, hw) -> dict:
     that), or the demo's."""
     import dataclasses
 
-    from node.cli.demo import demo_config
     from node.learning import hardware
 
     if tier == DEMO:
-        training = demo_config(Path(tempfile.gettempdir()), 0, model="bundled", threads=1).training
+        training = _demo_config().training
         return {"G": training.num_generations, "I": training.local_questions, "J": training.external_groups,
                 "max_new_tokens": training.max_new_tokens, "micro_batch_groups": training.micro_batch_groups,
                 "generation_dtype": training.generation_dtype}
@@ -138,11 +137,9 @@ def child(case: str, args: argparse.Namespace) -> None:
     spec = models.CATALOG[model_id]
     groups = settings["I"] + settings["J"]
     per_pass = min(settings["micro_batch_groups"] or groups, groups) * settings["G"]
-    estimate = models.estimate_training_bytes(
-        spec.params, train_dtype="bfloat16" if mixed_bf16 else "float32", num_sequences=per_pass,
-        seq_len=hardware.PROMPT_TOKENS + settings["max_new_tokens"], vocab_size=spec.vocab_size,
-        adamw_8bit=adamw_8bit, sampling_copy=generation_dtype != weights,
-    )
+    # The very estimate hardware.recommend judged the model by.
+    estimate = hardware._required_bytes(model_id, device, "bfloat16" if mixed_bf16 else "float32", per_pass,
+                                        settings["max_new_tokens"], generation_dtype=str(generation_dtype)[6:])
     emit(phase="start", case=case, model=model_id, tier_gib=tier, device=device,
          gpu=hw.gpus[0].name if hw.gpus else None, settings=settings,
          train_dtype="bfloat16" if mixed_bf16 else "float32", generation_dtype=str(generation_dtype)[6:],
