@@ -133,13 +133,51 @@ def test_where_onnxruntime_cannot_sample_the_torch_loop_does_and_says_why_once(t
     assert len(calls) == 2 and len(warned) == 1
 
 
-def test_the_default_sampler_is_torchs(tiny_model_dir, monkeypatch):
+def test_the_default_sampler_is_onnxruntime_where_it_runs_and_torch_silently_elsewhere(tiny_model_dir, monkeypatch,
+                                                                                       caplog):
     from node.config import TrainingSettings
 
-    assert TrainingSettings().sampler == "torch"
-    monkeypatch.setattr(ort_decoding, "sample", lambda *a, **kw: pytest.fail("onnxruntime sampled"))
+    assert TrainingSettings().sampler == "auto"
+    built = []
+    session = ort_decoding.Session.__init__
+    monkeypatch.setattr(ort_decoding.Session, "__init__", lambda self, *a, **kw: built.append(1) or session(self, *a, **kw))
     policy = _policy(_model(tiny_model_dir, None), tiny_model_dir, TrainingSettings().sampler)
-    policy.generate(_prompts(policy), num_generations=G, max_new_tokens=4, temperature=1.0, top_p=1.0, seed=3)
+    kwargs = {"num_generations": G, "max_new_tokens": 4, "temperature": 1.0, "top_p": 1.0, "seed": 3}
+    policy.generate(_prompts(policy), **kwargs)
+    assert built == [1]
+    monkeypatch.setattr(ort_decoding, "available", lambda: False)
+    with caplog.at_level(logging.INFO, logger="node.learning.grpo"):
+        policy.generate(_prompts(policy), **kwargs)
+    assert built == [1] and not caplog.records  # the torch loop, as chosen: nothing to warn about
+
+
+def test_auto_samples_with_onnxruntime_only_where_its_copy_of_the_weights_fits(monkeypatch):
+    """The round's memory estimate decides: between the torch loop's and ONNX Runtime's, auto takes the torch loop
+    (and the node starts) where an explicit onnxruntime is refused by the fit check; elsewhere than float32 on the
+    CPU with onnxruntime installed, the torch loop."""
+    from node.learning.models import BUNDLED, CATALOG, check_fits, estimate_training_bytes, resolve
+    from node.runner import pick_sampler
+
+    monkeypatch.setattr(ort_decoding, "available", lambda: True)
+    args = {"train_dtype": "float32", "num_sequences": 4, "seq_len": 304, "adamw_8bit": True}
+    sizes = {"vocab_size": CATALOG[BUNDLED].vocab_size}
+    torch_loop = estimate_training_bytes(CATALOG[BUNDLED].params, **args, **sizes)
+    with_ort = estimate_training_bytes(CATALOG[BUNDLED].params, **args, **sizes, onnxruntime_sampler=True)
+    model = resolve(BUNDLED)
+
+    def pick(setting="auto", available=2 * with_ort, device="cpu", dtype=torch.float32):
+        return pick_sampler(setting, model, device=device, generation_dtype=dtype,
+                            fit={**args, "available_bytes": available})
+
+    between = (torch_loop + with_ort) // 2
+    assert pick() == "auto"
+    assert pick(available=between) == "torch"
+    check_fits(model, available_bytes=between, **args)  # the torch loop's round fits there
+    assert pick("onnxruntime", available=between) == "onnxruntime"  # asked for: check_fits says it won't fit
+    assert pick("torch") == "torch"
+    assert pick(device="cuda") == pick(dtype=torch.bfloat16) == "torch"
+    monkeypatch.setattr(ort_decoding, "available", lambda: False)
+    assert pick() == "torch"
 
 
 def test_models_it_does_not_run_keep_the_torch_loop(tiny_model_dir):
