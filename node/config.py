@@ -77,7 +77,7 @@ class TrainingSettings(_Section):
     )
     sampler: Literal["auto", "torch", "onnxruntime"] = Field(
         "auto", description="what runs the model while completions are sampled: onnxruntime = ONNX Runtime over "
-        "the same float32 weights with the same draw (about 2x torch's tokens per CPU-second on a CPU, but about "
+        "the same float32 weights with the same draw (about 1.9x the torch loop's tokens per CPU-second on a CPU, but about "
         "1 GB more memory while sampling the bundled model), for float32 Llama-type models on the CPU where "
         "onnxruntime is installed, torch elsewhere; auto = onnxruntime wherever it runs and the round's memory "
         "estimate with it still fits, torch elsewhere",
