@@ -179,6 +179,9 @@ Draw = Callable[[torch.Tensor, torch.Tensor, int], tuple[torch.Tensor, torch.Ten
 def inverse_cdf(scores: torch.Tensor, rows: torch.Tensor, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
     """One token per row of ``scores.softmax(-1)`` from one uniform a row (:data:`Draw`; ``rows`` and ``batch`` do
     not matter to it), from the global torch generator."""
+    if scores.device.type == "mps":  # Apple's GPU has no float64: a step's scores are drawn from on the CPU
+        tokens, logprobs = inverse_cdf(scores.cpu(), rows, batch)
+        return tokens.to(scores.device), logprobs.to(scores.device)
     return inverse_cdf_at(scores, torch.rand(len(scores), 1, dtype=torch.float64, device=scores.device))
 
 
