@@ -29,6 +29,10 @@ the cast counted):
   quantized from the float32 weights at each session build (:mod:`bench.ort_quantized`: blocks of 32,
   ``MatMulNBits``), the quantization counted in the round; embedding, norms and head stay float32. Measured, not
   in the node.
+* ``llamacpp/bf16`` (and ``llamacpp/f32``, ``llamacpp/q8_0``): issue 35's anchor, the policy's weights written once
+  per process into a GGUF file in that format (``gguf_write_cpu_s``, timed before the rounds) and decoded by
+  llama.cpp, the 8 rows as one batch, one thread, the draw the torch loop's (:mod:`bench.llamacpp`). Only where
+  ``llama_cpp`` (llama-cpp-python, built from source; not a dependency) imports; skipped with a message elsewhere.
 
     python bench/generation.py --rounds 5
     python bench/generation.py --rounds 3 --samplers reference/float32 preallocated/float32 \
@@ -38,6 +42,8 @@ the cast counted):
     python bench/generation.py --rounds 5 --samplers reference/float32 preallocated/float32 \
         reference-onnxruntime/float32 onnxruntime/float32 --reference aa2fb8f --baseline reference/float32 \
         --out bench/results/generation_draw.json
+    PYTHONPATH=$PWD:/work/llama-site python bench/generation.py --rounds 5 --samplers preallocated/float32 \
+        onnxruntime/float32 llamacpp/bf16 --baseline preallocated/float32 --out bench/results/generation_llamacpp.json
 
 Writes bench/results/generation.json (or ``--out``: settings, the machine, every run, median and range per
 workload and sampler and its ratio to ``--baseline``) and prints a markdown table.
@@ -67,7 +73,7 @@ sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "bench" / "results" / "generation.json"
 SAMPLERS = ("generate/float32", "preallocated/float32", "reference/float32", "generate/bfloat16",
             "preallocated/bfloat16", "onnxruntime/float32", "onnxruntime-int8/float32", "onnxruntime-int4/float32",
-            "reference-onnxruntime/float32")
+            "reference-onnxruntime/float32", "llamacpp/bf16", "llamacpp/f32", "llamacpp/q8_0")
 WORKLOADS = ("suppressed", "natural")
 # The decode loop before a row that ended left the batch.
 REFERENCE = "bb172af"
@@ -99,7 +105,7 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--samplers", nargs="+", default=[n for n in SAMPLERS if n.split("/")[0] not in
-                                                          ("reference", "onnxruntime")],
+                                                          ("reference", "onnxruntime", "llamacpp")],
                         choices=SAMPLERS)
     parser.add_argument("--workloads", nargs="+", default=["suppressed"], choices=WORKLOADS)
     parser.add_argument("--baseline", default="generate/float32", help="the sampler the ratios are taken to")
@@ -109,6 +115,7 @@ def main() -> None:
     parser.add_argument("--load", default="", help="what else ran on the machine, recorded with the results")
     parser.add_argument("--no-save", action="store_true")
     args = parser.parse_args()
+    args.samplers = available_samplers(args.samplers)
 
     import torch
 
@@ -122,6 +129,7 @@ def main() -> None:
     policies = {}
     for name in args.samplers:
         path, dtype = name.split("/")
+        dtype = "float32" if path == "llamacpp" else dtype  # llama.cpp's format is its file's; the draw is float32
         policies[name] = grpo.Policy(model, tokenizer, generation_dtype=getattr(torch, dtype), max_prompt_tokens=1024,
                                      preallocated_cache=path != "generate")
     natural_eos = policies[args.samplers[0]].eos_ids
@@ -133,6 +141,8 @@ def main() -> None:
     ort = _ort_sampler(model, ort_paths) if ort_paths else None
     tasks = TaskSource({family: 1.0 for family in DEFAULT_FAMILIES}, seed=1234).sample(args.I, random.Random(0))
     prompts = [policies[args.samplers[0]].prompt_ids(build_messages(task.question)) for task in tasks]
+    llama = _llama_samplers(model, args.samplers, rows=args.I * args.G,
+                            positions=max(len(p) for p in prompts) + args.max_new_tokens, threads=args.threads)
     hw = hardware.detect()
     runs, completions = [], {}
     pairs = [(workload, name) for workload in args.workloads for name in args.samplers]
@@ -150,6 +160,8 @@ def main() -> None:
             elif name.startswith("onnxruntime"):
                 swapped = mock.patch.object(grpo.decoding, "sample", ort["sample"][name.split("/")[0]])
                 ort["session_cpu_s"].clear()
+            elif name.startswith("llamacpp"):
+                swapped = mock.patch.object(grpo.decoding, "sample", llama["samplers"][name].sample)
             gc.collect()
             with swapped:
                 started, cpu = time.perf_counter(), time.process_time()
@@ -179,7 +191,8 @@ def main() -> None:
                      "max_new_tokens": args.max_new_tokens, "rounds": args.rounds, "workloads": args.workloads,
                      "baseline": args.baseline, "reference_commit": args.reference,
                      "prompt_tokens": [len(p) for p in prompts], "torch": torch.__version__,
-                     **({"onnxruntime": ort["version"], "export_cpu_s": ort["export_cpu_s"]} if ort else {})},
+                     **({"onnxruntime": ort["version"], "export_cpu_s": ort["export_cpu_s"]} if ort else {}),
+                     **({key: value for key, value in llama.items() if key != "samplers"} if llama else {})},
         "machine": {"description": hw.describe(), "cpu_bf16": hardware.cpu_bf16_report(), "load": args.load},
         "summary": summary,
         "runs": runs,
@@ -196,6 +209,48 @@ def main() -> None:
                   f"| {_ratio(row, 'cpu_s_vs_baseline')} | {row['wall_s_median']:.1f} |")
     if not args.no_save:
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+
+
+def available_samplers(names: list[str]) -> list[str]:
+    """``names`` without the llama.cpp samplers where ``llama_cpp`` does not import, saying so."""
+    from bench import llamacpp
+
+    asked = [name for name in names if name.startswith("llamacpp/")]
+    why = llamacpp.unavailable() if asked else None
+    if why:
+        print(f"skipping {', '.join(asked)}: {why}; llama-cpp-python is built from source and is not a dependency "
+              "(docs/performance.md says how it was built; put it on PYTHONPATH)", file=sys.stderr)
+        return [name for name in names if name not in asked]
+    return names
+
+
+def _llama_samplers(model, names: list[str], *, rows: int, positions: int, threads: int) -> dict | None:
+    """A llama.cpp sampler per ``llamacpp/<format>`` in ``names``, over the bundled model's weights written as that
+    format (timed: ``gguf_write_cpu_s``) into a folder removed at exit."""
+    formats = [name.split("/")[1] for name in names if name.startswith("llamacpp/")]
+    if not formats:
+        return None
+    import atexit
+    import shutil
+    import tempfile
+
+    import llama_cpp
+
+    from bench import llamacpp
+    from node.learning import models
+
+    bundled = models.resolve(models.BUNDLED)
+    folder = Path(tempfile.mkdtemp(prefix="generation-llamacpp-"))
+    samplers, written = {}, {}
+    for weights in formats:
+        path = folder / f"policy-{weights}.gguf"
+        cpu = time.process_time()
+        llamacpp.write_gguf(model, Path(bundled.path_or_id) / bundled.gguf_file, path, weights)
+        written[weights] = round(time.process_time() - cpu, 3)
+        samplers[f"llamacpp/{weights}"] = llamacpp.Sampler(path, rows=rows, positions=positions, threads=threads)
+    atexit.register(shutil.rmtree, folder, True)
+    return {"samplers": samplers, "llama_cpp": llama_cpp.__version__, "gguf_write_cpu_s": written,
+            "llama_cpp_system_info": llama_cpp.llama_print_system_info().decode().strip()}
 
 
 def _ort_sampler(model, paths: set[str]) -> dict:
