@@ -18,7 +18,8 @@ the cast counted):
 * ``generate/float32``: transformers ``generate()`` with its growing (``torch.cat``) cache;
 * ``preallocated/float32``: :mod:`node.learning.decoding` as it is in this tree;
 * ``reference/float32``: :mod:`node.learning.decoding` as it was at ``--reference`` (git; default: the loop before
-  ended rows left the batch), run in its place;
+  ended rows left the batch), run in its place; ``reference-onnxruntime/float32``: :mod:`node.learning.ort_decoding`
+  as it was there, over that decoding module;
 * ``generate/bfloat16`` and ``preallocated/bfloat16``: the same from a bfloat16 copy (fast only where the CPU has
   native bfloat16: avx512_bf16 or AMX; emulated elsewhere);
 * ``onnxruntime/float32``: :mod:`node.learning.ort_decoding`, the same loop and draws with ONNX Runtime running the
@@ -38,6 +39,9 @@ the cast counted):
         --workloads suppressed natural --baseline reference/float32 --out bench/results/generation_rows.json
     python bench/generation.py --rounds 5 --samplers preallocated/float32 onnxruntime/float32 \
         --workloads suppressed natural --baseline preallocated/float32 --out bench/results/generation_ort.json
+    python bench/generation.py --rounds 5 --samplers reference/float32 preallocated/float32 \
+        reference-onnxruntime/float32 onnxruntime/float32 --reference aa2fb8f --baseline reference/float32 \
+        --out bench/results/generation_draw.json
     PYTHONPATH=$PWD:/work/llama-site python bench/generation.py --rounds 5 --samplers preallocated/float32 \
         onnxruntime/float32 llamacpp/bf16 --baseline preallocated/float32 --out bench/results/generation_llamacpp.json
 
@@ -69,20 +73,27 @@ sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "bench" / "results" / "generation.json"
 SAMPLERS = ("generate/float32", "preallocated/float32", "reference/float32", "generate/bfloat16",
             "preallocated/bfloat16", "onnxruntime/float32", "onnxruntime-int8/float32", "onnxruntime-int4/float32",
-            "llamacpp/bf16", "llamacpp/f32", "llamacpp/q8_0")
+            "reference-onnxruntime/float32", "llamacpp/bf16", "llamacpp/f32", "llamacpp/q8_0")
 WORKLOADS = ("suppressed", "natural")
 # The decode loop before a row that ended left the batch.
 REFERENCE = "bb172af"
 
 
-def reference_decoding(commit: str):
-    """node/learning/decoding.py as it was at ``commit``, imported as a module of its own."""
-    source = subprocess.run(["git", "-C", str(ROOT), "show", f"{commit}:node/learning/decoding.py"], check=True,
+def reference_decoding(commit: str, name: str = "decoding"):
+    """node/learning/``name``.py as it was at ``commit``, imported as a module of its own."""
+    source = subprocess.run(["git", "-C", str(ROOT), "show", f"{commit}:node/learning/{name}.py"], check=True,
                             capture_output=True, text=True).stdout
-    spec = importlib.util.spec_from_loader(f"decoding_at_{commit}", loader=None)
+    spec = importlib.util.spec_from_loader(f"{name}_at_{commit}", loader=None)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up while they are built
-    exec(compile(source, f"{commit}:node/learning/decoding.py", "exec"), module.__dict__)
+    exec(compile(source, f"{commit}:node/learning/{name}.py", "exec"), module.__dict__)
+    return module
+
+
+def reference_ort_decoding(commit: str, decoding):
+    """node/learning/ort_decoding.py as it was at ``commit``, over ``decoding`` (that commit's)."""
+    module = reference_decoding(commit, "ort_decoding")
+    module.decoding = decoding
     return module
 
 
@@ -123,6 +134,9 @@ def main() -> None:
                                      preallocated_cache=path != "generate")
     natural_eos = policies[args.samplers[0]].eos_ids
     reference = reference_decoding(args.reference) if any(n.startswith("reference") for n in args.samplers) else None
+    if "reference-onnxruntime/float32" in args.samplers:
+        reference_ort = reference_ort_decoding(args.reference, reference)
+        reference_ort.graph_for(reference_ort.Shape(model.config))  # the once-per-process export, before the rounds
     ort_paths = {n.split("/")[0] for n in args.samplers if n.startswith("onnxruntime")}
     ort = _ort_sampler(model, ort_paths) if ort_paths else None
     tasks = TaskSource({family: 1.0 for family in DEFAULT_FAMILIES}, seed=1234).sample(args.I, random.Random(0))
@@ -139,7 +153,9 @@ def main() -> None:
             # natural: the model's own end-of-sequence tokens; suppressed: no token ends a completion
             policy.eos_ids = natural_eos if workload == "natural" else (model.config.vocab_size,)
             swapped = nullcontext()
-            if name.startswith("reference"):
+            if name.startswith("reference-onnxruntime"):
+                swapped = mock.patch.object(grpo.decoding, "sample", reference_ort.sample)
+            elif name.startswith("reference"):
                 swapped = mock.patch.object(grpo.decoding, "sample", reference.sample)
             elif name.startswith("onnxruntime"):
                 swapped = mock.patch.object(grpo.decoding, "sample", ort["sample"][name.split("/")[0]])

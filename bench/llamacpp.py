@@ -122,7 +122,7 @@ class Sampler:
 
     def sample(self, causal_lm, input_ids: torch.Tensor, attention: torch.Tensor, *, greedy: int, sampled: int,
                max_new_tokens: int, temperature: float, top_p: float, eos_ids: tuple[int, ...], pad_id: int,
-               should_stop=lambda: False) -> decoding.Sampled:
+               should_stop=lambda: False, draw: decoding.Draw = decoding.inverse_cdf) -> decoding.Sampled:
         """:func:`node.learning.decoding.sample`'s rows and draws from llama.cpp's logits (``causal_lm`` unused:
         the weights are the file's)."""
         llama = self._llama
@@ -145,7 +145,7 @@ class Sampler:
             lengths[first : first + copies] = len(prompt)
         live = torch.arange(rows)
         is_sampled = (live % copies) >= greedy
-        noise_row = torch.where(is_sampled, is_sampled.cumsum(0) - 1, -1)
+        sampled_row = torch.where(is_sampled, is_sampled.cumsum(0) - 1, -1)
         drawing_rows = len(prompts) * sampled
         warpers = decoding.warpers_for(temperature, top_p)
         tokens = torch.full((rows, max_new_tokens), pad_id, dtype=torch.long)
@@ -154,18 +154,17 @@ class Sampler:
         produced = 0
         for step in range(max_new_tokens):
             scores = torch.from_numpy(logits[: len(live)]).clone()
-            chosen, scores = decoding.choose(scores, warpers, noise_row, drawing_rows=drawing_rows,
-                                             batch=len(prompts) * sampled)
+            chosen, logprobs[live, step] = decoding.choose(scores, warpers, sampled_row, drawing_rows=drawing_rows,
+                                                           batch=len(prompts) * sampled, draw=draw)
             tokens[live, step] = chosen
-            logprobs[live, step] = scores.log_softmax(-1).gather(1, chosen[:, None])[:, 0]
             produced = step + 1
             running = ~torch.isin(chosen, eos)
             if not int(running.sum()) or should_stop() or produced == max_new_tokens:
                 break
             if not bool(running.all()):  # ended rows leave the batch (their cells stay until the next call)
                 kept = running.nonzero()[:, 0]
-                live, noise_row, chosen = live[kept], noise_row[kept], chosen[kept]
-                drawing_rows = int((noise_row >= 0).sum())
+                live, sampled_row, chosen = live[kept], sampled_row[kept], chosen[kept]
+                drawing_rows = int((sampled_row >= 0).sum())
             self._decode([(token, int(lengths[row]), row) for token, row in zip(chosen.tolist(), live.tolist(),
                                                                                 strict=True)],
                          logits[: len(live)])

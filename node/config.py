@@ -75,11 +75,12 @@ class TrainingSettings(_Section):
         "auto", description="dtype completions are sampled in (a copy of the policy); auto = bfloat16 on CUDA and on "
         "CPUs with native bfloat16 (AVX512-BF16, AMX), float32 elsewhere; float32 turns reduced precision off"
     )
-    sampler: Literal["torch", "onnxruntime"] = Field(
-        "torch", description="what runs the model while completions are sampled: onnxruntime = ONNX Runtime over "
-        "the same float32 weights with the same draws (about 1.8x torch's tokens per CPU-second on a CPU, but about "
+    sampler: Literal["auto", "torch", "onnxruntime"] = Field(
+        "auto", description="what runs the model while completions are sampled: onnxruntime = ONNX Runtime over "
+        "the same float32 weights with the same draw (about 1.9x the torch loop's tokens per CPU-second on a CPU, but about "
         "1 GB more memory while sampling the bundled model), for float32 Llama-type models on the CPU where "
-        "onnxruntime is installed, torch elsewhere",
+        "onnxruntime is installed, torch elsewhere; auto = onnxruntime wherever it runs and the round's memory "
+        "estimate with it still fits, torch elsewhere",
     )
     local_questions: int = Field(2, ge=1, le=64, description="I: questions sampled locally per round")
     external_groups: int = Field(2, ge=0, le=64, description="J: peer groups trained on per round (0 = solo)")

@@ -204,16 +204,17 @@ class SwarmNode:
         groups = train.local_questions + train.external_groups
         per_pass = min(train.micro_batch_groups or groups, groups) * train.num_generations
         adamw_8bit = models.uses_adamw_8bit(train.optimizer_states, lora=bool(train.lora_rank), device=device)
-        models.check_fits(
-            resolved, available_bytes=hardware.training_budget(hw), train_dtype="bfloat16" if mixed_bf16 else "float32",
-            num_sequences=per_pass,
-            seq_len=min(train.max_prompt_tokens, hardware.PROMPT_TOKENS) + train.max_new_tokens,
-            lora_rank=train.lora_rank, adamw_8bit=adamw_8bit, starting_copy=train.anchor_decay > 0,
-            sampling_copy=generation_dtype != models.weights_dtype(device, lora=bool(train.lora_rank), bf16=mixed_bf16),
-            # Counted before the model is loaded, so for any architecture: only the checks after loading can tell.
-            onnxruntime_sampler=train.sampler == "onnxruntime" and device == "cpu" and generation_dtype == torch.float32
-            and ort_decoding.available(),
-        )
+        fit = {
+            "available_bytes": hardware.training_budget(hw), "train_dtype": "bfloat16" if mixed_bf16 else "float32",
+            "num_sequences": per_pass,
+            "seq_len": min(train.max_prompt_tokens, hardware.PROMPT_TOKENS) + train.max_new_tokens,
+            "lora_rank": train.lora_rank, "adamw_8bit": adamw_8bit, "starting_copy": train.anchor_decay > 0,
+            "sampling_copy": generation_dtype != models.weights_dtype(device, lora=bool(train.lora_rank), bf16=mixed_bf16),
+        }
+        sampler = pick_sampler(train.sampler, resolved, device=device, generation_dtype=generation_dtype, fit=fit)
+        # Counted before the model is loaded, so for any architecture: only the checks after loading can tell.
+        models.check_fits(resolved, **fit, onnxruntime_sampler=sampler != "torch" and device == "cpu"
+                          and generation_dtype == torch.float32 and ort_decoding.available())
         self.checkpointer = Checkpointer(self.run_dir / "checkpoints")
         latest = self.checkpointer.latest()
         if latest is not None and latest[1].model != train.model:
@@ -241,7 +242,7 @@ class SwarmNode:
             # original model is loaded once more for its weights alone.
             starting_weights = models.load_weights(resolved, cache_dir=cfg.model_cache_dir, dtype=dtype, device=device)
         self.policy = Policy(model, tokenizer, generation_dtype=generation_dtype, max_prompt_tokens=train.max_prompt_tokens,
-                             sampler=train.sampler)
+                             sampler=sampler)
         self.learner = GrpoLearner(
             self.policy, output_dir=self.run_dir / "trl", device=device, mixed_bf16=mixed_bf16,
             num_generations=train.num_generations, max_new_tokens=train.max_new_tokens,
@@ -524,6 +525,22 @@ def _task_seed(cfg: NodeConfig, peer_id: str) -> int:
     if cfg.tasks.seed is not None:
         return cfg.tasks.seed
     return int.from_bytes(hashlib.sha256(peer_id.encode()).digest()[:7], "big")
+
+
+def pick_sampler(setting: str, model: models.ResolvedModel, *, device: str, generation_dtype: torch.dtype,
+                 fit: dict) -> str:
+    """What samples this run's completions, for ``training.sampler = setting`` and :func:`models.check_fits`'
+    settings ``fit``: ``auto`` is ONNX Runtime where it can run (the policy keeps the torch loop for a model it does
+    not run) and where the round's memory estimate with ONNX Runtime's packed copy of the weights still fits, the
+    torch loop elsewhere; ``torch`` and ``onnxruntime`` are what they say."""
+    if setting != "auto":
+        return setting
+    if device != "cpu" or generation_dtype != torch.float32 or not ort_decoding.available():
+        return "torch"
+    if not models.fits(model, **fit, onnxruntime_sampler=True):
+        log.info("sampling with torch: ONNX Runtime's copy of the weights would not fit this machine's memory")
+        return "torch"
+    return "auto"
 
 
 def _pick_bf16(setting: str, device: str, hw: hardware.HardwareInfo, *, sampling: bool) -> bool:

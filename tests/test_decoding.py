@@ -1,8 +1,9 @@
-"""The node's own decode loop (:mod:`node.learning.decoding`) against transformers' ``generate()``: the same
-completions, greedy and sampled with the same seed (left-padded prompts of different lengths, rows ending mid-batch,
-float32 and the bfloat16 sampling copy), from key/value buffers allocated once per generation, of which each step
-attends to the filled part only, computing only the rows that have not ended (with the log-probs of what each row
-drew)."""
+"""The node's own decode loop (:mod:`node.learning.decoding`) against transformers' ``generate()``: drawing as
+``generate()`` draws (:mod:`tests.generate_draw`), the same completions, greedy and sampled with the same seed
+(left-padded prompts of different lengths, rows ending mid-batch, float32 and the bfloat16 sampling copy), from
+key/value buffers allocated once per generation, of which each step attends to the filled part only, computing only
+the rows that have not ended; with its own draw, the log-probs of what each row drew (the draw's distribution:
+tests/test_draw.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from node.learning import decoding
 from node.learning.grpo import Policy
+from tests.generate_draw import draw_as_generate
 from tests.test_generate_prompt_once import (
     G,
     MAX_NEW_TOKENS,
@@ -34,7 +36,8 @@ def _policies(model_dir, dtype) -> tuple[Policy, Policy]:
 
 @pytest.mark.parametrize("greedy", [True, False])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_the_loop_samples_what_generate_samples(tiny_model_dir, dtype, greedy):
+def test_the_loop_samples_what_generate_samples(tiny_model_dir, dtype, greedy, monkeypatch):
+    draw_as_generate(monkeypatch)
     loop, reference = _policies(tiny_model_dir, dtype)
     assert decoding.supports(loop.sampling_model())
     prompts = _prompts(loop)
@@ -58,7 +61,8 @@ def test_the_loop_samples_what_generate_samples(tiny_model_dir, dtype, greedy):
         assert loop.generate(prompts, **{**kwargs, "seed": 8}) != groups  # the seed mattered
 
 
-def test_temperature_and_top_p_draw_as_generate_draws(tiny_model_dir):
+def test_temperature_and_top_p_draw_as_generate_draws(tiny_model_dir, monkeypatch):
+    draw_as_generate(monkeypatch)
     loop, reference = _policies(tiny_model_dir, torch.float32)
     prompts = _prompts(loop)
     kwargs = {"num_generations": G, "max_new_tokens": MAX_NEW_TOKENS, "temperature": 0.7, "top_p": 0.9, "seed": 3}
@@ -66,7 +70,8 @@ def test_temperature_and_top_p_draw_as_generate_draws(tiny_model_dir):
     assert loop.generate(prompts, **kwargs) != loop.generate(prompts, **{**kwargs, "top_p": 1.0, "temperature": 1.3})
 
 
-def test_greedy_and_sampled_rows_in_one_batch_match_generate(tiny_model_dir):
+def test_greedy_and_sampled_rows_in_one_batch_match_generate(tiny_model_dir, monkeypatch):
+    draw_as_generate(monkeypatch)
     loop, reference = _policies(tiny_model_dir, torch.float32)
     prompts = _prompts(loop)
     kwargs = {"samples": G, "max_new_tokens": MAX_NEW_TOKENS, "temperature": 1.0, "top_p": 1.0, "seed": 5}

@@ -13,11 +13,20 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, MistralConfig, Mis
 
 from node.learning import grpo
 from node.learning.grpo import GrpoLearner, LoraSettings, Policy
+from tests.generate_draw import draw_as_generate
 
 G = 3
 QUESTIONS = ("What is 2 + 2?", "A farmer has 17 sheep and buys 5 more, then sells 9. How many sheep are left now?",
              "Spell 'cat' backwards.")
 MAX_NEW_TOKENS = 10
+
+
+@pytest.fixture(autouse=True)
+def _draw_as_generate(monkeypatch):
+    """The comparisons here are token for token between batches of other shapes: they draw as ``generate()`` does
+    (:mod:`tests.generate_draw`), which float32 rounding of another shape moves far more rarely than it moves the
+    node's inverse-CDF draw."""
+    draw_as_generate(monkeypatch)
 
 
 def _sharpen(model) -> None:

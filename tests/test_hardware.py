@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from node.errors import NodeError
+from node.learning import ort_decoding
 from node.learning.hardware import (
     PROMPT_TOKENS, GpuInfo, HardwareInfo, catalog_fits, cpu_bf16_units, detect, recommend, sequences_per_pass,
 )
@@ -123,13 +124,18 @@ def test_cpu_bf16_units_are_read_from_the_cpu_flags(tmp_path, flags, units):
     assert cpu_bf16_units(tmp_path / "missing") == ()
 
 
-def test_a_cpu_with_native_bf16_samples_in_bf16_and_says_so():
+def test_a_cpu_with_native_bf16_samples_in_bf16_and_says_so(monkeypatch):
     native = replace(CPU_LAPTOP, cpu_bf16_units=("AVX512-BF16",))
     rec = recommend(native)
     assert (rec.train_dtype, rec.generation_dtype) == ("float32", "bfloat16")
     assert "native bfloat16 (AVX512-BF16): samples completions in bfloat16" in native.describe()
     assert recommend(CPU_LAPTOP).generation_dtype == "float32"
     assert "no native bfloat16: samples completions in float32" in CPU_LAPTOP.describe()
+    # and with what: ONNX Runtime where it is installed (training.sampler = "auto")
+    monkeypatch.setattr(ort_decoding, "available", lambda: True)
+    assert "in float32, with ONNX Runtime where the model allows" in CPU_LAPTOP.describe()
+    monkeypatch.setattr(ort_decoding, "available", lambda: False)
+    assert "in float32, with torch (onnxruntime is not installed)" in CPU_LAPTOP.describe()
     # the GPU decides where there is one: a pre-Ampere GPU samples in float32, MPS keeps float32
     for hw in (GTX_1060, MAC_16):
         assert recommend(replace(hw, cpu_bf16_units=("AMX-BF16",))).generation_dtype == "float32"

@@ -7,12 +7,13 @@ attended. A row that has ended leaves the batch: its cache rows, mask, position 
 (the live rows move up in the same buffers), so a step costs what its live rows cost, where ``generate()`` runs
 every row until the longest one ends.
 
-The sampling itself is ``generate()``'s: the same logits warpers and the same random draw, so a seeded generation
-samples the same tokens as ``generate()`` wherever the logits agree, whichever rows have ended. ``torch.multinomial``
-draws one sample as ``argmax(probs / noise)`` with ``noise`` exponential, one per row and token; the loop draws that
-noise for every sampled row of the batch, ended or not, as ``generate()`` does, and uses the live rows' part: the
-global generator advances exactly as under ``generate()`` while any sampled row runs, at the price of the ended
-rows' noise (a small part of what their forward cost).
+The sampling is ``generate()``'s distribution: the same logits warpers (temperature, top-p), then one token per
+row drawn by :func:`inverse_cdf` (one uniform a row against the cumulative sum of the row's probabilities), where
+``generate()``'s ``torch.multinomial`` draws an exponential for every row and vocabulary entry and takes
+``argmax(probs / noise)``: the same distribution for far less work, but not the same tokens for a seed. The
+draw is a parameter of :func:`sample` (:data:`Draw`), so a caller can draw as it likes (the tests draw exactly as
+``generate()`` does, to check the cache and the logits token for token against it). Each token's log-prob comes
+from the sums the draw computed, not from a second pass over the vocabulary.
 
 Used for decoder-only models whose every layer attends to all earlier tokens (:func:`supports`); anything else
 (sliding windows, linear attention, generation settings that add logits processors) keeps ``generate()``.
@@ -166,6 +167,60 @@ def prefill(causal_lm, ids: tuple[int, ...]) -> Prefix:
     return Prefix(tuple(ids), tuple((layer.keys, layer.values) for layer in cache.layers))
 
 
+# Tokens a block in :func:`inverse_cdf_at`: a draw sums whole blocks and runs through one.
+BLOCK = 256
+
+# A draw: from the warped float32 ``scores`` [rows, vocab] of the rows that sample, where each of those rows sits
+# among the generation's sampled rows (``rows``, of ``batch``: rows that ended included), one token a row and its
+# log-prob under ``scores.softmax(-1)``.
+Draw = Callable[[torch.Tensor, torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]]
+
+
+def inverse_cdf(scores: torch.Tensor, rows: torch.Tensor, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token per row of ``scores.softmax(-1)`` from one uniform a row (:data:`Draw`; ``rows`` and ``batch`` do
+    not matter to it), from the global torch generator."""
+    if scores.device.type == "mps":  # Apple's GPU has no float64: a step's scores are drawn from on the CPU
+        tokens, logprobs = inverse_cdf(scores.cpu(), rows, batch)
+        return tokens.to(scores.device), logprobs.to(scores.device)
+    return inverse_cdf_at(scores, torch.rand(len(scores), 1, dtype=torch.float64, device=scores.device))
+
+
+def inverse_cdf_at(scores: torch.Tensor, uniforms: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The tokens at ``uniforms [rows, 1]`` (float64 in [0, 1)) of each row's cumulative distribution, and their
+    log-probs.
+
+    In two levels, so that no running sum over the whole vocabulary is needed: the row's unnormalized
+    probabilities ``exp(scores - max)`` are summed per block of :data:`BLOCK` tokens, the uniform scaled by their
+    total picks a block on the blocks' running sum, and what is left of it picks a token on the running sum of
+    that block's probabilities. The sums are float64: in float32 a token whose probability is under the rounding
+    of a large vocabulary's running sum would be drawn with probability 0 or one rounding step. A float64 uniform
+    is below 1 by at least 2**-53, so the scaled one is below the total, exactly. At either level the pick is the
+    first running sum above the target: a block or token of probability 0 (cut by top-p, or underflowing) adds
+    nothing to the sum and can never be that first one, and the last block or token of positive probability is
+    reachable.
+    """
+    rows, vocab = scores.shape
+    top = scores.amax(-1, keepdim=True)
+    weights = (scores - top).exp_()
+    if vocab % BLOCK:
+        weights = torch.nn.functional.pad(weights, (0, BLOCK - vocab % BLOCK))  # weight 0: never drawn
+    weights = weights.view(rows, -1, BLOCK)
+    sums = weights.sum(-1, dtype=torch.float64)
+    ends = sums.cumsum(-1)
+    total = ends[:, -1:]
+    target = uniforms * total
+    block = torch.searchsorted(ends, target, right=True)
+    start = torch.where(block > 0, ends.gather(1, (block - 1).clamp(min=0)), 0.0)
+    running = weights.gather(1, block[..., None].expand(-1, -1, BLOCK))[:, 0].cumsum(-1, dtype=torch.float64)
+    # The target's place within its block, on the block's own running sum (the same sum in another order).
+    inner = (target - start) / sums.gather(1, block) * running[:, -1:]
+    # Rounding may put it at the block's very end: the block's last token of positive probability then.
+    last = (running < running[:, -1:]).sum(-1, keepdim=True)
+    tokens = (block * BLOCK + torch.minimum(torch.searchsorted(running, inner, right=True), last))[:, 0]
+    logprobs = scores.gather(1, tokens[:, None])[:, 0] - top[:, 0] - total[:, 0].log().float()
+    return tokens, logprobs
+
+
 @dataclass(frozen=True)
 class Sampled:
     tokens: torch.Tensor  # [rows, new tokens]; pad after a row's end-of-sequence token
@@ -176,16 +231,16 @@ class Sampled:
 def sample(
     causal_lm, input_ids: torch.Tensor, attention: torch.Tensor, *, greedy: int, sampled: int, max_new_tokens: int,
     temperature: float, top_p: float, eos_ids: tuple[int, ...], pad_id: int,
-    should_stop: Callable[[], bool] = lambda: False, prefix: Prefix | None = None,
+    should_stop: Callable[[], bool] = lambda: False, prefix: Prefix | None = None, draw: Draw = inverse_cdf,
 ) -> Sampled:
     """``greedy`` most-likely and then ``sampled`` sampled continuations of each left-padded prompt, one batch, a
     prompt's rows next to each other. Each prompt but its last token runs once; its cache serves all its rows.
     With ``prefix``, each prompt is ``prefix.ids`` followed by its row of ``input_ids`` (at least one token): the
     prefix's keys and values are copied into every row, and only the rest of each prompt runs.
 
-    The greedy rows are ``generate(do_sample=False)``'s; the sampled rows are what ``generate(do_sample=True,
-    temperature, top_p, top_k=0, num_return_sequences=sampled)`` samples from the global torch generator: the draws
-    are made for the sampled rows alone, in their order, as if the greedy rows were not there. A row ends at an
+    The greedy rows are ``generate(do_sample=False)``'s; the sampled rows sample ``generate(do_sample=True,
+    temperature, top_p, top_k=0, num_return_sequences=sampled)``'s distribution, each step's tokens by ``draw`` for
+    the sampled rows alone, in their order, as if the greedy rows were not there. A row ends at an
     ``eos_ids`` token and leaves the batch; generation stops when every row has ended, after ``max_new_tokens``,
     or after a token at which ``should_stop()`` is true.
     """
@@ -209,11 +264,11 @@ def sample(
                              position_ids=positions[:, :-1], use_cache=True, **{CACHE_KWARG: cache})
     step_ids = input_ids[:, -1:].repeat_interleave(copies, dim=0)
     step_positions = positions[:, -1:].repeat_interleave(copies, dim=0)
-    # The live rows: each one's row in the output, and its row among the sampled ones (-1: a greedy row), whose
-    # part of each step's noise it draws with.
+    # The live rows: each one's row in the output, and its row among the sampled ones (-1: a greedy row), which the
+    # draw is told.
     live = torch.arange(rows, device=device)
     is_sampled = (live % copies) >= greedy
-    noise_row = torch.where(is_sampled, is_sampled.cumsum(0) - 1, -1)
+    sampled_row = torch.where(is_sampled, is_sampled.cumsum(0) - 1, -1)
     drawing_rows = prompts * sampled
     warpers = warpers_for(temperature, top_p)
     tokens = torch.full((rows, max_new_tokens), pad_id, dtype=torch.long, device=device)
@@ -225,9 +280,9 @@ def sample(
                            position_ids=step_positions, use_cache=True, logits_to_keep=1,
                            **{CACHE_KWARG: cache}).logits[:, -1, :]
         scores = logits.to(dtype=torch.float32, copy=True)
-        chosen, scores = choose(scores, warpers, noise_row, drawing_rows=drawing_rows, batch=prompts * sampled)
+        chosen, logprobs[live, step] = choose(scores, warpers, sampled_row, drawing_rows=drawing_rows,
+                                              batch=prompts * sampled, draw=draw)
         tokens[live, step] = chosen
-        logprobs[live, step] = scores.log_softmax(-1).gather(1, chosen[:, None])[:, 0]
         produced = step + 1
         running = ~torch.isin(chosen, eos)
         still = int(running.sum())  # the step's one read back from the device
@@ -236,37 +291,33 @@ def sample(
         if still < len(live):
             kept = running.nonzero()[:, 0]
             cache.batch_select_indices(kept)
-            live, noise_row, mask = live[kept], noise_row[kept], mask[kept]
-            drawing_rows = int((noise_row >= 0).sum())
+            live, sampled_row, mask = live[kept], sampled_row[kept], mask[kept]
+            drawing_rows = int((sampled_row >= 0).sum())
             chosen, step_positions = chosen[kept], step_positions[kept]
         step_ids = chosen[:, None]
         step_positions = step_positions + 1
     return Sampled(tokens[:, :produced], logprobs[:, :produced])
 
 
-def choose(scores: torch.Tensor, warpers: list, noise_row: torch.Tensor, *, drawing_rows: int, batch: int
-           ) -> tuple[torch.Tensor, torch.Tensor]:
-    """One step's tokens for the live rows from their float32 ``scores`` (changed in place where warped) and the
-    scores they were drawn from: greedy rows (``noise_row`` -1) take the most likely token, sampled rows draw with
-    their row ``noise_row`` of the ``batch`` sampled rows' noise, after ``warpers``."""
-    if not drawing_rows:  # greedy rows only, or every sampled row has ended: no draw changes what is sampled
-        return scores.argmax(-1), scores
-    drawing = noise_row >= 0
-    if bool(drawing.all()):
-        scores = _warp(warpers, scores)
-        return _draw(scores, noise_row, batch), scores
-    chosen = scores.argmax(-1)
-    drawn = _warp(warpers, scores[drawing])
-    scores[drawing] = drawn
-    chosen[drawing] = _draw(drawn, noise_row[drawing], batch)
-    return chosen, scores
+def choose(scores: torch.Tensor, warpers: list, sampled_row: torch.Tensor, *, drawing_rows: int, batch: int,
+           draw: Draw) -> tuple[torch.Tensor, torch.Tensor]:
+    """One step's tokens for the live rows from their float32 ``scores`` (the warpers may change them in place), and
+    each token's log-prob under the distribution it was drawn from: greedy rows (``sampled_row`` -1) take the most
+    likely token, sampled rows ``draw`` as row ``sampled_row`` of the ``batch`` sampled rows, after ``warpers``."""
+    if drawing_rows == len(sampled_row):
+        return draw(_warp(warpers, scores), sampled_row, batch)
+    if not drawing_rows:  # greedy rows only, or every sampled row has ended
+        return _most_likely(scores)
+    drawing = sampled_row >= 0
+    chosen, logprobs = torch.empty_like(sampled_row), scores.new_empty(len(scores))
+    chosen[~drawing], logprobs[~drawing] = _most_likely(scores[~drawing])
+    chosen[drawing], logprobs[drawing] = draw(_warp(warpers, scores[drawing]), sampled_row[drawing], batch)
+    return chosen, logprobs
 
 
-def _draw(scores: torch.Tensor, noise_rows: torch.Tensor, batch: int) -> torch.Tensor:
-    """``torch.multinomial(scores.softmax(-1), 1)`` as drawn for a batch of ``batch`` sampled rows of which
-    ``scores`` holds rows ``noise_rows``: the noise is drawn for the whole batch, as ``generate()`` draws it."""
-    noise = scores.new_empty(batch, scores.shape[-1]).exponential_()
-    return (scores.softmax(-1) / (noise if len(noise_rows) == batch else noise[noise_rows])).argmax(-1)
+def _most_likely(scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    top, chosen = scores.max(-1)
+    return chosen, top - scores.logsumexp(-1)
 
 
 def _warp(warpers: list, scores: torch.Tensor) -> torch.Tensor:

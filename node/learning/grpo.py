@@ -109,7 +109,9 @@ class Policy:
         """``preallocated_cache=False`` samples through ``generate()`` for every model (the reference path that
         :mod:`node.learning.decoding` is checked and measured against). ``sampler="onnxruntime"`` runs that loop's
         forwards in ONNX Runtime (:mod:`node.learning.ort_decoding`) where it is installed and the sampling model is
-        one it runs (float32 Llama on the CPU); elsewhere the torch loop samples, as with ``"torch"``."""
+        one it runs (float32 Llama on the CPU); elsewhere the torch loop samples, as with ``"torch"``, and a warning
+        says why. ``"auto"`` does the same without the warning: the torch loop is its choice where ONNX Runtime
+        cannot sample."""
         self.model = model
         self.preallocated_cache = preallocated_cache
         self.sampler = sampler
@@ -248,18 +250,19 @@ class Policy:
                 for start in range(0, len(rows), copies)]
 
     def _sample_function(self, sampler, *, positions: int) -> Callable[..., decoding.Sampled]:
-        """ONNX Runtime's loop where ``self.sampler`` asks for it and it can run ``sampler`` for sequences of
-        ``positions`` tokens, else the torch loop (saying why, once)."""
-        if self.sampler == "onnxruntime":
+        """ONNX Runtime's loop where ``self.sampler`` allows it and it can run ``sampler`` for sequences of
+        ``positions`` tokens, else the torch loop (saying why, once, where ``onnxruntime`` was asked for)."""
+        if self.sampler in ("auto", "onnxruntime"):
             if not ort_decoding.available():
-                self._fall_back("onnxruntime is not installed (pip install onnxruntime onnx)")
+                why = "onnxruntime is not installed (pip install onnxruntime onnx)"
             elif not ort_decoding.supports(sampler):
-                self._fall_back("it runs float32 Llama-type models on the CPU only")
+                why = "it runs float32 Llama-type models on the CPU only"
             elif positions > ort_decoding.max_positions(sampler):
-                self._fall_back("prompt and completion are longer than its rotary table (the model's position "
-                                "limit)")
+                why = "prompt and completion are longer than its rotary table (the model's position limit)"
             else:
                 return ort_decoding.sample
+            if self.sampler == "onnxruntime":
+                self._fall_back(why)
         return decoding.sample
 
     def _fall_back(self, why: str) -> None:

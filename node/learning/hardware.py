@@ -34,6 +34,7 @@ import psutil
 import torch
 
 from node.api import LORA_RANK, ModelFit, Recommendation, default_threads
+from node.learning import ort_decoding
 from node.learning.models import (
     BUNDLED,
     CATALOG,
@@ -91,7 +92,9 @@ class HardwareInfo:
     def cpu_bf16_description(self) -> str:
         if self.cpu_bf16_units:
             return f"native bfloat16 ({', '.join(self.cpu_bf16_units)}): samples completions in bfloat16"
-        return "no native bfloat16: samples completions in float32"
+        if ort_decoding.available():
+            return "no native bfloat16: samples completions in float32, with ONNX Runtime where the model allows"
+        return "no native bfloat16: samples completions in float32, with torch (onnxruntime is not installed)"
 
     def to_dict(self) -> dict:
         return {**asdict(self), "description": self.describe()}

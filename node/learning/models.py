@@ -330,20 +330,27 @@ def _display_name(model: ResolvedModel) -> str:
     return model.path_or_id if model.kind == "hub" else Path(model.ref).name
 
 
+def fits(model: ResolvedModel, *, available_bytes: int, **settings) -> bool:
+    """Whether :func:`check_fits` lets a round with these settings (:func:`estimate_training_bytes`' keywords)
+    start; a model of unknown size does (only the checks after loading can tell)."""
+    if model.params is None:
+        return True
+    required = estimate_training_bytes(model.params, vocab_size=model.vocab_size or QWEN_VOCAB, **settings)
+    return fit_label(required, available_bytes) != "won't fit"
+
+
 def check_fits(
     model: ResolvedModel, *, available_bytes: int, train_dtype: str, num_sequences: int, seq_len: int,
     lora_rank: int = 0, adamw_8bit: bool = False, sampling_copy: bool = False, onnxruntime_sampler: bool = False,
     starting_copy: bool = False,
 ) -> None:
     """Refuse, before anything is loaded, a model whose training step would run out of memory."""
-    if model.params is None:
-        return
     settings = {"train_dtype": train_dtype, "num_sequences": num_sequences, "seq_len": seq_len, "lora_rank": lora_rank,
                 "adamw_8bit": adamw_8bit, "sampling_copy": sampling_copy, "onnxruntime_sampler": onnxruntime_sampler,
                 "starting_copy": starting_copy}
-    required = estimate_training_bytes(model.params, vocab_size=model.vocab_size or QWEN_VOCAB, **settings)
-    if fit_label(required, available_bytes) != "won't fit":
+    if fits(model, available_bytes=available_bytes, **settings):
         return
+    required = estimate_training_bytes(model.params, vocab_size=model.vocab_size or QWEN_VOCAB, **settings)
     # In the words of the app's Settings and setup wizard, with the config file's key after each for CLI users.
     hint = ("choose fewer completions per question or fewer max tokens in Settings (num_generations, max_new_tokens "
             "in the config file), or use a machine with more memory")

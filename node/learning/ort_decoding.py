@@ -16,7 +16,7 @@ key/value cache shared between its past and present (written in place, one buffe
 generation, each row attending only to its own filled positions). Each prompt is prefilled once and its cache
 copied to its rows; a row that has ended leaves the batch (its buffers' rows are compacted).
 
-The draw is :mod:`.decoding`'s (its warpers and its noise from the global torch generator), applied to ORT's
+The draw is :mod:`.decoding`'s (its warpers and its draw from the global torch generator), applied to ORT's
 logits: what is sampled follows the policy's distribution up to float32 rounding of a different kernel order.
 
 Only a plain Llama-shaped decoder (``LlamaForCausalLM`` without biases, rope scaling or sliding windows) is built
@@ -249,7 +249,7 @@ class Session:
 def sample(
     causal_lm, input_ids: torch.Tensor, attention: torch.Tensor, *, greedy: int, sampled: int, max_new_tokens: int,
     temperature: float, top_p: float, eos_ids: tuple[int, ...], pad_id: int,
-    should_stop: Callable[[], bool] = lambda: False,
+    should_stop: Callable[[], bool] = lambda: False, draw: decoding.Draw = decoding.inverse_cdf,
 ) -> decoding.Sampled:
     """:func:`node.learning.decoding.sample` (same arguments, same rows, same draws) with the forwards run by ONNX
     Runtime over ``causal_lm``'s current weights; the session is built per call, so a call after an update samples
@@ -277,7 +277,7 @@ def sample(
         lengths[first : first + copies] = len(prompt)
     live = torch.arange(rows)
     is_sampled = (live % copies) >= greedy
-    noise_row = torch.where(is_sampled, is_sampled.cumsum(0) - 1, -1)
+    sampled_row = torch.where(is_sampled, is_sampled.cumsum(0) - 1, -1)
     drawing_rows = len(prompts) * sampled
     warpers = decoding.warpers_for(temperature, top_p)
     tokens = torch.full((rows, max_new_tokens), pad_id, dtype=torch.long)
@@ -287,10 +287,9 @@ def sample(
     session.bind(keys, values, logits)
     for step in range(max_new_tokens):
         scores = torch.from_numpy(logits[: len(live)]).clone()
-        chosen, scores = decoding.choose(scores, warpers, noise_row, drawing_rows=drawing_rows,
-                                         batch=len(prompts) * sampled)
+        chosen, logprobs[live, step] = decoding.choose(scores, warpers, sampled_row, drawing_rows=drawing_rows,
+                                                       batch=len(prompts) * sampled, draw=draw)
         tokens[live, step] = chosen
-        logprobs[live, step] = scores.log_softmax(-1).gather(1, chosen[:, None])[:, 0]
         produced = step + 1
         running = ~torch.isin(chosen, eos)
         still = int(running.sum())
@@ -299,9 +298,9 @@ def sample(
         if still < len(live):
             kept = running.nonzero()[:, 0]
             _keep_rows(keys, values, lengths, kept.numpy())
-            live, noise_row, chosen = live[kept], noise_row[kept], chosen[kept]
+            live, sampled_row, chosen = live[kept], sampled_row[kept], chosen[kept]
             lengths = lengths[: len(kept)]
-            drawing_rows = int((noise_row >= 0).sum())
+            drawing_rows = int((sampled_row >= 0).sum())
             session.bind(keys[:, : len(live)], values[:, : len(live)], logits[: len(live)])
         session.run(chosen[:, None].numpy(), lengths)
         lengths = lengths + 1
