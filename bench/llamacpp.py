@@ -143,33 +143,17 @@ class Sampler:
                 llama.llama_memory_seq_cp(memory, first, row, -1, -1)
             logits[first + 1 : first + copies] = logits[first]
             lengths[first : first + copies] = len(prompt)
-        live = torch.arange(rows)
-        is_sampled = (live % copies) >= greedy
-        sampled_row = torch.where(is_sampled, is_sampled.cumsum(0) - 1, -1)
-        drawing_rows = len(prompts) * sampled
-        warpers = decoding.warpers_for(temperature, top_p)
-        tokens = torch.full((rows, max_new_tokens), pad_id, dtype=torch.long)
-        logprobs = torch.zeros(rows, max_new_tokens, dtype=torch.float32)
-        eos = torch.tensor(eos_ids)
-        produced = 0
-        for step in range(max_new_tokens):
-            scores = torch.from_numpy(logits[: len(live)]).clone()
-            chosen, logprobs[live, step] = decoding.choose(scores, warpers, sampled_row, drawing_rows=drawing_rows,
-                                                           batch=len(prompts) * sampled, draw=draw)
-            tokens[live, step] = chosen
-            produced = step + 1
-            running = ~torch.isin(chosen, eos)
-            if not int(running.sum()) or should_stop() or produced == max_new_tokens:
-                break
-            if not bool(running.all()):  # ended rows leave the batch (their cells stay until the next call)
-                kept = running.nonzero()[:, 0]
-                live, sampled_row, chosen = live[kept], sampled_row[kept], chosen[kept]
-                drawing_rows = int((sampled_row >= 0).sum())
+
+        def advance(chosen: torch.Tensor, live: torch.Tensor, kept: torch.Tensor | None) -> None:
+            # Each row is its own sequence: ended rows' cells stay until the next call.
             self._decode([(token, int(lengths[row]), row) for token, row in zip(chosen.tolist(), live.tolist(),
                                                                                 strict=True)],
                          logits[: len(live)])
             lengths[live.numpy()] += 1
-        return decoding.Sampled(tokens[:, :produced], logprobs[:, :produced])
+
+        return decoding.drive(lambda n: torch.from_numpy(logits[:n]).clone(), advance, prompts=len(prompts),
+                              greedy=greedy, sampled=sampled, max_new_tokens=max_new_tokens, temperature=temperature,
+                              top_p=top_p, eos_ids=eos_ids, pad_id=pad_id, should_stop=should_stop, draw=draw)
 
     def _decode(self, entries: list[tuple[int, int, int]], out: np.ndarray) -> None:
         """One ``llama_decode`` of (token, position, sequence) ``entries``; the logits of the last ``len(out)`` of

@@ -299,6 +299,45 @@ def sample(
     return Sampled(tokens[:, :produced], logprobs[:, :produced])
 
 
+def drive(
+    logits: Callable[[int], torch.Tensor], advance: Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], None],
+    *, prompts: int, greedy: int, sampled: int, max_new_tokens: int, temperature: float, top_p: float,
+    eos_ids: tuple[int, ...], pad_id: int, should_stop: Callable[[], bool], draw: Draw,
+) -> Sampled:
+    """:func:`sample`'s rows and draws for a sampler whose forwards run elsewhere (ONNX Runtime, llama.cpp), each
+    prompt's ``greedy + sampled`` rows already prefilled: ``logits(n)`` gives the ``n`` live rows' next-token
+    float32 logits, ``advance(chosen, live, kept)`` runs the live rows' ``chosen`` tokens, the rows that ended
+    dropped first (``live``: the rows still running, as rows of the output; ``kept``: their places among the rows
+    live before, or None when none ended)."""
+    copies = greedy + sampled
+    rows = prompts * copies
+    live = torch.arange(rows)
+    is_sampled = (live % copies) >= greedy
+    sampled_row = torch.where(is_sampled, is_sampled.cumsum(0) - 1, -1)
+    drawing_rows = prompts * sampled
+    warpers = warpers_for(temperature, top_p)
+    tokens = torch.full((rows, max_new_tokens), pad_id, dtype=torch.long)
+    logprobs = torch.zeros(rows, max_new_tokens, dtype=torch.float32)
+    eos = torch.tensor(eos_ids)
+    produced = 0
+    for step in range(max_new_tokens):
+        chosen, logprobs[live, step] = choose(logits(len(live)), warpers, sampled_row, drawing_rows=drawing_rows,
+                                              batch=prompts * sampled, draw=draw)
+        tokens[live, step] = chosen
+        produced = step + 1
+        running = ~torch.isin(chosen, eos)
+        still = int(running.sum())
+        if not still or should_stop() or produced == max_new_tokens:
+            break
+        kept = None
+        if still < len(live):
+            kept = running.nonzero()[:, 0]
+            live, sampled_row, chosen = live[kept], sampled_row[kept], chosen[kept]
+            drawing_rows = int((sampled_row >= 0).sum())
+        advance(chosen, live, kept)
+    return Sampled(tokens[:, :produced], logprobs[:, :produced])
+
+
 def choose(scores: torch.Tensor, warpers: list, sampled_row: torch.Tensor, *, drawing_rows: int, batch: int,
            draw: Draw) -> tuple[torch.Tensor, torch.Tensor]:
     """One step's tokens for the live rows from their float32 ``scores`` (the warpers may change them in place), and

@@ -275,36 +275,20 @@ def sample(
         values[:, first + 1 : first + copies, :, : len(prompt)] = values[:, first : first + 1, :, : len(prompt)]
         logits[first + 1 : first + copies] = logits[first]
         lengths[first : first + copies] = len(prompt)
-    live = torch.arange(rows)
-    is_sampled = (live % copies) >= greedy
-    sampled_row = torch.where(is_sampled, is_sampled.cumsum(0) - 1, -1)
-    drawing_rows = len(prompts) * sampled
-    warpers = decoding.warpers_for(temperature, top_p)
-    tokens = torch.full((rows, max_new_tokens), pad_id, dtype=torch.long)
-    logprobs = torch.zeros(rows, max_new_tokens, dtype=torch.float32)
-    eos = torch.tensor(eos_ids)
-    produced = 0
     session.bind(keys, values, logits)
-    for step in range(max_new_tokens):
-        scores = torch.from_numpy(logits[: len(live)]).clone()
-        chosen, logprobs[live, step] = decoding.choose(scores, warpers, sampled_row, drawing_rows=drawing_rows,
-                                                       batch=len(prompts) * sampled, draw=draw)
-        tokens[live, step] = chosen
-        produced = step + 1
-        running = ~torch.isin(chosen, eos)
-        still = int(running.sum())
-        if not still or should_stop() or produced == max_new_tokens:
-            break
-        if still < len(live):
-            kept = running.nonzero()[:, 0]
+
+    def advance(chosen: torch.Tensor, live: torch.Tensor, kept: torch.Tensor | None) -> None:
+        nonlocal lengths
+        if kept is not None:  # ended rows leave the batch: the live rows move up in the same buffers
             _keep_rows(keys, values, lengths, kept.numpy())
-            live, sampled_row, chosen = live[kept], sampled_row[kept], chosen[kept]
             lengths = lengths[: len(kept)]
-            drawing_rows = int((sampled_row >= 0).sum())
             session.bind(keys[:, : len(live)], values[:, : len(live)], logits[: len(live)])
         session.run(chosen[:, None].numpy(), lengths)
         lengths = lengths + 1
-    return decoding.Sampled(tokens[:, :produced], logprobs[:, :produced])
+
+    return decoding.drive(lambda n: torch.from_numpy(logits[:n]).clone(), advance, prompts=len(prompts),
+                          greedy=greedy, sampled=sampled, max_new_tokens=max_new_tokens, temperature=temperature,
+                          top_p=top_p, eos_ids=eos_ids, pad_id=pad_id, should_stop=should_stop, draw=draw)
 
 
 def _keep_rows(keys: np.ndarray, values: np.ndarray, lengths: np.ndarray, kept: np.ndarray) -> None:
