@@ -106,7 +106,7 @@ def child(model_ref: str, mode: str, rounds: int, args: argparse.Namespace) -> N
     if args.generation_dtype != "auto":
         generation_dtype = getattr(torch, args.generation_dtype)
     lora = LoraSettings(rank=args.lora_rank) if mode == "lora" else None
-    policy = Policy(model, tokenizer, generation_dtype=generation_dtype, max_prompt_tokens=1024)
+    policy = Policy(model, tokenizer, generation_dtype=generation_dtype, max_prompt_tokens=1024, sampler=args.sampler)
     work = Path(tempfile.mkdtemp(prefix="rl-swarm-memory-"))
     learner = GrpoLearner(
         policy, output_dir=work / "trl", device="cpu", mixed_bf16=False, num_generations=args.G,
@@ -201,7 +201,8 @@ def run_child(model: str, mode: str, args: argparse.Namespace) -> list[dict]:
                "--threads", str(args.threads), "-I", str(args.I), "-J", str(args.J), "-G", str(args.G),
                "--max-new-tokens", str(args.max_new_tokens), "--micro-batch-groups", str(args.micro_batch_groups),
                "--lora-rank", str(args.lora_rank), "--cache-dir", args.cache_dir,
-               "--generation-dtype", args.generation_dtype, "--optimizer-states", args.optimizer_states,
+               "--generation-dtype", args.generation_dtype, "--sampler", args.sampler,
+               "--optimizer-states", args.optimizer_states,
                "--max-minutes", str(args.max_minutes), *(["--no-trim"] if args.no_trim else [])]
     return child_rows(command, f"{model} {mode}", env=env)
 
@@ -271,6 +272,7 @@ def main() -> None:
     parser.add_argument("--lora-rank", type=int, default=16)
     parser.add_argument("--generation-dtype", default=None, choices=["auto", "float32", "bfloat16"],
                         help="default: the demo's")
+    parser.add_argument("--sampler", default=None, choices=["auto", "torch", "onnxruntime"], help="default: the demo's")
     parser.add_argument("--optimizer-states", default="auto", choices=["auto", "float32", "8bit"])
     parser.add_argument("--max-minutes", type=float, default=0,
                         help="stop a model's rounds after this long (0 = never); the rounds done are reported")
@@ -282,7 +284,7 @@ def main() -> None:
     parser.add_argument("--no-save", action="store_true")
     args = parser.parse_args()
     demo = _demo_config().training
-    for name in ("max_new_tokens", "micro_batch_groups", "generation_dtype"):
+    for name in ("max_new_tokens", "micro_batch_groups", "generation_dtype", "sampler"):
         if getattr(args, name) is None:
             setattr(args, name, getattr(demo, name))
     if args.child:
@@ -290,7 +292,8 @@ def main() -> None:
         return
     rows = []
     settings = {k: getattr(args, k) for k in ("rounds", "threads", "I", "J", "G", "max_new_tokens", "micro_batch_groups",
-                                              "lora_rank", "generation_dtype", "optimizer_states", "max_minutes")}
+                                              "lora_rank", "generation_dtype", "sampler", "optimizer_states",
+                                              "max_minutes")}
     for model in args.models:
         source = str(shape_twin.build(model, Path(args.cache_dir))) if args.twin else model
         for mode in args.modes:
