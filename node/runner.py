@@ -213,8 +213,8 @@ class SwarmNode:
         }
         sampler = pick_sampler(train.sampler, resolved, device=device, generation_dtype=generation_dtype, fit=fit)
         # Counted before the model is loaded, so for any architecture: only the checks after loading can tell.
-        models.check_fits(resolved, **fit, onnxruntime_sampler=sampler != "torch" and device == "cpu"
-                          and generation_dtype == torch.float32 and ort_decoding.available())
+        models.check_fits(resolved, **fit,
+                          onnxruntime_sampler=sampler != "torch" and _onnxruntime_samples(device, generation_dtype))
         self.checkpointer = Checkpointer(self.run_dir / "checkpoints")
         latest = self.checkpointer.latest()
         if latest is not None and latest[1].model != train.model:
@@ -535,12 +535,18 @@ def pick_sampler(setting: str, model: models.ResolvedModel, *, device: str, gene
     torch loop elsewhere; ``torch`` and ``onnxruntime`` are what they say."""
     if setting != "auto":
         return setting
-    if device != "cpu" or generation_dtype != torch.float32 or not ort_decoding.available():
+    if not _onnxruntime_samples(device, generation_dtype):
         return "torch"
     if not models.fits(model, **fit, onnxruntime_sampler=True):
         log.info("sampling with torch: ONNX Runtime's copy of the weights would not fit this machine's memory")
         return "torch"
     return "auto"
+
+
+def _onnxruntime_samples(device: str, generation_dtype: torch.dtype) -> bool:
+    """Whether ONNX Runtime can sample here at all: float32 sampling on the CPU, onnxruntime installed (the model's
+    architecture is checked after it loads, by the policy)."""
+    return device == "cpu" and generation_dtype == torch.float32 and ort_decoding.available()
 
 
 def _pick_bf16(setting: str, device: str, hw: hardware.HardwareInfo, *, sampling: bool) -> bool:
