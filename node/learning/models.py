@@ -333,10 +333,11 @@ def _display_name(model: ResolvedModel) -> str:
 def fits(model: ResolvedModel, *, available_bytes: int, **settings) -> bool:
     """Whether :func:`check_fits` lets a round with these settings (:func:`estimate_training_bytes`' keywords)
     start; a model of unknown size does (only the checks after loading can tell)."""
-    if model.params is None:
-        return True
-    required = estimate_training_bytes(model.params, vocab_size=model.vocab_size or QWEN_VOCAB, **settings)
-    return fit_label(required, available_bytes) != "won't fit"
+    return model.params is None or fit_label(_required_bytes(model, **settings), available_bytes) != "won't fit"
+
+
+def _required_bytes(model: ResolvedModel, **settings) -> int:
+    return estimate_training_bytes(model.params, vocab_size=model.vocab_size or QWEN_VOCAB, **settings)
 
 
 def check_fits(
@@ -348,24 +349,21 @@ def check_fits(
     settings = {"train_dtype": train_dtype, "num_sequences": num_sequences, "seq_len": seq_len, "lora_rank": lora_rank,
                 "adamw_8bit": adamw_8bit, "sampling_copy": sampling_copy, "onnxruntime_sampler": onnxruntime_sampler,
                 "starting_copy": starting_copy}
-    if fits(model, available_bytes=available_bytes, **settings):
+    if model.params is None:
         return
-    required = estimate_training_bytes(model.params, vocab_size=model.vocab_size or QWEN_VOCAB, **settings)
+    required = _required_bytes(model, **settings)
+    if fit_label(required, available_bytes) != "won't fit":
+        return
     # In the words of the app's Settings and setup wizard, with the config file's key after each for CLI users.
     hint = ("choose fewer completions per question or fewer max tokens in Settings (num_generations, max_new_tokens "
             "in the config file), or use a machine with more memory")
     if not lora_rank:
-        adapter = estimate_training_bytes(
-            model.params, vocab_size=model.vocab_size or QWEN_VOCAB, **{**settings, "lora_rank": 16,
-                                                                          "adamw_8bit": False}
-        )
+        adapter = _required_bytes(model, **{**settings, "lora_rank": 16, "adamw_8bit": False})
         if fit_label(adapter, available_bytes) != "won't fit":
             hint = (f"train a LoRA adapter instead (~{adapter / GIB:.1f} GiB): the setup wizard's model page offers "
                     f"it (lora_rank = 16 in the config file), or {hint}")
         if not adamw_8bit and _has_bitsandbytes():
-            quantized = estimate_training_bytes(
-                model.params, vocab_size=model.vocab_size or QWEN_VOCAB, **{**settings, "adamw_8bit": True}
-            )
+            quantized = _required_bytes(model, **{**settings, "adamw_8bit": True})
             if fit_label(quantized, available_bytes) != "won't fit":
                 hint = (f"keep the optimizer's states in 8 bits (~{quantized / GIB:.1f} GiB, a slower step on CPU; "
                         f"optimizer_states = \"8bit\" in the config file), or {hint}")
@@ -377,8 +375,7 @@ def check_fits(
                         f"{spec.id!r} in the config file), or {hint}")
                 break
     if starting_copy:
-        without = estimate_training_bytes(model.params, vocab_size=model.vocab_size or QWEN_VOCAB,
-                                          **{**settings, "starting_copy": False})
+        without = _required_bytes(model, **{**settings, "starting_copy": False})
         if fit_label(without, available_bytes) != "won't fit":
             hint = (f"turn off the pull toward the starting weights, which keeps a copy of them (~{without / GIB:.1f} "
                     f"GiB without it; anchor_decay = 0 in the config file), or {hint}")
