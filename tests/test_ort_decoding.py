@@ -109,6 +109,45 @@ def test_each_call_samples_from_the_weights_as_they_are_then(tiny_model_dir):
     _assert_policy_logprobs(policy, prompts, after, atol=LOGPROB_BOUND)
 
 
+def test_the_start_every_prompt_shares_runs_once_and_samples_what_each_prompts_own_prefill_would(tiny_model_dir,
+                                                                                                   monkeypatch):
+    """The prompts' common start (a round's system prompt) runs once; every prompt's rows then continue from a copy
+    of its cache: the same tokens and log-probs as prefilling each prompt whole."""
+    model = _model(tiny_model_dir, 2)
+    policy = _policy(model, tiny_model_dir, "onnxruntime")
+    prompts = _prompts(policy)
+    shared = ort_decoding._shared_start([list(p) for p in prompts])
+    assert shared > 1 and all(p[:shared] == prompts[0][:shared] for p in prompts)
+    ran = []
+    run = ort_decoding.Session.run
+
+    def counted(self, ids, lengths):
+        ran.append((ids.shape, lengths.tolist()))
+        run(self, ids, lengths)
+
+    monkeypatch.setattr(ort_decoding.Session, "run", counted)
+    once = _draw(policy, prompts, ort_decoding.sample, draw=multinomial)
+    prefills = [(shape, lengths) for shape, lengths in ran if shape[1] > 1]
+    assert prefills == [((1, shared), [0])] + [((1, len(p) - shared), [shared]) for p in prompts]
+    monkeypatch.setattr(ort_decoding, "_shared_start", lambda prompts: 0)
+    whole = _draw(policy, prompts, ort_decoding.sample, draw=multinomial)
+    assert torch.equal(once.tokens, whole.tokens)
+    torch.testing.assert_close(once.logprobs, whole.logprobs, rtol=0, atol=1e-5)
+    _assert_policy_logprobs(policy, prompts, once, atol=LOGPROB_BOUND)
+
+
+@pytest.mark.parametrize(("prompts", "shared"), [
+    ([[1, 2, 3, 4]], 0),  # one prompt: nothing to share
+    ([[1, 2, 3], [1, 2, 4]], 2),
+    ([[1, 2, 3], [1, 2, 3, 4]], 2),  # a prompt that starts another keeps its last token to run
+    ([[1, 2, 3], [1, 2, 3]], 2),
+    ([[5, 2], [1, 2]], 0),
+    ([[1, 2, 3], [1, 2, 4], [1, 7, 4]], 1),
+])
+def test_the_shared_start_leaves_every_prompt_a_token_of_its_own(prompts, shared):
+    assert ort_decoding._shared_start(prompts) == shared
+
+
 @pytest.mark.parametrize("missing", ["onnxruntime", "positions"])
 def test_where_onnxruntime_cannot_sample_the_torch_loop_does_and_says_why_once(tiny_model_dir, monkeypatch, caplog,
                                                                                 missing):

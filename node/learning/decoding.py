@@ -262,8 +262,45 @@ def sample(
     if width > 1:
         causal_lm.base_model(input_ids=input_ids[:, :-1], attention_mask=mask[::copies, : shared + width - 1],
                              position_ids=positions[:, :-1], use_cache=True, **{CACHE_KWARG: cache})
-    step_ids = input_ids[:, -1:].repeat_interleave(copies, dim=0)
     step_positions = positions[:, -1:].repeat_interleave(copies, dim=0)
+    filled = shared + width  # the positions the next forward's attention mask covers
+
+    def forward(ids: torch.Tensor) -> torch.Tensor:
+        logits = causal_lm(input_ids=ids, attention_mask=mask[:, :filled], position_ids=step_positions,
+                           use_cache=True, logits_to_keep=1, **{CACHE_KWARG: cache}).logits[:, -1, :]
+        return logits.to(dtype=torch.float32, copy=True)  # the warpers may change it in place
+
+    # Each prompt's last token runs in every one of its rows, which then go their own ways.
+    latest = forward(input_ids[:, -1:].repeat_interleave(copies, dim=0))
+
+    def advance(chosen: torch.Tensor, live: torch.Tensor, kept: torch.Tensor | None) -> None:
+        nonlocal latest, mask, step_positions, filled
+        if kept is not None:  # ended rows leave the batch: cache, mask and positions keep the live rows only
+            cache.batch_select_indices(kept)
+            mask, step_positions = mask[kept], step_positions[kept]
+        step_positions = step_positions + 1
+        filled += 1
+        latest = forward(chosen[:, None])
+
+    return drive(lambda n: latest, advance, prompts=prompts, greedy=greedy, sampled=sampled,
+                 max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, eos_ids=eos_ids, pad_id=pad_id,
+                 should_stop=should_stop, draw=draw, device=device)
+
+
+def drive(
+    logits: Callable[[int], torch.Tensor], advance: Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], None],
+    *, prompts: int, greedy: int, sampled: int, max_new_tokens: int, temperature: float, top_p: float,
+    eos_ids: tuple[int, ...], pad_id: int, should_stop: Callable[[], bool], draw: Draw,
+    device: torch.device | str = "cpu",
+) -> Sampled:
+    """The step loop of :func:`sample` and of the samplers whose forwards run elsewhere (ONNX Runtime, llama.cpp):
+    the rows, the draws, ended rows leaving, the stop. Each prompt's ``greedy + sampled`` rows are already
+    prefilled: ``logits(n)`` gives the ``n`` live rows' next-token float32 logits (the draw may change them in
+    place), ``advance(chosen, live, kept)`` runs the live rows' ``chosen`` tokens, the rows that ended dropped
+    first (``live``: the rows still running, as rows of the output; ``kept``: their places among the rows live
+    before, or None when none ended). The loop's own tensors live on ``device``, the logits' device."""
+    copies = greedy + sampled
+    rows = prompts * copies
     # The live rows: each one's row in the output, and its row among the sampled ones (-1: a greedy row), which the
     # draw is told.
     live = torch.arange(rows, device=device)
@@ -276,57 +313,12 @@ def sample(
     eos = torch.tensor(eos_ids, device=device)
     produced = 0
     for step in range(max_new_tokens):
-        logits = causal_lm(input_ids=step_ids, attention_mask=mask[:, : shared + width + step],
-                           position_ids=step_positions, use_cache=True, logits_to_keep=1,
-                           **{CACHE_KWARG: cache}).logits[:, -1, :]
-        scores = logits.to(dtype=torch.float32, copy=True)
-        chosen, logprobs[live, step] = choose(scores, warpers, sampled_row, drawing_rows=drawing_rows,
-                                              batch=prompts * sampled, draw=draw)
-        tokens[live, step] = chosen
-        produced = step + 1
-        running = ~torch.isin(chosen, eos)
-        still = int(running.sum())  # the step's one read back from the device
-        if not still or should_stop():
-            break
-        if still < len(live):
-            kept = running.nonzero()[:, 0]
-            cache.batch_select_indices(kept)
-            live, sampled_row, mask = live[kept], sampled_row[kept], mask[kept]
-            drawing_rows = int((sampled_row >= 0).sum())
-            chosen, step_positions = chosen[kept], step_positions[kept]
-        step_ids = chosen[:, None]
-        step_positions = step_positions + 1
-    return Sampled(tokens[:, :produced], logprobs[:, :produced])
-
-
-def drive(
-    logits: Callable[[int], torch.Tensor], advance: Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], None],
-    *, prompts: int, greedy: int, sampled: int, max_new_tokens: int, temperature: float, top_p: float,
-    eos_ids: tuple[int, ...], pad_id: int, should_stop: Callable[[], bool], draw: Draw,
-) -> Sampled:
-    """:func:`sample`'s rows and draws for a sampler whose forwards run elsewhere (ONNX Runtime, llama.cpp), each
-    prompt's ``greedy + sampled`` rows already prefilled: ``logits(n)`` gives the ``n`` live rows' next-token
-    float32 logits, ``advance(chosen, live, kept)`` runs the live rows' ``chosen`` tokens, the rows that ended
-    dropped first (``live``: the rows still running, as rows of the output; ``kept``: their places among the rows
-    live before, or None when none ended)."""
-    copies = greedy + sampled
-    rows = prompts * copies
-    live = torch.arange(rows)
-    is_sampled = (live % copies) >= greedy
-    sampled_row = torch.where(is_sampled, is_sampled.cumsum(0) - 1, -1)
-    drawing_rows = prompts * sampled
-    warpers = warpers_for(temperature, top_p)
-    tokens = torch.full((rows, max_new_tokens), pad_id, dtype=torch.long)
-    logprobs = torch.zeros(rows, max_new_tokens, dtype=torch.float32)
-    eos = torch.tensor(eos_ids)
-    produced = 0
-    for step in range(max_new_tokens):
         chosen, logprobs[live, step] = choose(logits(len(live)), warpers, sampled_row, drawing_rows=drawing_rows,
                                               batch=prompts * sampled, draw=draw)
         tokens[live, step] = chosen
         produced = step + 1
         running = ~torch.isin(chosen, eos)
-        still = int(running.sum())
+        still = int(running.sum())  # the step's one read back from the device
         if not still or should_stop() or produced == max_new_tokens:
             break
         kept = None

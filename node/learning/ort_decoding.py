@@ -13,8 +13,9 @@ slower.
 The graph is ORT's fused decoder: ``SkipSimplifiedLayerNormalization`` (residual + RMSNorm), ``FusedMatMul`` with
 the weight transposed in place (the torch layout ``[out, in]``), ``GroupQueryAttention`` with rotary embedding and a
 key/value cache shared between its past and present (written in place, one buffer per layer for the whole
-generation, each row attending only to its own filled positions). Each prompt is prefilled once and its cache
-copied to its rows; a row that has ended leaves the batch (its buffers' rows are compacted).
+generation, each row attending only to its own filled positions). The tokens all prompts start with (a round's
+system prompt) run once and their cache is copied to every prompt; each prompt's own tokens then run once and its
+cache is copied to its rows; a row that has ended leaves the batch (its buffers' rows are compacted).
 
 The draw is :mod:`.decoding`'s (its warpers and its draw from the global torch generator), applied to ORT's
 logits: what is sampled follows the policy's distribution up to float32 rounding of a different kernel order.
@@ -266,10 +267,19 @@ def sample(
     values = np.empty_like(keys)
     logits = np.empty((rows, shape.vocab), np.float32)
     lengths = np.zeros(rows, np.int64)
+    # The tokens every prompt starts with (a round's system prompt) run once, into the first row; each prompt's
+    # first row starts from a copy of their cache, and only the rest of the prompt runs.
+    shared = _shared_start(prompts)
+    if shared:
+        session.bind(keys[:, :1], values[:, :1], logits[:1])
+        session.run(np.array([prompts[0][:shared]]), np.zeros(1, np.int64))
     for number, prompt in enumerate(prompts):
         first = number * copies
+        if first:
+            keys[:, first, :, :shared] = keys[:, 0, :, :shared]
+            values[:, first, :, :shared] = values[:, 0, :, :shared]
         session.bind(keys[:, first : first + 1], values[:, first : first + 1], logits[first : first + 1])
-        session.run(np.array([prompt]), np.zeros(1, np.int64))
+        session.run(np.array([prompt[shared:]]), np.full(1, shared, np.int64))
         # The prompt runs once; its rows start from copies of its cache and its next-token logits.
         keys[:, first + 1 : first + copies, :, : len(prompt)] = keys[:, first : first + 1, :, : len(prompt)]
         values[:, first + 1 : first + copies, :, : len(prompt)] = values[:, first : first + 1, :, : len(prompt)]
@@ -286,9 +296,23 @@ def sample(
         session.run(chosen[:, None].numpy(), lengths)
         lengths = lengths + 1
 
-    return decoding.drive(lambda n: torch.from_numpy(logits[:n]).clone(), advance, prompts=len(prompts),
+    # The draw reads a step's logits before the next forward overwrites them: no copy is needed.
+    return decoding.drive(lambda n: torch.from_numpy(logits[:n]), advance, prompts=len(prompts),
                           greedy=greedy, sampled=sampled, max_new_tokens=max_new_tokens, temperature=temperature,
                           top_p=top_p, eos_ids=eos_ids, pad_id=pad_id, should_stop=should_stop, draw=draw)
+
+
+def _shared_start(prompts: list[list[int]]) -> int:
+    """How many tokens all of several ``prompts`` start with, leaving each at least one of its own (0 for one
+    prompt: nothing to share)."""
+    if len(prompts) < 2:
+        return 0
+    limit = min(len(p) for p in prompts) - 1
+    first = prompts[0]
+    shared = 0
+    while shared < limit and all(p[shared] == first[shared] for p in prompts):
+        shared += 1
+    return shared
 
 
 def _keep_rows(keys: np.ndarray, values: np.ndarray, lengths: np.ndarray, kept: np.ndarray) -> None:
