@@ -191,6 +191,13 @@ def test_policy_generate_returns_completions_through_vllm(vllm_policy):
                              top_p=1.0, seed=3)
     assert [len(group) for group in groups] == [G] * len(groups)
     assert all(0 < len(c.ids) <= MAX_NEW_TOKENS for group in groups for c in group)
+    eos_ids, policy.eos_ids = policy.eos_ids, (policy.model.config.vocab_size,)  # no token ends a completion
+    try:
+        groups = policy.generate(_prompts(policy), num_generations=G, max_new_tokens=MAX_NEW_TOKENS, temperature=1.0,
+                                 top_p=1.0, seed=3)
+    finally:
+        policy.eos_ids = eos_ids
+    assert all(len(c.ids) == MAX_NEW_TOKENS and not c.finished for group in groups for c in group)
     assert policy.prefill(_prompts(policy)[0][:8]) is None  # vLLM keeps its own prefix cache
 
 

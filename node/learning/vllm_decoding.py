@@ -102,6 +102,7 @@ class Engine:
         config = causal_lm.config
         limit = getattr(config.get_text_config(), "max_position_embeddings", None)
         self.max_model_len = min(max_model_len, limit) if limit else max_model_len
+        self.vocab_size = config.get_text_config().vocab_size
         self.sleeps = torch.cuda.is_available()  # vLLM's sleep mode is its CUDA allocator's
         # vLLM starts from the policy's weights of the moment, written once in its dtype to a folder removed when it
         # has read them, and is handed them again before every generation.
@@ -160,10 +161,11 @@ class Engine:
         logprobs = torch.zeros(len(prompts) * copies, max_new_tokens, dtype=torch.float32)
         if should_stop():
             return decoding.Sampled(tokens[:, :0], logprobs[:, :0])
-        # A row ends at one of eos_ids and nowhere else (ignore_eos: not at the model's own end token unless listed);
-        # logprobs=0: the sampled token's log-prob alone.
-        shared = {"max_tokens": max_new_tokens, "stop_token_ids": list(eos_ids), "ignore_eos": True, "logprobs": 0,
-                  "detokenize": False}
+        # A row ends at one of eos_ids and nowhere else (ignore_eos: not at the model's own end token unless listed;
+        # an id outside the vocabulary, which vLLM refuses, can never be drawn); logprobs=0: the sampled token's
+        # log-prob alone.
+        shared = {"max_tokens": max_new_tokens, "stop_token_ids": [i for i in eos_ids if 0 <= i < self.vocab_size],
+                  "ignore_eos": True, "logprobs": 0, "detokenize": False}
         kinds = ([SamplingParams(n=greedy, temperature=0.0, **shared)] if greedy else []) + (
             [SamplingParams(n=sampled, temperature=temperature, top_p=top_p, top_k=0, **shared)] if sampled else [])
         # Each prompt's greedy request, then its sampled one with n rows: vLLM's prefix cache runs the prompt once.
