@@ -33,6 +33,16 @@ the cast counted):
   per process into a GGUF file in that format (``gguf_write_cpu_s``, timed before the rounds) and decoded by
   llama.cpp, the 8 rows as one batch, one thread, the draw the torch loop's (:mod:`bench.llamacpp`). Only where
   ``llama_cpp`` (llama-cpp-python, built from source; not a dependency) imports; skipped with a message elsewhere.
+* ``vllm/bfloat16`` and ``vllm/float32``: ``training.sampler = "vllm"`` (:mod:`node.learning.vllm_decoding`), an
+  in-process vLLM engine in that dtype handed the policy's weights at every call (the push counted in the round);
+  the engine's start (once per node process) is timed before the rounds (``vllm_start_s``). Only where ``vllm``
+  imports (a CUDA machine with vllm installed: ``bench/gpu_vllm.sh``); skipped with a message elsewhere.
+
+``--device cuda`` runs the policy on the GPU; rates are then tokens per wall-clock second (the GPU synchronized
+before a clock is read), not per CPU-second. ``--model`` names a catalog model measured as its shape twin
+(:mod:`bench.shape_twin`: its architecture with random weights and the bundled tokenizer, so its completions never
+end by themselves: use the ``suppressed`` workload); ``--tokenizer`` a folder holding the bundled tokenizer, for a
+machine without the bundled model.
 
     python bench/generation.py --rounds 5
     python bench/generation.py --rounds 3 --samplers reference/float32 preallocated/float32 \
@@ -44,6 +54,8 @@ the cast counted):
         --out bench/results/generation_draw.json
     PYTHONPATH=$PWD:/work/llama-site python bench/generation.py --rounds 5 --samplers preallocated/float32 \
         onnxruntime/float32 llamacpp/bf16 --baseline preallocated/float32 --out bench/results/generation_llamacpp.json
+    python bench/generation.py --device cuda --model Qwen/Qwen2.5-0.5B-Instruct --samplers preallocated/bfloat16 \
+        vllm/bfloat16 --baseline preallocated/bfloat16 --out bench/results/generation_vllm_cuda.json
 
 Writes bench/results/generation.json (or ``--out``: settings, the machine, every run, median and range per
 workload and sampler and its ratio to ``--baseline``) and prints a markdown table.
@@ -73,7 +85,8 @@ sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "bench" / "results" / "generation.json"
 SAMPLERS = ("generate/float32", "preallocated/float32", "reference/float32", "generate/bfloat16",
             "preallocated/bfloat16", "onnxruntime/float32", "onnxruntime-int8/float32", "onnxruntime-int4/float32",
-            "reference-onnxruntime/float32", "llamacpp/bf16", "llamacpp/f32", "llamacpp/q8_0")
+            "reference-onnxruntime/float32", "llamacpp/bf16", "llamacpp/f32", "llamacpp/q8_0", "vllm/bfloat16",
+            "vllm/float32")
 WORKLOADS = ("suppressed", "natural")
 # The decode loop before a row that ended left the batch.
 REFERENCE = "bb172af"
@@ -105,7 +118,7 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--samplers", nargs="+", default=[n for n in SAMPLERS if n.split("/")[0] not in
-                                                          ("reference", "onnxruntime", "llamacpp")],
+                                                          ("reference", "onnxruntime", "llamacpp", "vllm")],
                         choices=SAMPLERS)
     parser.add_argument("--workloads", nargs="+", default=["suppressed"], choices=WORKLOADS)
     parser.add_argument("--baseline", default="generate/float32", help="the sampler the ratios are taken to")
@@ -114,24 +127,36 @@ def main() -> None:
     parser.add_argument("--cache-dir", default=str(Path.home() / ".cache" / "rl-swarm-bench"))
     parser.add_argument("--load", default="", help="what else ran on the machine, recorded with the results")
     parser.add_argument("--no-save", action="store_true")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--model", default="bundled", help="bundled, or a catalog model measured as its shape twin")
+    parser.add_argument("--tokenizer", help="folder of the bundled model's tokenizer (default: the bundled model)")
+    parser.add_argument("--vllm-gpu-memory", type=float, default=0.3, help="vllm/: training.vllm_gpu_memory_utilization")
     args = parser.parse_args()
     args.samplers = available_samplers(args.samplers)
+    if not args.samplers:
+        raise SystemExit("no sampler left to measure")
 
     import torch
 
-    from node.learning import grpo, hardware, models
+    from node.learning import grpo, hardware
     from node.tasks.source import TaskSource, build_messages
     from node.tasks.taskref import DEFAULT_FAMILIES
 
     torch.set_num_threads(args.threads)
-    model, tokenizer = models.load(models.resolve(models.BUNDLED), cache_dir=Path(args.cache_dir),
-                                   dtype=torch.float32, device="cpu")
+    model, tokenizer = _load(args)
+    wall = args.device == "cuda"
+
+    def synchronized() -> None:
+        if wall:
+            torch.cuda.synchronize()
+
     policies = {}
     for name in args.samplers:
         path, dtype = name.split("/")
         dtype = "float32" if path == "llamacpp" else dtype  # llama.cpp's format is its file's; the draw is float32
         policies[name] = grpo.Policy(model, tokenizer, generation_dtype=getattr(torch, dtype), max_prompt_tokens=1024,
-                                     preallocated_cache=path != "generate")
+                                     preallocated_cache=path != "generate", sampler="vllm" if path == "vllm" else "torch",
+                                     vllm_gpu_memory_utilization=args.vllm_gpu_memory)
     natural_eos = policies[args.samplers[0]].eos_ids
     reference = reference_decoding(args.reference) if any(n.startswith("reference") for n in args.samplers) else None
     if "reference-onnxruntime/float32" in args.samplers:
@@ -143,6 +168,12 @@ def main() -> None:
     prompts = [policies[args.samplers[0]].prompt_ids(build_messages(task.question)) for task in tasks]
     llama = _llama_samplers(model, args.samplers, rows=args.I * args.G,
                             positions=max(len(p) for p in prompts) + args.max_new_tokens, threads=args.threads)
+    vllm_start = {}
+    for name in args.samplers:
+        if name.startswith("vllm/"):  # the engine starts once per node process: timed apart, before the rounds
+            started = time.perf_counter()
+            policies[name]._vllm_engine(policies[name].sampling_model())
+            vllm_start[name] = round(time.perf_counter() - started, 2)
     hw = hardware.detect()
     runs, completions = [], {}
     pairs = [(workload, name) for workload in args.workloads for name in args.samplers]
@@ -164,21 +195,24 @@ def main() -> None:
                 swapped = mock.patch.object(grpo.decoding, "sample", llama["samplers"][name].sample)
             gc.collect()
             with swapped:
+                synchronized()
                 started, cpu = time.perf_counter(), time.process_time()
                 groups = policy.generate(prompts, num_generations=args.G, max_new_tokens=args.max_new_tokens,
                                          temperature=1.0, top_p=1.0, seed=number)
+                synchronized()
                 seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
             completions[workload, name, number] = groups
             lengths = [len(c.ids) + c.finished for group in groups for c in group]  # the end token counts
             row = {"round": number + 1, "workload": workload, "sampler": name, "tokens": sum(lengths),
                    "lengths": lengths, "seconds": round(seconds, 3), "cpu_seconds": round(cpu, 3),
-                   "tokens_per_cpu_s": round(sum(lengths) / cpu, 2)}
+                   "tokens_per_cpu_s": round(sum(lengths) / cpu, 2), "tokens_per_s": round(sum(lengths) / seconds, 2)}
             if name.startswith("onnxruntime"):
                 row["session_build_cpu_s"] = round(sum(ort["session_cpu_s"]), 3)
             runs.append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
 
-    summary = {workload: _summary([r for r in runs if r["workload"] == workload], args.samplers, args.baseline)
+    summary = {workload: _summary([r for r in runs if r["workload"] == workload], args.samplers, args.baseline,
+                                  wall=wall)
                for workload in args.workloads}
     for workload in args.workloads:
         for name in args.samplers:
@@ -187,32 +221,39 @@ def main() -> None:
                 completions[workload, name, n] == completions.get((workload, args.baseline, n)) for n in range(args.rounds))
     result = {
         "command": "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
-        "settings": {"model": "bundled SmolLM2-135M-Instruct", "I": args.I, "G": args.G, "threads": args.threads,
+        "settings": {"model": "bundled SmolLM2-135M-Instruct" if args.model == "bundled" else
+                     f"{args.model} (shape twin: random weights)", "device": args.device,
+                     "rate": "tokens per wall-clock second" if wall else "tokens per CPU-second", "I": args.I, "G": args.G, "threads": args.threads,
                      "max_new_tokens": args.max_new_tokens, "rounds": args.rounds, "workloads": args.workloads,
                      "baseline": args.baseline, "reference_commit": args.reference,
                      "prompt_tokens": [len(p) for p in prompts], "torch": torch.__version__,
                      **({"onnxruntime": ort["version"], "export_cpu_s": ort["export_cpu_s"]} if ort else {}),
-                     **({key: value for key, value in llama.items() if key != "samplers"} if llama else {})},
+                     **({key: value for key, value in llama.items() if key != "samplers"} if llama else {}),
+                     **({"vllm": _vllm_version(), "vllm_start_s": vllm_start,
+                         "vllm_gpu_memory_utilization": args.vllm_gpu_memory} if vllm_start else {})},
         "machine": {"description": hw.describe(), "cpu_bf16": hardware.cpu_bf16_report(), "load": args.load},
         "summary": summary,
         "runs": runs,
     }
-    print("| workload | sampler | tokens per CPU-second, median (range) | vs baseline, median (range) "
-          "| CPU s per round, median (range) | vs baseline | wall s |")
+    rate, clock = ("tokens_per_s", "wall_s") if wall else ("tokens_per_cpu_s", "cpu_s")
+    print(f"| workload | sampler | {'tokens per second' if wall else 'tokens per CPU-second'}, median (range) "
+          f"| vs baseline, median (range) | {'wall' if wall else 'CPU'} s per round, median (range) | vs baseline "
+          "| wall s |")
     print("|---|---|---|---|---|---|---|")
     for workload, rows in summary.items():
         for name, row in rows.items():
-            low, high = row["tokens_per_cpu_s_range"]
-            cpu_low, cpu_high = row["cpu_s_range"]
-            print(f"| {workload} | {name} | {row['tokens_per_cpu_s_median']:.1f} ({low:.1f}-{high:.1f}) "
-                  f"| {_ratio(row, 'vs_baseline')} | {row['cpu_s_median']:.1f} ({cpu_low:.1f}-{cpu_high:.1f}) "
-                  f"| {_ratio(row, 'cpu_s_vs_baseline')} | {row['wall_s_median']:.1f} |")
+            low, high = row[f"{rate}_range"]
+            cpu_low, cpu_high = row[f"{clock}_range"]
+            print(f"| {workload} | {name} | {row[f'{rate}_median']:.1f} ({low:.1f}-{high:.1f}) "
+                  f"| {_ratio(row, 'vs_baseline')} | {row[f'{clock}_median']:.1f} ({cpu_low:.1f}-{cpu_high:.1f}) "
+                  f"| {_ratio(row, f'{clock}_vs_baseline')} | {row['wall_s_median']:.1f} |")
     if not args.no_save:
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
 
 
 def available_samplers(names: list[str]) -> list[str]:
-    """``names`` without the llama.cpp samplers where ``llama_cpp`` does not import, saying so."""
+    """``names`` without the llama.cpp samplers where ``llama_cpp`` does not import and without the vLLM ones where
+    ``vllm`` does not, saying so."""
     from bench import llamacpp
 
     asked = [name for name in names if name.startswith("llamacpp/")]
@@ -220,8 +261,51 @@ def available_samplers(names: list[str]) -> list[str]:
     if why:
         print(f"skipping {', '.join(asked)}: {why}; llama-cpp-python is built from source and is not a dependency "
               "(docs/performance.md says how it was built; put it on PYTHONPATH)", file=sys.stderr)
-        return [name for name in names if name not in asked]
+        names = [name for name in names if name not in asked]
+    asked = [name for name in names if name.startswith("vllm/")]
+    why = _vllm_unavailable() if asked else None
+    if why:
+        print(f"skipping {', '.join(asked)}: {why}; vLLM is not a dependency (bench/gpu_vllm.sh installs it on a "
+              "CUDA machine)", file=sys.stderr)
+        names = [name for name in names if name not in asked]
     return names
+
+
+def _vllm_unavailable() -> str | None:
+    try:
+        import vllm  # noqa: F401
+    except Exception as exc:  # ImportError, or a build that does not load here
+        return f"vllm does not import ({type(exc).__name__}: {exc})"
+    return None
+
+
+def _vllm_version() -> str | None:
+    from node.learning import vllm_decoding
+
+    return vllm_decoding.version()
+
+
+def _load(args):
+    """The policy in float32 on ``args.device``: the bundled model, or ``args.model``'s shape twin."""
+    import torch
+
+    from bench import shape_twin
+    from node.learning import models
+
+    if args.model == "bundled":
+        return models.load(models.resolve(models.BUNDLED), cache_dir=Path(args.cache_dir), dtype=torch.float32,
+                           device=args.device)
+    tokenizer = None
+    if args.tokenizer:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+        models._prepare_for_generation(tokenizer)
+    folder = shape_twin.build(args.model, Path(args.cache_dir), tokenizer=tokenizer)
+    spec = models.CATALOG[args.model]
+    return models.load(models.ResolvedModel(ref=args.model, kind="local_dir", path_or_id=str(folder), gguf_file=None,
+                                            params=spec.params),
+                       cache_dir=Path(args.cache_dir), dtype=torch.float32, device=args.device)
 
 
 def _llama_samplers(model, names: list[str], *, rows: int, positions: int, threads: int) -> dict | None:
@@ -284,19 +368,20 @@ def _ort_sampler(model, paths: set[str]) -> dict:
             "version": onnxruntime.__version__}
 
 
-def _summary(runs: list[dict], samplers: list[str], baseline: str) -> dict:
+def _summary(runs: list[dict], samplers: list[str], baseline: str, *, wall: bool = False) -> dict:
     """Median and range per sampler; ratios to the baseline taken within each round, where what the machine's load
-    did to both cancels."""
+    did to both cancels. By CPU seconds, or with ``wall`` (a GPU's samplers) by wall-clock seconds."""
     summary = {}
     base = {r["round"]: r for r in runs if r["sampler"] == baseline}
+    rate, clock, field = ("tokens_per_s", "wall_s", "seconds") if wall else ("tokens_per_cpu_s", "cpu_s", "cpu_seconds")
     for name in samplers:
         mine = [r for r in runs if r["sampler"] == name]
-        rates, cpu = [r["tokens_per_cpu_s"] for r in mine], [r["cpu_seconds"] for r in mine]
+        rates, times = [r[rate] for r in mine], [r[field] for r in mine]
         summary[name] = {
-            "tokens_per_cpu_s_median": round(statistics.median(rates), 1),
-            "tokens_per_cpu_s_range": [min(rates), max(rates)],
-            "cpu_s_median": round(statistics.median(cpu), 2),
-            "cpu_s_range": [min(cpu), max(cpu)],
+            f"{rate}_median": round(statistics.median(rates), 1),
+            f"{rate}_range": [min(rates), max(rates)],
+            f"{clock}_median": round(statistics.median(times), 2),
+            f"{clock}_range": [min(times), max(times)],
             "wall_s_median": round(statistics.median(r["seconds"] for r in mine), 2),
             "tokens_median": statistics.median(r["tokens"] for r in mine),
         }
@@ -305,10 +390,9 @@ def _summary(runs: list[dict], samplers: list[str], baseline: str) -> dict:
             summary[name]["session_build_cpu_s_median"] = round(statistics.median(builds), 3)
             summary[name]["session_build_cpu_s_range"] = [min(builds), max(builds)]
         if base:
-            for key, field, invert in (("vs_baseline", "tokens_per_cpu_s", False),
-                                       ("cpu_s_vs_baseline", "cpu_seconds", True)):
-                ratios = [(base[r["round"]][field] / r[field]) if invert else (r[field] / base[r["round"]][field])
-                          for r in mine]
+            for key, measured, invert in (("vs_baseline", rate, False), (f"{clock}_vs_baseline", field, True)):
+                ratios = [(base[r["round"]][measured] / r[measured]) if invert else
+                          (r[measured] / base[r["round"]][measured]) for r in mine]
                 summary[name][f"{key}_median"] = round(statistics.median(ratios), 3)
                 summary[name][f"{key}_range"] = [round(min(ratios), 3), round(max(ratios), 3)]
     return summary

@@ -75,12 +75,20 @@ class TrainingSettings(_Section):
         "auto", description="dtype completions are sampled in (a copy of the policy); auto = bfloat16 on CUDA and on "
         "CPUs with native bfloat16 (AVX512-BF16, AMX), float32 elsewhere; float32 turns reduced precision off"
     )
-    sampler: Literal["auto", "torch", "onnxruntime"] = Field(
+    sampler: Literal["auto", "torch", "onnxruntime", "vllm"] = Field(
         "auto", description="what runs the model while completions are sampled: onnxruntime = ONNX Runtime over "
         "the same float32 weights with the same draw (about 1.9x the torch loop's tokens per CPU-second on a CPU, but about "
         "1 GB more memory while sampling the bundled model), for float32 Llama-type models on the CPU where "
-        "onnxruntime is installed, torch elsewhere; auto = onnxruntime wherever it runs and the round's memory "
-        "estimate with it still fits, torch elsewhere",
+        "onnxruntime is installed, torch elsewhere; vllm = an in-process vLLM engine on an NVIDIA GPU (CUDA only, "
+        "vllm installed; the node refuses to start otherwise), handed the round's weights before each generation, "
+        "in generation_dtype; auto = onnxruntime wherever it runs and the round's memory estimate with it still "
+        "fits, torch elsewhere (never vllm)",
+    )
+    vllm_gpu_memory_utilization: float = Field(
+        0.3, ge=0.05, le=0.9,
+        description="sampler = vllm: the share of the GPU's memory vLLM takes for its copy of the weights and its "
+        "key/value cache while it samples (it sleeps, releasing it, while the node trains); the rest is the "
+        "training step's",
     )
     local_questions: int = Field(2, ge=1, le=64, description="I: questions sampled locally per round")
     external_groups: int = Field(2, ge=0, le=64, description="J: peer groups trained on per round (0 = solo)")
@@ -140,6 +148,9 @@ class TrainingSettings(_Section):
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainingSettings:
+        if self.sampler == "vllm" and self.device in ("cpu", "mps"):
+            raise ValueError(f"sampler = vllm samples on an NVIDIA GPU (CUDA) only, and device is {self.device}: "
+                             "set sampler = auto (or torch), or device = auto or cuda on a machine with CUDA")
         if self.epsilon_high < self.epsilon:
             raise ValueError(f"epsilon_high ({self.epsilon_high}) must be >= epsilon ({self.epsilon})")
         if self.anchor_decay and self.lora_rank:

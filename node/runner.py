@@ -32,7 +32,7 @@ from node.events import (
 )
 from node.game.driver import GameCancelled, GameDriver, build_driver
 from node.hub.auto_upload import AutoUploader
-from node.learning import hardware, limits, models, ort_decoding
+from node.learning import hardware, limits, models, ort_decoding, vllm_decoding
 from node.learning.checkpoint import ADAPTER, Checkpointer, CheckpointState
 from node.learning.evaluation import EvalCancelled, EvalSettings, Evaluator
 from node.learning.grpo import GrpoLearner, LoraSettings, Policy
@@ -212,6 +212,11 @@ class SwarmNode:
             "sampling_copy": generation_dtype != models.weights_dtype(device, lora=bool(train.lora_rank), bf16=mixed_bf16),
         }
         sampler = pick_sampler(train.sampler, resolved, device=device, generation_dtype=generation_dtype, fit=fit)
+        if sampler == "vllm":
+            # vLLM's share of the GPU is taken when it starts and its own copy of the weights lives in it: the round
+            # must fit in the rest (its sleep between generations hands that back, which this leaves as headroom).
+            fit = {**fit, "available_bytes": int(fit["available_bytes"] * (1 - train.vllm_gpu_memory_utilization)),
+                   "sampling_copy": False}
         # Counted before the model is loaded, so for any architecture: only the checks after loading can tell.
         models.check_fits(resolved, **fit,
                           onnxruntime_sampler=sampler != "torch" and _onnxruntime_samples(device, generation_dtype))
@@ -242,7 +247,7 @@ class SwarmNode:
             # original model is loaded once more for its weights alone.
             starting_weights = models.load_weights(resolved, cache_dir=cfg.model_cache_dir, dtype=dtype, device=device)
         self.policy = Policy(model, tokenizer, generation_dtype=generation_dtype, max_prompt_tokens=train.max_prompt_tokens,
-                             sampler=sampler)
+                             sampler=sampler, vllm_gpu_memory_utilization=train.vllm_gpu_memory_utilization)
         self.learner = GrpoLearner(
             self.policy, output_dir=self.run_dir / "trl", device=device, mixed_bf16=mixed_bf16,
             num_generations=train.num_generations, max_new_tokens=train.max_new_tokens,
@@ -532,7 +537,14 @@ def pick_sampler(setting: str, model: models.ResolvedModel, *, device: str, gene
     """What samples this run's completions, for ``training.sampler = setting`` and :func:`models.check_fits`'
     settings ``fit``: ``auto`` is ONNX Runtime where it can run (the policy keeps the torch loop for a model it does
     not run) and where the round's memory estimate with ONNX Runtime's packed copy of the weights still fits, the
-    torch loop elsewhere; ``torch`` and ``onnxruntime`` are what they say."""
+    torch loop elsewhere; ``torch`` and ``onnxruntime`` are what they say. ``vllm`` is refused with the fix where it
+    cannot run (not on CUDA, or vllm not installed); ``auto`` never picks it (docs/performance.md says why)."""
+    if setting == "vllm":
+        refused = vllm_decoding.unavailable(device)
+        if refused:
+            problem, fix = refused
+            raise NodeError(f"training.sampler = vllm cannot sample here: {problem}", hint=fix, code="invalid_config")
+        return setting
     if setting != "auto":
         return setting
     if not _onnxruntime_samples(device, generation_dtype):

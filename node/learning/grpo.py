@@ -29,7 +29,7 @@ from accelerate.utils import is_peft_model  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 from trl.kernels import ChunkedLogProbFunction  # noqa: E402
 
-from node.learning import decoding, ort_decoding  # noqa: E402
+from node.learning import decoding, ort_decoding, vllm_decoding  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,8 @@ class Policy:
     """
 
     def __init__(self, model, tokenizer, *, generation_dtype: torch.dtype, max_prompt_tokens: int,
-                 preallocated_cache: bool = True, sampler: str = "torch") -> None:
+                 preallocated_cache: bool = True, sampler: str = "torch",
+                 vllm_gpu_memory_utilization: float = vllm_decoding.DEFAULT_GPU_MEMORY_UTILIZATION) -> None:
         """``preallocated_cache=False`` samples through ``generate()`` for every model (the reference path that
         :mod:`node.learning.decoding` is checked and measured against). ``sampler="onnxruntime"`` runs that loop's
         forwards in ONNX Runtime (:mod:`node.learning.ort_decoding`) where it is installed and the sampling model is
@@ -115,6 +116,8 @@ class Policy:
         self.model = model
         self.preallocated_cache = preallocated_cache
         self.sampler = sampler
+        self.vllm_gpu_memory_utilization = vllm_gpu_memory_utilization
+        self._vllm: vllm_decoding.Engine | None = None
         self._fallbacks: set[str] = set()
         self.tokenizer = tokenizer
         self.max_prompt_tokens = max_prompt_tokens
@@ -212,8 +215,9 @@ class Policy:
             del sampler
 
     def sampling_model(self):
-        """The model to sample from: the policy itself, or a copy in ``generation_dtype`` with adapters merged."""
-        if self.generation_dtype == self.model.dtype:
+        """The model to sample from: the policy itself, or a copy in ``generation_dtype`` with adapters merged (vLLM
+        is handed the policy itself: it casts and merges into its own copy of the weights)."""
+        if self.generation_dtype == self.model.dtype or self.sampler == "vllm":
             # The learner leaves the model in train mode, where activation checkpointing switches the KV cache
             # off: generate() would then feed one token per step with no context and sample word salad.
             return self.model.eval()
@@ -225,7 +229,7 @@ class Policy:
         return sampler.eval()
 
     def _preallocates(self, sampler) -> bool:
-        return self.preallocated_cache and decoding.supports(sampler)
+        return self.sampler == "vllm" or (self.preallocated_cache and decoding.supports(sampler))
 
     def _sample(self, sampler, prompts, greedy, sampled, max_new_tokens, temperature, top_p, seed, should_stop,
                 prefix) -> list[list[Completion]]:
@@ -251,7 +255,10 @@ class Policy:
 
     def _sample_function(self, sampler, *, positions: int) -> Callable[..., decoding.Sampled]:
         """ONNX Runtime's loop where ``self.sampler`` allows it and it can run ``sampler`` for sequences of
-        ``positions`` tokens, else the torch loop (saying why, once, where ``onnxruntime`` was asked for)."""
+        ``positions`` tokens, else the torch loop (saying why, once, where ``onnxruntime`` was asked for); vLLM's
+        where it was asked for."""
+        if self.sampler == "vllm":
+            return self._vllm_engine(sampler).sample
         if self.sampler in ("auto", "onnxruntime"):
             if not ort_decoding.available():
                 why = "onnxruntime is not installed (pip install onnxruntime onnx)"
@@ -264,6 +271,14 @@ class Policy:
             if self.sampler == "onnxruntime":
                 self._fall_back(why)
         return decoding.sample
+
+    def _vllm_engine(self, sampler) -> vllm_decoding.Engine:
+        if self._vllm is None:  # once per process: vLLM sizes its share of the GPU when it starts
+            self._vllm = vllm_decoding.Engine(
+                sampler, dtype=self.generation_dtype, max_model_len=self.max_prompt_tokens + vllm_decoding.MAX_NEW_TOKENS,
+                gpu_memory_utilization=self.vllm_gpu_memory_utilization,
+            )
+        return self._vllm
 
     def _fall_back(self, why: str) -> None:
         if why not in self._fallbacks:  # once: every round would say the same

@@ -34,7 +34,7 @@ import psutil
 import torch
 
 from node.api import LORA_RANK, ModelFit, Recommendation, default_threads
-from node.learning import ort_decoding
+from node.learning import ort_decoding, vllm_decoding
 from node.learning.models import (
     BUNDLED,
     CATALOG,
@@ -84,7 +84,7 @@ class HardwareInfo:
                 f"{gpu.compute_capability[1]})"
                 for gpu in self.gpus
             )
-            return f"CUDA: {gpus}; CPU: {cpu}"
+            return f"CUDA: {gpus}; CPU: {cpu}; {self.vllm_description()}"
         if self.kind == "mps":
             return f"Apple GPU (MPS) sharing {self.total_ram_bytes / GIB:.1f} GiB RAM; CPU: {self.cpu_name}, {cpu}"
         return f"CPU: {self.cpu_name}, {cpu} (no GPU visible to torch); {self.cpu_bf16_description()}"
@@ -95,6 +95,13 @@ class HardwareInfo:
         if ort_decoding.available():
             return "no native bfloat16: samples completions in float32, with ONNX Runtime where the model allows"
         return "no native bfloat16: samples completions in float32, with torch (onnxruntime is not installed)"
+
+    def vllm_description(self) -> str:
+        """Whether ``training.sampler = "vllm"`` can sample here (asked for only: ``auto`` samples with torch)."""
+        version = vllm_decoding.version()
+        if version is None:
+            return "samples with torch (vLLM is not installed: pip install vllm, then training.sampler = vllm)"
+        return f"samples with torch, or with vLLM {version} (installed) where training.sampler = vllm"
 
     def to_dict(self) -> dict:
         return {**asdict(self), "description": self.describe()}
