@@ -103,7 +103,7 @@ def _save(args, runs: list[dict], completions: dict, prompts: list[tuple[int, ..
     import torch
 
     from node.learning import evaluation, hardware
-    from node.learning.evaluation import shared_prefix
+    from node.learning.decoding import shared_prefix
 
     summary = _summary(runs)
     for n in args.questions:

@@ -116,7 +116,7 @@ def test_the_start_every_prompt_shares_runs_once_and_samples_what_each_prompts_o
     model = _model(tiny_model_dir, 2)
     policy = _policy(model, tiny_model_dir, "onnxruntime")
     prompts = _prompts(policy)
-    shared = ort_decoding._shared_start([list(p) for p in prompts])
+    shared = len(decoding.shared_prefix(prompts))
     assert shared > 1 and all(p[:shared] == prompts[0][:shared] for p in prompts)
     ran = []
     run = ort_decoding.Session.run
@@ -129,23 +129,11 @@ def test_the_start_every_prompt_shares_runs_once_and_samples_what_each_prompts_o
     once = _draw(policy, prompts, ort_decoding.sample, draw=multinomial)
     prefills = [(shape, lengths) for shape, lengths in ran if shape[1] > 1]
     assert prefills == [((1, shared), [0])] + [((1, len(p) - shared), [shared]) for p in prompts]
-    monkeypatch.setattr(ort_decoding, "_shared_start", lambda prompts: 0)
+    monkeypatch.setattr(decoding, "shared_prefix", lambda prompts: ())
     whole = _draw(policy, prompts, ort_decoding.sample, draw=multinomial)
     assert torch.equal(once.tokens, whole.tokens)
     torch.testing.assert_close(once.logprobs, whole.logprobs, rtol=0, atol=1e-5)
     _assert_policy_logprobs(policy, prompts, once, atol=LOGPROB_BOUND)
-
-
-@pytest.mark.parametrize(("prompts", "shared"), [
-    ([[1, 2, 3, 4]], 0),  # one prompt: nothing to share
-    ([[1, 2, 3], [1, 2, 4]], 2),
-    ([[1, 2, 3], [1, 2, 3, 4]], 2),  # a prompt that starts another keeps its last token to run
-    ([[1, 2, 3], [1, 2, 3]], 2),
-    ([[5, 2], [1, 2]], 0),
-    ([[1, 2, 3], [1, 2, 4], [1, 7, 4]], 1),
-])
-def test_the_shared_start_leaves_every_prompt_a_token_of_its_own(prompts, shared):
-    assert ort_decoding._shared_start(prompts) == shared
 
 
 @pytest.mark.parametrize("missing", ["onnxruntime", "positions"])

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from node.learning import evaluation, ort_decoding
-from node.learning.evaluation import EvalSettings, Evaluator, shared_prefix
+from node.learning.decoding import shared_prefix
+from node.learning.evaluation import EvalSettings, Evaluator
 from node.learning.grpo import Policy
 from node.tasks.curriculum import default_mix
 from node.tasks.source import TaskSource

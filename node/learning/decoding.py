@@ -22,7 +22,7 @@ Used for decoder-only models whose every layer attends to all earlier tokens (:f
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -365,3 +365,10 @@ def warpers_for(temperature: float, top_p: float) -> list:
     if top_p < 1.0:
         warpers.append(TopPLogitsWarper(top_p))
     return warpers
+
+
+def shared_prefix(prompts: Sequence[Sequence[int]]) -> Sequence[int]:
+    """The longest run of token ids every prompt starts with, leaving each prompt at least one token of its own."""
+    shortest = min(map(len, prompts), default=1)
+    length = next((i for i in range(shortest - 1) if len({p[i] for p in prompts}) > 1), shortest - 1)
+    return prompts[0][:length] if prompts else ()

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from node.events import EvalFinished
-from node.learning.decoding import Prefix
+from node.learning.decoding import Prefix, shared_prefix
 from node.learning.grpo import Completion, Policy
 from node.runstore import ANSWER_CHARS, HeldoutAnswer, HeldoutAnswers
 from node.tasks.source import Task, TaskSource, extract_answer, grade
@@ -132,13 +132,6 @@ def question_set_digest(tasks: list[Task]) -> str:
     """Names an evaluation set by its tasks (family, generator config, seed, index of each, in order)."""
     refs = [[t.ref.family, t.ref.config_id, t.ref.seed, t.ref.index] for t in tasks]
     return hashlib.sha256(json.dumps(refs, separators=(",", ":")).encode()).hexdigest()[:16]
-
-
-def shared_prefix(prompts: list[tuple[int, ...]]) -> tuple[int, ...]:
-    """The longest run of token ids every prompt starts with, leaving each prompt at least one token of its own."""
-    shortest = min(map(len, prompts), default=1)
-    length = next((i for i in range(shortest - 1) if len({p[i] for p in prompts}) > 1), shortest - 1)
-    return prompts[0][:length] if prompts else ()
 
 
 def _mean(values) -> float:

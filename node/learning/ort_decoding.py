@@ -269,7 +269,7 @@ def sample(
     lengths = np.zeros(rows, np.int64)
     # The tokens every prompt starts with (a round's system prompt) run once, into the first row; each prompt's
     # first row starts from a copy of their cache, and only the rest of the prompt runs.
-    shared = _shared_start(prompts)
+    shared = len(decoding.shared_prefix(prompts))
     if shared:
         session.bind(keys[:, :1], values[:, :1], logits[:1])
         session.run(np.array([prompts[0][:shared]]), np.zeros(1, np.int64))
@@ -300,19 +300,6 @@ def sample(
     return decoding.drive(lambda n: torch.from_numpy(logits[:n]), advance, prompts=len(prompts),
                           greedy=greedy, sampled=sampled, max_new_tokens=max_new_tokens, temperature=temperature,
                           top_p=top_p, eos_ids=eos_ids, pad_id=pad_id, should_stop=should_stop, draw=draw)
-
-
-def _shared_start(prompts: list[list[int]]) -> int:
-    """How many tokens all of several ``prompts`` start with, leaving each at least one of its own (0 for one
-    prompt: nothing to share)."""
-    if len(prompts) < 2:
-        return 0
-    limit = min(len(p) for p in prompts) - 1
-    first = prompts[0]
-    shared = 0
-    while shared < limit and all(p[shared] == first[shared] for p in prompts):
-        shared += 1
-    return shared
 
 
 def _keep_rows(keys: np.ndarray, values: np.ndarray, lengths: np.ndarray, kept: np.ndarray) -> None:
