@@ -77,7 +77,7 @@ class TrainingSettings(_Section):
     )
     sampler: Literal["auto", "torch", "onnxruntime", "vllm"] = Field(
         "auto", description="what runs the model while completions are sampled: onnxruntime = ONNX Runtime over "
-        "the same float32 weights with the same draw (about 1.9x the torch loop's tokens per CPU-second on a CPU, but about "
+        "the same float32 weights with the same draw (about 1.8-1.9x the torch loop's tokens per CPU-second on a CPU, but about "
         "1 GB more memory while sampling the bundled model), for float32 Llama-type models on the CPU where "
         "onnxruntime is installed, torch elsewhere; vllm = an in-process vLLM engine on an NVIDIA GPU (CUDA only, "
         "vllm installed; the node refuses to start otherwise), handed the round's weights before each generation, "
