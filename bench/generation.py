@@ -138,7 +138,7 @@ def main() -> None:
 
     import torch
 
-    from node.learning import grpo, hardware
+    from node.learning import grpo, hardware, vllm_decoding
     from node.tasks.source import TaskSource, build_messages
     from node.tasks.taskref import DEFAULT_FAMILIES
 
@@ -229,7 +229,7 @@ def main() -> None:
                      "prompt_tokens": [len(p) for p in prompts], "torch": torch.__version__,
                      **({"onnxruntime": ort["version"], "export_cpu_s": ort["export_cpu_s"]} if ort else {}),
                      **({key: value for key, value in llama.items() if key != "samplers"} if llama else {}),
-                     **({"vllm": _vllm_version(), "vllm_start_s": vllm_start,
+                     **({"vllm": vllm_decoding.version(), "vllm_start_s": vllm_start,
                          "vllm_gpu_memory_utilization": args.vllm_gpu_memory} if vllm_start else {})},
         "machine": {"description": hw.describe(), "cpu_bf16": hardware.cpu_bf16_report(), "load": args.load},
         "summary": summary,
@@ -277,12 +277,6 @@ def _vllm_unavailable() -> str | None:
     except Exception as exc:  # ImportError, or a build that does not load here
         return f"vllm does not import ({type(exc).__name__}: {exc})"
     return None
-
-
-def _vllm_version() -> str | None:
-    from node.learning import vllm_decoding
-
-    return vllm_decoding.version()
 
 
 def _load(args):
