@@ -15,11 +15,16 @@ range (0.8-1.28).
 
     python bench/offpolicy.py --questions 4 --max-new-tokens 128
     python bench/offpolicy.py --sampler onnxruntime --questions 2 --seeds 1 --out bench/results/offpolicy_ort.json
+    python bench/offpolicy.py --device cuda --out bench/results/offpolicy_cuda.json   # on an NVIDIA GPU
 
 ``--sampler onnxruntime`` measures ONNX Runtime's float32 sampler (:mod:`node.learning.ort_decoding`) instead: the
 same weights, so its gap is the rounding of another kernel order. ``onnxruntime-int8`` and ``onnxruntime-int4``
 measure it over the decoder layers' projections quantized per call (:mod:`bench.ort_quantized`: blocks of 32, a
 scale and a zero point each; measured, not in the node).
+
+``--device cuda`` measures the CUDA participant's path: the bfloat16 copy sampling on the GPU. There the update's own
+forward runs under bfloat16 autocast over the float32 weights, so the gap to that forward is reported beside the
+float32 one (``result_vs_autocast``).
 
 Writes bench/results/offpolicy.json (or ``--out``) and prints it.
 """
@@ -46,7 +51,7 @@ P99_ABS_GAP_BOUND = 0.25
 
 
 def sampler_policy_gaps(policy, prompts: list[tuple[int, ...]], *, num_generations: int, max_new_tokens: int,
-                        seed: int, sample=None):
+                        seed: int, sample=None, autocast: bool = False):
     """Per completion, the per-token ``log p_policy - log q_sampler`` of the tokens ``policy``'s sampler drew
     (temperature 1; the end-of-sequence token included where a completion ended)."""
     import torch
@@ -62,16 +67,17 @@ def sampler_policy_gaps(policy, prompts: list[tuple[int, ...]], *, num_generatio
     del sampler
     gaps = []
     model = policy.model.eval()
+    device = next(model.parameters()).device
     for row, (tokens, sampler_logps) in enumerate(zip(drawn.tokens.tolist(), drawn.logprobs, strict=True)):
         prompt = list(prompts[row // num_generations])
         end = next((i + 1 for i, token in enumerate(tokens) if token in policy.eos_ids), len(tokens))
         if end == 0:
             continue
-        ids = torch.tensor([prompt + tokens[:end]])
-        with torch.inference_mode():
+        ids = torch.tensor([prompt + tokens[:end]], device=device)
+        with torch.inference_mode(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
             logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
         policy_logps = logits.log_softmax(-1).gather(1, ids[0, len(prompt) :, None])[:, 0]
-        gaps.append(policy_logps - sampler_logps[:end])
+        gaps.append((policy_logps - sampler_logps[:end].to(device)).cpu())
     return gaps
 
 
@@ -105,6 +111,7 @@ def main() -> None:
     parser.add_argument("--sampler", choices=["bfloat16", *ort_quantized.SAMPLERS], default="bfloat16",
                         help="the torch loop over a bfloat16 copy, or ONNX Runtime over the float32 weights (or over "
                         "their projections quantized per call to 8 or 4 bits)")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--out", default=str(RESULTS))
     parser.add_argument("--no-save", action="store_true")
     args = parser.parse_args()
@@ -118,23 +125,28 @@ def main() -> None:
 
     torch.set_num_threads(1)
     model, tokenizer = models.load(models.resolve(args.model), cache_dir=Path(args.cache_dir), dtype=torch.float32,
-                                   device="cpu")
+                                   device=args.device)
     ort = args.sampler in ort_quantized.SAMPLERS
     policy = Policy(model, tokenizer, generation_dtype=torch.float32 if ort else torch.bfloat16, max_prompt_tokens=1024)
     sample = ort_quantized.sample_for(args.sampler) if ort else None
     tasks = TaskSource({family: 1.0 for family in DEFAULT_FAMILIES}, seed=1234).sample(args.questions, random.Random(0))
     prompts = [policy.prompt_ids(build_messages(task.question)) for task in tasks]
-    gaps = []
+    gaps, autocast_gaps = [], []
     for seed in range(args.seeds):
         gaps += sampler_policy_gaps(policy, prompts, num_generations=args.G, max_new_tokens=args.max_new_tokens,
                                     seed=seed, sample=sample)
+        if args.device == "cuda":
+            autocast_gaps += sampler_policy_gaps(policy, prompts, num_generations=args.G,
+                                                 max_new_tokens=args.max_new_tokens, seed=seed, sample=sample,
+                                                 autocast=True)
     result = {
         "command": "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
         "model": args.model, "sampler": _described(args.sampler),
         "policy": "float32, one forward over prompt and completion",
         "bound": {"mean_abs_token_gap": MEAN_ABS_GAP_BOUND, "abs_token_gap_p99": P99_ABS_GAP_BOUND},
         "result": summarize(gaps),
-    }
+    } | ({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+          "result_vs_autocast": summarize(autocast_gaps)} if autocast_gaps else {})
     print(json.dumps(result, indent=1))
     if not args.no_save:
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n")

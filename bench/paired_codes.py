@@ -21,6 +21,18 @@ node's evaluations; the faster version runs more rounds (``--rounds 25`` above) 
 Each difference (first folder minus second) comes with its mean over seeds and a bootstrap 95 % interval
 (``swarm_vs_solo._paired_ci95``). Per version it also reports where the round's time went: seconds per round,
 the share spent waiting for peers, rounds per hour of training time.
+
+Where the nodes' evaluations recorded their answers question by question (``heldout_flips`` in each node's curve),
+it also pairs the **answer flows** up to the compared round: the questions the two nodes of a run gained (wrong,
+then right) and lost (right, then wrong) between consecutive evaluations, summed, first minus second per seed.
+
+Two settings of one version compare the same way (``--set`` in both sweeps, e.g. issue 29's pull toward the
+starting weights). A folder without a ``learning.json`` of its own stands for the ``learning.json`` files of its
+subfolders (one invocation per seed, run side by side); ``--incomplete`` also pairs runs a wall budget cut short,
+at the last evaluation both reached::
+
+    python bench/paired_codes.py bench/results/anchor_gpu/3000 bench/results/anchor_gpu/0 --incomplete \
+        --labels "anchor_decay 3000" "anchor_decay 0" --out bench/results/anchor_gpu/paired.json
 """
 
 from __future__ import annotations
@@ -79,12 +91,26 @@ def time_split(runs: list[dict]) -> dict:
     }
 
 
-def compare(first: list[dict], second: list[dict], ci95=_paired_ci95) -> dict:
-    """Runs of the same configuration by two versions, paired by seed (complete runs only)."""
-    by_seed = {r["seed"]: r for r in second if r["complete"]}
-    pairs = [(a, by_seed[a["seed"]]) for a in first if a["complete"] and a["seed"] in by_seed]
+def answer_flows(run: dict, last_round: int) -> tuple[int, int] | None:
+    """Questions a run's nodes gained and lost between consecutive evaluations up to ``last_round``, summed over its
+    nodes; None where a node recorded no answers."""
+    gained = lost = 0
+    for node in run["curves"]:
+        if not node.get("heldout_flips"):
+            return None
+        for _, to_round, node_gained, node_lost in node["heldout_flips"]:
+            if to_round <= last_round:
+                gained, lost = gained + node_gained, lost + node_lost
+    return gained, lost
+
+
+def compare(first: list[dict], second: list[dict], ci95=_paired_ci95, *, incomplete: bool = False) -> dict:
+    """Runs of the same configuration by two versions, paired by seed (complete runs only, unless ``incomplete``)."""
+    usable = (lambda r: len(r["heldout_by_round"]) > 1) if incomplete else (lambda r: r["complete"])
+    by_seed = {r["seed"]: r for r in second if usable(r)}
+    pairs = [(a, by_seed[a["seed"]]) for a in first if usable(a) and a["seed"] in by_seed]
     if not pairs:
-        raise SystemExit("no seed has a complete run in both folders")
+        raise SystemExit("no seed has a " + ("" if incomplete else "complete ") + "run in both folders")
     equal_rounds, rounds_compared, equal_time, budgets = [], [], [], []
     for a, b in pairs:
         common = set(a["heldout_by_round"]) & set(b["heldout_by_round"])
@@ -96,6 +122,14 @@ def compare(first: list[dict], second: list[dict], ci95=_paired_ci95) -> dict:
         equal_time.append(statistics.fmean(heldout_at_seconds(n, budget) for n in a["curves"])
                           - statistics.fmean(heldout_at_seconds(n, budget) for n in b["curves"]))
     firsts, seconds = [a for a, _ in pairs], [b for _, b in pairs]
+    flows = [(answer_flows(a, n), answer_flows(b, n)) for a, b, n in zip(firsts, seconds, rounds_compared, strict=True)]
+    flow_figures = {}
+    if all(a and b for a, b in flows):
+        for index, name in ((0, "gained"), (1, "lost")):
+            deltas = [a[index] - b[index] for a, b in flows]
+            flow_figures[f"answers_{name}"] = {
+                "first": [a[index] for a, _ in flows], "second": [b[index] for _, b in flows],
+                "delta": deltas, "delta_mean": round(statistics.fmean(deltas), 2), "ci95": ci95(deltas)}
     return {
         "seeds": [a["seed"] for a, _ in pairs],
         "equal_rounds": {
@@ -112,23 +146,39 @@ def compare(first: list[dict], second: list[dict], ci95=_paired_ci95) -> dict:
             "delta_mean": round(statistics.fmean(equal_time), 4),
             "ci95": ci95(equal_time),
         },
+        **({"answer_flows": flow_figures} if flow_figures else {}),
         "time_first": time_split(firsts),
         "time_second": time_split(seconds),
     }
 
 
+def load_results(folder: Path) -> dict:
+    """A folder's learning.json, or the runs of its subfolders' learning.json files as one (their commands listed,
+    the first one's model, machine and settings)."""
+    if (folder / "learning.json").is_file():
+        return json.loads((folder / "learning.json").read_text())
+    parts = [json.loads(path.read_text()) for path in sorted(folder.glob("*/learning.json"))]
+    if not parts:
+        raise SystemExit(f"{folder} has no learning.json, nor subfolders with one")
+    return {**parts[0], "command": [part["command"] for part in parts],
+            "runs": [run for part in parts for run in part["runs"]]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("first", type=Path, help="folder with the learning.json of the version under test")
+    parser.add_argument("first", type=Path, help="folder with the learning.json of the version under test (or with "
+                        "subfolders that have one each)")
     parser.add_argument("second", type=Path, help="folder with the learning.json of the version it is compared with")
     parser.add_argument("--labels", nargs=2, default=["first", "second"])
     parser.add_argument("--codes", nargs=2, default=[None, None], help="the two versions' commits, for the record")
     parser.add_argument("--config", default="I=2,J=2")
+    parser.add_argument("--incomplete", action="store_true",
+                        help="also pair runs a wall budget cut short, at the last evaluation both reached")
     parser.add_argument("--out", type=Path, help="results JSON")
     args = parser.parse_args()
-    results = [json.loads((folder / "learning.json").read_text()) for folder in (args.first, args.second)]
+    results = [load_results(folder) for folder in (args.first, args.second)]
     runs = [[r for r in result["runs"] if r["config"] == args.config] for result in results]
-    comparison = compare(*runs)
+    comparison = compare(*runs, incomplete=args.incomplete)
     summary = {
         "schema": 1, "config": args.config,
         "first": {"label": args.labels[0], "code": args.codes[0], "command": results[0]["command"]},
@@ -145,6 +195,9 @@ def main() -> None:
           f"95 % interval {rounds['ci95']}")
     print(f"  at equal wall time {wall['training_seconds']} s: {wall['delta']}, mean {wall['delta_mean']}, "
           f"95 % interval {wall['ci95']}")
+    for name, flow in comparison.get("answer_flows", {}).items():
+        print(f"  {name.replace('_', ' ')} up to those rounds: {first} {flow['first']}, {second} {flow['second']}; "
+              f"difference mean {flow['delta_mean']}, 95 % interval {flow['ci95']}")
     for label, key in ((first, "time_first"), (second, "time_second")):
         print(f"  {label}: {comparison[key]}")
     if args.out:

@@ -65,3 +65,38 @@ def test_the_command_writes_the_comparison(tmp_path):
     assert result["first"] == {"label": "async", "code": "abc", "command": "sweep a"}
     assert result["equal_rounds"]["delta"] == [pytest.approx(0.1), pytest.approx(0.0)]
     assert len(result["equal_rounds"]["ci95"]) == 2
+
+
+def _with_flips(run: dict, flips: list[list[int]], *, complete: bool = True) -> dict:
+    for node in run["curves"]:
+        node["heldout_flips"] = flips
+    return {**run, "complete": complete}
+
+
+def test_incomplete_runs_pair_at_the_last_common_evaluation_with_their_answer_flows():
+    # flips: [from round, to round, gained, lost] per node; the run cut short reached round 20 only
+    first = [_with_flips(_run(0, 8.0, 25, {0: 0.2, 20: 0.4, 25: 0.5}), [[0, 20, 10, 2], [20, 25, 5, 9]])]
+    second = [_with_flips(_run(0, 10.0, 20, {0: 0.2, 20: 0.3}), [[0, 20, 8, 6]], complete=False)]
+    with pytest.raises(SystemExit):
+        paired_codes.compare(first, second)  # complete runs only by default
+    result = paired_codes.compare(first, second, lambda deltas: [min(deltas), max(deltas)], incomplete=True)
+    assert result["equal_rounds"]["rounds"] == [20]
+    flows = result["answer_flows"]
+    # up to round 20, two nodes each: gained 20 against 16, lost 4 against 12 (round 25's flips left out)
+    assert (flows["answers_gained"]["first"], flows["answers_gained"]["second"]) == ([20], [16])
+    assert (flows["answers_lost"]["first"], flows["answers_lost"]["second"], flows["answers_lost"]["delta"]) == (
+        [4], [12], [-8])
+
+
+def test_a_folder_of_per_seed_folders_is_one_sweep(tmp_path):
+    for seed in (0, 1):
+        folder = tmp_path / "anchor" / f"s{seed}"
+        folder.mkdir(parents=True)
+        (folder / "learning.json").write_text(json.dumps(
+            {"command": f"sweep seed {seed}", "model": "tiny", "machine": "here", "settings": {},
+             "runs": [_run(seed, 8.0, 20, {0: 0.2, 20: 0.3})]}))
+    merged = paired_codes.load_results(tmp_path / "anchor")
+    assert [run["seed"] for run in merged["runs"]] == [0, 1]
+    assert merged["command"] == ["sweep seed 0", "sweep seed 1"]
+    with pytest.raises(SystemExit):
+        paired_codes.load_results(tmp_path)  # neither a learning.json nor subfolders with one

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Issue 29, point 1, on one NVIDIA GPU: the pull toward the starting weights (training.anchor_decay = 3000) against
+# none (0), paired by seed. Every run at once on the one GPU: 5 seeds x 2 settings x 2 nodes = 20 node processes,
+# each its own `bench/swarm_vs_solo.py` invocation (I=2,J=2, the demo's settings, 200 held-out questions greedy,
+# evaluated every 5 rounds), all stopped by the same wall budget; then `bench/paired_codes.py` pairs them.
+#
+#   bash bench/gpu_anchor.sh                       # from the repository root, the node's environment active
+#   MODEL=DIR BUDGET_MIN=7 bash bench/gpu_anchor.sh  # DIR: a model folder (the bundled GGUF converted, say)
+#
+# Env: MODEL (default: bundled), SEEDS, ROUNDS, BUDGET_MIN (each invocation's wall budget), RESULTS (where the
+# per-seed learning.json files and paired.json go), WORK (node data). Float32 AdamW moments, as on CPU (8-bit ones
+# are CUDA's default where bitsandbytes is installed).
+set -u
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRL_EXPERIMENTAL_SILENCE=1
+PY=${PY:-python3}
+MODEL=${MODEL:-bundled}; SEEDS=${SEEDS:-0 1 2 3 4}; ROUNDS=${ROUNDS:-30}; BUDGET_MIN=${BUDGET_MIN:-7}
+RESULTS=${RESULTS:-bench/results/anchor_gpu}; WORK=${WORK:-/tmp/rl-swarm-anchor}
+T0=$(date +%s)
+step() { echo "=== +$(( $(date +%s) - T0 ))s $*"; }
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+mkdir -p "$WORK"; PIDS=""
+step "seeds [$SEEDS], anchor_decay [0 3000], $ROUNDS rounds, $BUDGET_MIN min each"
+for X in 0 3000; do
+  for S in $SEEDS; do
+    $PY bench/swarm_vs_solo.py --nodes 2 --configs I=2,J=2 --seeds "$S" --rounds "$ROUNDS" --eval-every 5 \
+      --eval-questions 200 --eval-samples 0 --model "$MODEL" --set training.device=cuda \
+      --set training.optimizer_states=float32 --set training.anchor_decay="$X" --budget-min "$BUDGET_MIN" \
+      --node-gb 1 --memory-reserve-gb 4 --out "$RESULTS/$X/s$S" --work "$WORK/$X/s$S" > "$WORK/log-$X-s$S.txt" 2>&1 &
+    PIDS="$PIDS $!"
+  done
+done
+running() { n=0; for p in $PIDS; do kill -0 "$p" 2>/dev/null && n=$((n + 1)); done; echo $n; }
+while [ "$(running)" -gt 0 ]; do
+  sleep 20
+  step "$(running) runs going; GPU $(nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader)"
+done
+# `wait` alone would also wait for the shell's other children; only the runs are waited for.
+wait $PIDS
+rm -f "$RESULTS"/*/s*/learning_*.png
+$PY bench/paired_codes.py "$RESULTS/3000" "$RESULTS/0" --incomplete --labels "anchor_decay 3000" "anchor_decay 0" \
+  --out "$RESULTS/paired.json"
