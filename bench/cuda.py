@@ -13,8 +13,9 @@ installed (:func:`node.learning.models.uses_adamw_8bit`), the learner on ``cuda`
 
 Per round: the generation phase's and the training step's peak of ``torch.cuda.max_memory_allocated`` and
 ``max_memory_reserved``, and their seconds. The peak the GPU sees is the reserved peak plus the CUDA context,
-measured once per child. Beside it: the node's own estimate (:func:`node.learning.models.estimate_training_bytes`
-with the inputs of the node's fit check) and the tier's memory. After the rounds, the round's I x G completions
+measured once per child. Beside it: the node's own estimate of what the GPU holds
+(:func:`node.learning.models.estimate_training_bytes` with ``cuda`` and the inputs of the node's fit check) and the
+tier's memory. After the rounds, the round's I x G completions
 from the node's sampler (:mod:`node.learning.decoding`) and from ``generate()`` on the same bfloat16 copy, in
 turns: seconds and generated tokens per second.
 
@@ -237,10 +238,11 @@ def summarize(rows: list[dict]) -> dict:
                                         "max": round(max(v), 1), "runs": len(v)} for name, v in samplers.items()},
         "torch": start["torch"],
     }
-    if start["tier_gib"] != DEMO and start["device"] == "cuda":
-        summary["fits_tier"] = summary["peak_on_gpu_gib"] <= start["tier_gib"]
+    if start["device"] == "cuda":
         # The estimate counts a runtime overhead, which on a GPU is the CUDA context: compare it with the GPU's peak.
         summary["estimate_covers_peak"] = start["estimate_gib"] >= summary["peak_on_gpu_gib"]
+        if start["tier_gib"] != DEMO:
+            summary["fits_tier"] = summary["peak_on_gpu_gib"] <= start["tier_gib"]
     return summary
 
 

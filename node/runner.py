@@ -209,6 +209,7 @@ class SwarmNode:
             "num_sequences": per_pass,
             "seq_len": min(train.max_prompt_tokens, hardware.PROMPT_TOKENS) + train.max_new_tokens,
             "lora_rank": train.lora_rank, "adamw_8bit": adamw_8bit, "starting_copy": train.anchor_decay > 0,
+            "cuda": device == "cuda",
             "sampling_copy": generation_dtype != models.weights_dtype(device, lora=bool(train.lora_rank), bf16=mixed_bf16),
         }
         sampler = pick_sampler(train.sampler, resolved, device=device, generation_dtype=generation_dtype, fit=fit)

@@ -63,3 +63,10 @@ def test_a_tier_the_peak_exceeds_is_reported_as_not_fitting():
 def test_a_plumbing_check_on_the_cpu_claims_nothing_about_fit():
     summary = cuda.summarize(_rows(8, device="cpu"))
     assert "fits_tier" not in summary and "estimate_covers_peak" not in summary
+
+
+def test_the_demo_case_says_whether_the_estimate_covered_the_gpu_but_has_no_tier_to_fit():
+    rows = _rows(cuda.DEMO)
+    rows[0]["estimate_gib"] = 6.6
+    summary = cuda.summarize(rows)
+    assert summary["estimate_covers_peak"] is True and "fits_tier" not in summary

@@ -15,8 +15,10 @@ Recommendation policy (memory is the GPU's for CUDA and the total RAM otherwise;
 
 Completions are sampled in bfloat16 on CUDA and on CPUs with native bfloat16 (AVX512-BF16 or AMX), from a copy
 of the float32 policy, in the training dtype elsewhere. When the estimate says the tier's model won't fit, the next smaller model of
-Qwen2.5-1.5B > Qwen2.5-0.5B > SmolLM2-360M > bundled is taken: with float32 master weights and AdamW states,
-Qwen2.5-1.5B needs ~36 GiB and Qwen2.5-0.5B ~16 GiB, so most GPUs under those sizes get the next model down.
+Qwen2.5-1.5B > Qwen2.5-0.5B > SmolLM2-360M > bundled is taken: with float32 master weights (and float32 AdamW
+states where bitsandbytes is missing) most GPUs near a tier's lower bound get the next model down. On CUDA the
+estimate is of what the GPU holds: the caching allocator's reserved memory and the CUDA context, not only tensors
+(docs/performance.md, "On an NVIDIA GPU", has each model's figure).
 The fit check assumes one group (G sequences) per forward/backward pass (TRL's per-device batch) and a prompt of
 up to :data:`PROMPT_TOKENS` tokens. Torch gets all physical cores but one, so the machine stays usable.
 """
@@ -219,6 +221,7 @@ def _required_bytes(
         lora_rank=lora_rank,
         adamw_8bit=uses_adamw_8bit("auto", lora=bool(lora_rank), device=device),  # the node's default optimizer_states
         sampling_copy=getattr(torch, generation_dtype) != weights,
+        cuda=device == "cuda",
     )
 
 

@@ -129,7 +129,8 @@ CATALOG: dict[str, ModelSpec] = _catalog(
 
 _BYTES_PER_ELEMENT = {"float32": 4, "bfloat16": 2}
 # Python, torch, transformers, TRL and the node's own modules once imported, before any weight is loaded (measured
-# 0.53 GiB on Linux), plus the allocator's slack.
+# 0.53 GiB on Linux), plus the allocator's slack. On CUDA it stands for the CUDA context instead (0.51 GiB on an H200
+# and on an H100 with torch 2.11: bench/results/cuda.json, cuda_demo_h100.json).
 _RUNTIME_OVERHEAD_BYTES = 600 * 2**20
 # Activation checkpointing keeps one hidden state per layer and recomputes one layer at a time; per trained token
 # that is about ACTIVATION_FACTOR * sqrt(params) activation elements (layers * hidden is 1.1-1.6 * sqrt(params)
@@ -146,14 +147,24 @@ _LORA_PARAMS_PER_RANK_SQRT = 25
 # call for the bundled model (8 rows, 141-token prompts, after a warm-up call), about twice the weights' 4; rounded
 # up for the decode loop's own buffers (0.7 with the torch loop), which the rest of the estimate leaves out.
 _ORT_SAMPLER_BYTES_PER_PARAM = 8
+# On CUDA the GPU holds what torch's caching allocator has reserved, not only the live tensors: freed blocks stay
+# cached, split and partly used, for later allocations. bench/cuda.py measured the round's reserved peak at 1.07-1.09
+# times its allocated peak for SmolLM2-135M and -360M and 1.19 for Qwen2.5-0.5B (bench/results/cuda.json: an H200,
+# 8-bit moments; bench/results/cuda_demo_h100.json: an H100, float32 moments). The tensors counted here come within
+# -4 % to +19 % of those allocated peaks, so the margin is fitted to the GPU's measured peak (reserved plus context)
+# itself: the smallest that covers all four rounds. The H100's float32 round needs 1.09: its allocated peak is 0.11
+# GiB above the weights, gradients, moments and square roots its step holds (on the CPU no other tensor is alive at
+# the step, so this is the CUDA runtime's own, most likely cuBLAS workspaces).
+_CUDA_ALLOCATOR_MARGIN = 1.10
 
 
 def estimate_training_bytes(
     params: int, *, train_dtype: str, num_sequences: int, seq_len: int, vocab_size: int = QWEN_VOCAB,
     lora_rank: int = 0, adamw_8bit: bool = False, sampling_copy: bool = False, onnxruntime_sampler: bool = False,
-    starting_copy: bool = False,
+    starting_copy: bool = False, cuda: bool = False,
 ) -> int:
-    """Peak memory of a round (the larger of sampling and the GRPO step), as the node runs it.
+    """Peak memory of a round (the larger of sampling and the GRPO step), as the node runs it; with ``cuda``, what
+    an NVIDIA GPU holds for it.
 
     Full fine-tuning keeps float32 master weights, their gradients and two AdamW moments (16 bytes a parameter);
     ``adamw_8bit`` keeps the moments in 8 bits (2 bytes a parameter) except the input embedding's, which
@@ -173,6 +184,11 @@ def estimate_training_bytes(
         sampler: 2 * params (bfloat16 copy) or 8 * params (ONNX Runtime's copy, prepacked), else 0
         activations = b * n * sqrt(params); tiles = 128 MiB; plus 600 MiB runtime
 
+    With ``cuda``: torch's AdamW step there holds a square root of every float32 second moment at once (4 bytes a
+    parameter beside the weights, gradients and moments, a third candidate for the peak), the tensors are scaled by
+    the caching allocator's margin (what it reserves beyond what is allocated), and the runtime overhead stands for
+    the CUDA context.
+
     GRPO here is reference-free (beta = 0), so there is no second model; log-probs are computed in bounded tiles
     over the completion tokens only (node.learning.grpo.SapoGRPOTrainer), so the vocabulary enters only through the
     output layer's gradient.
@@ -182,9 +198,14 @@ def estimate_training_bytes(
     root = params**0.5
     activations = _ACTIVATION_FACTOR * b * tokens * int(root) + _LOGIT_TILE_BYTES
     sampler = 2 * params if sampling_copy else _ORT_SAMPLER_BYTES_PER_PARAM * params if onnxruntime_sampler else 0
+    # torch's AdamW runs the foreach implementation on CUDA (one kernel over all parameters): the step takes the
+    # square root of every second moment into new float32 tensors, all alive until the update is applied
+    # (torch.optim.adam._multi_tensor_adam). On the CPU the single-tensor loop holds one parameter's; bitsandbytes'
+    # 8-bit step updates one parameter at a time.
+    step_temporary = 4 if cuda and not adamw_8bit else 0
     if lora_rank:
         adapter = _LORA_PARAMS_PER_RANK_SQRT * lora_rank * int(root)
-        peak = max(4 * params + activations, 4 * params + sampler) + 16 * adapter
+        peak = max(4 * params + activations, 4 * params + sampler) + (16 + step_temporary) * adapter
     else:
         bf16_cache = 2 * params if train_dtype == "bfloat16" else 0
         embedding = vocab_size * int(root * _HIDDEN_PER_SQRT_PARAMS)
@@ -193,8 +214,12 @@ def estimate_training_bytes(
         # dense gradient of the same size joins it at the end (the catalog's small models tie the two).
         head_gradient = 2 * 4 * embedding
         starting = 4 * params if starting_copy else 0
+        # The backward, the optimizer step (the autocast cache and the activations are gone by then) and sampling.
         peak = starting + max(8 * params + moments + bf16_cache + head_gradient + activations,
+                              8 * params + moments + step_temporary * params,
                               4 * params + moments + sampler)
+    if cuda:
+        peak = int(peak * _CUDA_ALLOCATOR_MARGIN)
     return peak + _RUNTIME_OVERHEAD_BYTES
 
 
@@ -343,12 +368,13 @@ def _required_bytes(model: ResolvedModel, **settings) -> int:
 def check_fits(
     model: ResolvedModel, *, available_bytes: int, train_dtype: str, num_sequences: int, seq_len: int,
     lora_rank: int = 0, adamw_8bit: bool = False, sampling_copy: bool = False, onnxruntime_sampler: bool = False,
-    starting_copy: bool = False,
+    starting_copy: bool = False, cuda: bool = False,
 ) -> None:
-    """Refuse, before anything is loaded, a model whose training step would run out of memory."""
+    """Refuse, before anything is loaded, a model whose training step would run out of memory (with ``cuda``, out
+    of the GPU's memory: ``available_bytes`` is then the GPU's)."""
     settings = {"train_dtype": train_dtype, "num_sequences": num_sequences, "seq_len": seq_len, "lora_rank": lora_rank,
                 "adamw_8bit": adamw_8bit, "sampling_copy": sampling_copy, "onnxruntime_sampler": onnxruntime_sampler,
-                "starting_copy": starting_copy}
+                "starting_copy": starting_copy, "cuda": cuda}
     if model.params is None:
         return
     required = _required_bytes(model, **settings)
