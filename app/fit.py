@@ -26,10 +26,12 @@ def label(required: int, available: int) -> str:
 
 
 def required(model: ModelFit, *, sequences_per_pass: int, max_new_tokens: int) -> int:
-    """Peak bytes of one training step for this round shape (the node's estimate, linear in tokens per pass)."""
+    """Peak bytes of one training step for this round shape (the node's estimate: linear in tokens per pass, above a
+    floor no round shape changes)."""
     if not model.bytes_per_token:
         return model.required_bytes  # an older node: only the figure for the recommended shape
-    return model.base_bytes + model.bytes_per_token * sequences_per_pass * (model.prompt_tokens + max_new_tokens)
+    linear = model.base_bytes + model.bytes_per_token * sequences_per_pass * (model.prompt_tokens + max_new_tokens)
+    return max(model.floor_bytes, linear)
 
 
 def free_ram_note(hardware: Hardware | None, need: int) -> str:

@@ -68,11 +68,14 @@ class ModelFit:
     label: FitLabel
     required_bytes_lora: int = 0  # a LoRA adapter of rank LORA_RANK
     label_lora: FitLabel = "won't fit"
-    # The full fine-tune estimate is linear in the tokens of one pass, so a torch-free caller (the app's Settings) can redo it for
-    # any round shape: base_bytes + bytes_per_token * sequences_per_pass * (prompt_tokens + max_new_tokens).
+    # The full fine-tune estimate is linear in the tokens of one pass above a floor, so a torch-free caller (the app's
+    # Settings) can redo it for any round shape: max(floor_bytes, base_bytes + bytes_per_token * sequences_per_pass *
+    # (prompt_tokens + max_new_tokens)). The floor is the part no round shape changes (on CUDA with float32 moments,
+    # the optimizer step's; 0 from a node that sends none).
     base_bytes: int = 0
     bytes_per_token: int = 0
     prompt_tokens: int = 0
+    floor_bytes: int = 0
 
 
 @dataclass(frozen=True)

@@ -241,6 +241,11 @@ def sequences_per_pass(advice: Recommendation) -> int:
     return min(advice.micro_batch_groups or groups, groups) * advice.num_generations
 
 
+# Tokens in one pass large enough that the forward/backward decides the round's peak for every catalog model (its
+# activations then outweigh the optimizer step's square roots on CUDA).
+_SLOPE_TOKENS = 1 << 16
+
+
 def catalog_fits(hw: HardwareInfo, advice: Recommendation) -> list[ModelFit]:
     budget = training_budget(hw)
     per_pass = sequences_per_pass(advice)
@@ -250,10 +255,15 @@ def catalog_fits(hw: HardwareInfo, advice: Recommendation) -> list[ModelFit]:
         need = _required_bytes(spec.id, advice.device, advice.train_dtype, per_pass, advice.max_new_tokens, **sampling)
         lora = _required_bytes(spec.id, advice.device, advice.train_dtype, per_pass, advice.max_new_tokens, LORA_RANK,
                                **sampling)
-        base = _required_bytes(spec.id, advice.device, advice.train_dtype, 0, 0, **sampling)
-        per_token = _required_bytes(spec.id, advice.device, advice.train_dtype, 1, 1 - PROMPT_TOKENS, **sampling) - base
+        floor = _required_bytes(spec.id, advice.device, advice.train_dtype, 0, 0, **sampling)
+        # The slope and intercept of the forward/backward's peak, taken where it decides the estimate (a pass of
+        # _SLOPE_TOKENS and of twice as many): below that the optimizer step or sampling may, which the floor covers.
+        once, twice = (_required_bytes(spec.id, advice.device, advice.train_dtype, 1, n * _SLOPE_TOKENS - PROMPT_TOKENS,
+                                       **sampling) for n in (1, 2))
+        per_token = (twice - once) // _SLOPE_TOKENS
         fits.append(ModelFit(spec.id, spec.name, spec.description, spec.download_bytes, need, fit_label(need, budget),
-                             lora, fit_label(lora, budget), base, per_token, PROMPT_TOKENS))
+                             lora, fit_label(lora, budget), once - per_token * _SLOPE_TOKENS, per_token, PROMPT_TOKENS,
+                             floor))
     return fits
 
 
