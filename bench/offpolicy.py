@@ -23,8 +23,8 @@ measure it over the decoder layers' projections quantized per call (:mod:`bench.
 scale and a zero point each; measured, not in the node).
 
 ``--device cuda`` measures the CUDA participant's path: the bfloat16 copy sampling on the GPU. There the update's own
-forward runs under bfloat16 autocast over the float32 weights, so the gap to that forward is reported beside the
-float32 one (``result_vs_autocast``).
+forward runs under bfloat16 autocast over the float32 weights, so the gap to that forward, over the same
+completions, is reported beside the float32 one (``result_vs_autocast``).
 
 Writes bench/results/offpolicy.json (or ``--out``) and prints it.
 """
@@ -51,9 +51,17 @@ P99_ABS_GAP_BOUND = 0.25
 
 
 def sampler_policy_gaps(policy, prompts: list[tuple[int, ...]], *, num_generations: int, max_new_tokens: int,
-                        seed: int, sample=None, autocast: bool = False):
+                        seed: int, sample=None):
     """Per completion, the per-token ``log p_policy - log q_sampler`` of the tokens ``policy``'s sampler drew
     (temperature 1; the end-of-sequence token included where a completion ended)."""
+    return policy_gaps(policy, drawn(policy, prompts, num_generations=num_generations, max_new_tokens=max_new_tokens,
+                                     seed=seed, sample=sample))
+
+
+def drawn(policy, prompts: list[tuple[int, ...]], *, num_generations: int, max_new_tokens: int, seed: int,
+          sample=None) -> list[tuple[list[int], list[int], object]]:
+    """What ``policy``'s sampler drew at temperature 1, per completion: its prompt, its tokens up to and with the
+    end-of-sequence token, and the log-prob the sampler drew each from."""
     import torch
 
     from node.learning import decoding
@@ -61,23 +69,31 @@ def sampler_policy_gaps(policy, prompts: list[tuple[int, ...]], *, num_generatio
     sampler = policy.sampling_model()
     input_ids, attention = policy._padded(prompts, sampler)
     torch.manual_seed(seed)
-    drawn = (sample or decoding.sample)(sampler, input_ids, attention, greedy=0, sampled=num_generations,
-                            max_new_tokens=max_new_tokens, temperature=1.0, top_p=1.0, eos_ids=policy.eos_ids,
-                            pad_id=policy.tokenizer.pad_token_id)
-    del sampler
-    gaps = []
+    result = (sample or decoding.sample)(sampler, input_ids, attention, greedy=0, sampled=num_generations,
+                             max_new_tokens=max_new_tokens, temperature=1.0, top_p=1.0, eos_ids=policy.eos_ids,
+                             pad_id=policy.tokenizer.pad_token_id)
+    rows = []
+    for row, (tokens, sampler_logps) in enumerate(zip(result.tokens.tolist(), result.logprobs, strict=True)):
+        end = next((i + 1 for i, token in enumerate(tokens) if token in policy.eos_ids), len(tokens))
+        if end:
+            rows.append((list(prompts[row // num_generations]), tokens[:end], sampler_logps[:end]))
+    return rows
+
+
+def policy_gaps(policy, rows, *, autocast: bool = False):
+    """Per completion of :func:`drawn`, the policy's log-prob of each token minus the sampler's, from one forward over
+    prompt and completion (under bfloat16 autocast with ``autocast``, as the update runs on CUDA)."""
+    import torch
+
     model = policy.model.eval()
     device = next(model.parameters()).device
-    for row, (tokens, sampler_logps) in enumerate(zip(drawn.tokens.tolist(), drawn.logprobs, strict=True)):
-        prompt = list(prompts[row // num_generations])
-        end = next((i + 1 for i, token in enumerate(tokens) if token in policy.eos_ids), len(tokens))
-        if end == 0:
-            continue
-        ids = torch.tensor([prompt + tokens[:end]], device=device)
+    gaps = []
+    for prompt, tokens, sampler_logps in rows:
+        ids = torch.tensor([prompt + tokens], device=device)
         with torch.inference_mode(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
             logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
         policy_logps = logits.log_softmax(-1).gather(1, ids[0, len(prompt) :, None])[:, 0]
-        gaps.append((policy_logps - sampler_logps[:end].to(device)).cpu())
+        gaps.append((policy_logps - sampler_logps.to(device)).cpu())
     return gaps
 
 
@@ -133,12 +149,11 @@ def main() -> None:
     prompts = [policy.prompt_ids(build_messages(task.question)) for task in tasks]
     gaps, autocast_gaps = [], []
     for seed in range(args.seeds):
-        gaps += sampler_policy_gaps(policy, prompts, num_generations=args.G, max_new_tokens=args.max_new_tokens,
-                                    seed=seed, sample=sample)
-        if args.device == "cuda":
-            autocast_gaps += sampler_policy_gaps(policy, prompts, num_generations=args.G,
-                                                 max_new_tokens=args.max_new_tokens, seed=seed, sample=sample,
-                                                 autocast=True)
+        rows = drawn(policy, prompts, num_generations=args.G, max_new_tokens=args.max_new_tokens, seed=seed,
+                     sample=sample)
+        gaps += policy_gaps(policy, rows)
+        if args.device == "cuda":  # the same completions, against the forward the update runs there
+            autocast_gaps += policy_gaps(policy, rows, autocast=True)
     result = {
         "command": "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
         "model": args.model, "sampler": _described(args.sampler),
