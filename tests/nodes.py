@@ -56,6 +56,16 @@ class NodeProcess(process_client.NodeProcess):
                 return event
         raise AssertionError(f"timed out waiting; last events {[e.kind for e in self.seen[-5:]]}: {self.stderr()}")
 
+    def collect(self, timeout: float) -> None:
+        """Moves the events that arrive within ``timeout`` s to ``seen``; fails if the node has exited."""
+        try:
+            self.seen.append(self.events.get(timeout=timeout))
+        except queue.Empty:
+            if self.returncode is not None:
+                raise AssertionError(f"{self.name} exited with {self.returncode}: {self.stderr()}") from None
+        while not self.events.empty():
+            self.seen.append(self.events.get())
+
     def finish(self, timeout: float = 120) -> int:
         code = self.wait(timeout)
         if code is None:
@@ -74,6 +84,20 @@ class NodeProcess(process_client.NodeProcess):
 
     def events_of(self, kind: str) -> list[Event]:
         return [e for e in self.seen if e.kind == kind]
+
+
+def run_until(nodes: list[NodeProcess], condition, *, timeout: float, what: str) -> None:
+    """Collects the running nodes' events until ``condition()`` holds over them; fails after ``timeout`` s.
+
+    Nodes never wait for peers, so how many rounds pass before a peer's groups arrive depends on the machine's load:
+    a swarm test runs until what it checks has happened, then stops its nodes, instead of a fixed round count."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            rounds = {n.name: len(n.events_of("round_finished")) for n in nodes}
+            raise AssertionError(f"after {timeout:.0f} s and rounds {rounds}: never {what}")
+        for node in nodes:
+            node.collect(timeout=0.5 / len(nodes))
 
 
 def dump(obj) -> str:

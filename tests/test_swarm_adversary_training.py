@@ -5,7 +5,8 @@ have theirs: three /24s of the loopback); it announces far-future rounds, publis
 with many identities whose groups copy an honest task and question but carry a payload in an answer block before
 the graded one, and stuffs junk keys with long expiry. The honest nodes must keep training together on rounds near
 each other, each round bounded in time, fetch each other's groups whatever the number of identities, and a node
-restarted after the attack must run.
+restarted after the attack must run. A node never waits for peers, so how many rounds pass before the other's groups
+and the forged ones arrive depends on the machine's load: the honest nodes run until both have happened, then stop.
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ from node.swarm.identity import load_or_create
 from node.swarm.records import (
     MAX_ROUND, GroupRecord, Pointer, RoundRecord, SharedGroup, encode_group_record, encode_pointer,
 )
-from tests.nodes import NodeProcess, tiny_config
+from tests.nodes import NodeProcess, run_until, tiny_config
 from tests.test_swarm_attack import PAYLOAD, store_as, sybils
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
-ROUNDS = 8  # a node never waits for peers: its first rounds may come before any peer group arrives
+MAX_ROUNDS = 400  # a bound never reached: the honest nodes are stopped once what the test checks has happened
 HOSTS = {"a": "127.0.1.1", "b": "127.0.2.1", "attacker": "127.0.9.1"}  # three networks (/24s) on the loopback
 
 
@@ -105,14 +106,23 @@ class Adversary:
         return record(self.swarm.peer_id, MAX_ROUND, groups=1, completions=2, completion_chars=50).groups
 
 
+def _fetched_from(node: NodeProcess, peer_id: str) -> set[int]:
+    return {s.round for s in node.events_of("rollout_sample") if s.source_peer == peer_id}
+
+
+def _payloads_dropped(nodes: list[NodeProcess]) -> int:
+    return sum(r.rejected_reasons.get("payload_outside_answer", 0) for n in nodes
+               for r in n.events_of("round_finished"))
+
+
 def test_honest_nodes_keep_training_under_attack_and_a_restarted_node_runs(tiny_model_dir, tmp_path):
-    a = NodeProcess(_config(tiny_model_dir, tmp_path / "a", rounds=ROUNDS), name="a")
+    a = NodeProcess(_config(tiny_model_dir, tmp_path / "a", rounds=MAX_ROUNDS), name="a")
     a.send("pause")
     nodes = [a]
     adversary = None
     try:
         started_a = a.wait_for(lambda e: e.kind == "node_started")
-        b = NodeProcess(_config(tiny_model_dir, tmp_path / "b", rounds=ROUNDS, join=started_a.invite,
+        b = NodeProcess(_config(tiny_model_dir, tmp_path / "b", rounds=MAX_ROUNDS, join=started_a.invite,
                                 host=HOSTS["b"]), name="b")
         b.send("pause")
         nodes.append(b)
@@ -126,28 +136,29 @@ def test_honest_nodes_keep_training_under_attack_and_a_restarted_node_runs(tiny_
         adversary.thread.start()
         for node in nodes:
             node.send("resume")
+        ids = {"a": started_a.peer_id, "b": started_b.peer_id}
+        run_until(nodes, lambda: (_fetched_from(a, ids["b"]) and _fetched_from(b, ids["a"])
+                                  and _payloads_dropped(nodes) >= 1),
+                  timeout=500, what="did both honest nodes train on each other's groups and catch a forged one")
         for node in nodes:
-            assert node.finish(timeout=600) == 0, node.stderr()
+            node.send("stop")
+        for node in nodes:
+            assert node.finish(timeout=300) == 0, node.stderr()
         adversary.stop.set()
         adversary.thread.join(60)
         attacker.shutdown()
 
         for node in nodes:
             rounds = node.events_of("round_finished")
-            assert len(rounds) == ROUNDS  # no round lost
-            assert [r.round for r in rounds] == list(range(ROUNDS))  # the node's own rounds, one after the other
+            assert [r.round for r in rounds] == list(range(len(rounds)))  # the node's own rounds, none lost
             assert all(r.seconds_gather < 1.0 for r in rounds)  # never waiting: taken from the buffer at once
             assert sum(r.groups_used for r in rounds) >= 1
         # a dozen identities from one network take one peer's turn in the background feed: each honest node still
         # fetched and trained on the other's groups (with a feed that samples identities uniformly, neither did).
         # How often, against rounds that never wait, is bench/attack.py's measure (docs/protocol-security.md).
-        ids = {"a": started_a.peer_id, "b": started_b.peer_id}
         for node, other in ((a, "b"), (b, "a")):
-            fetched_from_other = {s.round for s in node.events_of("rollout_sample") if s.source_peer == ids[other]}
-            assert fetched_from_other, (node.name, "trained on none of the other honest node's groups")
-        dropped = sum(r.rejected_reasons.get("payload_outside_answer", 0) for n in nodes
-                      for r in n.events_of("round_finished"))
-        assert adversary.rounds_flooded and dropped >= 1  # the payload groups were caught, not trained on
+            assert _fetched_from(node, ids[other]), (node.name, "trained on none of the other honest node's groups")
+        assert adversary.rounds_flooded and _payloads_dropped(nodes) >= 1  # the payload groups were caught
         for node in nodes:  # shown to the user as rejected, never trained on
             payloads = [s for s in node.events_of("rollout_sample") if not s.local and "Ignore all" in s.completion]
             assert all(s.fate == "rejected:payload_outside_answer" for s in payloads), {s.fate for s in payloads}
@@ -158,7 +169,8 @@ def test_honest_nodes_keep_training_under_attack_and_a_restarted_node_runs(tiny_
             if node.process.poll() is None:
                 node.kill_tree()
 
-    again = NodeProcess(_config(tiny_model_dir, tmp_path / "a", rounds=ROUNDS + 1), name="a2")
+    rounds_done = len(a.events_of("round_finished"))
+    again = NodeProcess(_config(tiny_model_dir, tmp_path / "a", rounds=rounds_done + 1), name="a2")
     try:
         assert again.wait_for(lambda e: e.kind == "node_started").resumed_from_round is not None
         assert again.finish(timeout=300) == 0, again.stderr()

@@ -1,7 +1,7 @@
 """Real swarms on loopback: separate node processes, real hivemind DHT, the tiny model.
 
-- three nodes train 8 rounds and each trains on peer groups (never waiting for them); killing one mid-run does
-  not stop the others;
+- three nodes train until each of the two survivors has trained on peer groups (never waiting for them); killing one
+  mid-run does not stop the others, which then stop cleanly when told;
 - a node SIGKILLed between rounds resumes from its checkpoint: identity, round counter and metrics continue
   without loss or duplication.
 """
@@ -13,12 +13,12 @@ import pytest
 
 from node.runstore import RunStore
 from node.swarm import known_peers
-from tests.nodes import NodeProcess, tiny_config
+from tests.nodes import NodeProcess, run_until, tiny_config
 
 pytestmark = pytest.mark.slow
 
 
-ROUNDS = 8
+MAX_ROUNDS = 400  # a bound never reached: the swarm test stops its nodes once what it checks has happened
 
 
 def _swarm_config(tiny_model_dir, data_dir, *, rounds, join=()):
@@ -33,15 +33,17 @@ def _swarm_config(tiny_model_dir, data_dir, *, rounds, join=()):
 
 def test_three_node_swarm_shares_rollouts_and_survives_a_killed_peer(tiny_model_dir, tmp_path):
     # Paused until all three are up: a node alone would rightly train solo without waiting for anybody.
-    # Enough rounds for peers' groups to reach each node's buffer: a node never waits for them, so its first rounds
-    # (before any peer has published) train on its own groups only.
-    first = NodeProcess(_swarm_config(tiny_model_dir, tmp_path / "a", rounds=ROUNDS), name="a")
+    # A node never waits for peers' groups: its first rounds (before any peer has published) train on its own only,
+    # and how many those are depends on the machine's load. So the survivors run until both have trained on a peer's
+    # groups, then stop.
+    first = NodeProcess(_swarm_config(tiny_model_dir, tmp_path / "a", rounds=MAX_ROUNDS), name="a")
     first.send("pause")
     nodes = [first]
     try:
         invite = first.wait_for(lambda e: e.kind == "node_started").invite
         for name in ("b", "c"):
-            node = NodeProcess(_swarm_config(tiny_model_dir, tmp_path / name, rounds=ROUNDS, join=invite), name=name)
+            node = NodeProcess(_swarm_config(tiny_model_dir, tmp_path / name, rounds=MAX_ROUNDS, join=invite),
+                               name=name)
             node.send("pause")
             nodes.append(node)
         for node in nodes:
@@ -52,14 +54,20 @@ def test_three_node_swarm_shares_rollouts_and_survives_a_killed_peer(tiny_model_
         victim.wait_for(lambda e: e.kind == "round_finished")
         victim.kill_tree()
 
-        for node in nodes[:2]:
-            assert node.finish(timeout=600) == 0, node.stderr()
+        survivors = nodes[:2]
+        run_until(survivors, lambda: all(any(r.reward_external is not None for r in n.events_of("round_finished"))
+                                         for n in survivors),
+                  timeout=400, what="did both survivors train on a peer's groups")
+        for node in survivors:
+            node.send("stop")
+        for node in survivors:
+            assert node.finish(timeout=300) == 0, node.stderr()
         peer_ids = set()
         for node in nodes[:2]:
             started = node.events_of("node_started")[0]
             peer_ids.add(started.peer_id)
             rounds = node.events_of("round_finished")
-            assert len(rounds) == ROUNDS
+            assert [r.round for r in rounds] == list(range(len(rounds)))  # no round lost or repeated
             assert sum(r.groups_used for r in rounds) >= 1, [(r.round, r.groups_received, r.rejected_reasons) for r in rounds]
             assert all(r.groups_rejected == 0 for r in rounds), [r.rejected_reasons for r in rounds]
             assert any(r.reward_external is not None for r in rounds)
