@@ -25,13 +25,14 @@ def label(required: int, available: int) -> str:
     return "tight" if required > TIGHT * available else "fits"
 
 
-def required(model: ModelFit, *, sequences_per_pass: int, max_new_tokens: int) -> int:
+def required(model: ModelFit, *, sequences_per_pass: int, max_new_tokens: int, reference: bool = False) -> int:
     """Peak bytes of one training step for this round shape (the node's estimate: linear in tokens per pass, above a
-    floor no round shape changes)."""
+    floor no round shape changes), with ``reference`` plus the KL's reference model (``training.beta`` > 0)."""
+    extra = model.reference_bytes if reference else 0
     if not model.bytes_per_token:
-        return model.required_bytes  # an older node: only the figure for the recommended shape
+        return model.required_bytes + extra  # an older node: only the figure for the recommended shape
     linear = model.base_bytes + model.bytes_per_token * sequences_per_pass * (model.prompt_tokens + max_new_tokens)
-    return max(model.floor_bytes, linear)
+    return max(model.floor_bytes, linear) + extra
 
 
 def free_ram_note(hardware: Hardware | None, need: int) -> str:
@@ -46,9 +47,10 @@ def free_ram_note(hardware: Hardware | None, need: int) -> str:
     return ""
 
 
-def describe(model: ModelFit, hardware: Hardware | None, *, sequences_per_pass: int, max_new_tokens: int) -> tuple[str, str]:
+def describe(model: ModelFit, hardware: Hardware | None, *, sequences_per_pass: int, max_new_tokens: int,
+             reference: bool = False) -> tuple[str, str]:
     """(label, one line for the user) for ``model`` with this round shape."""
-    need = required(model, sequences_per_pass=sequences_per_pass, max_new_tokens=max_new_tokens)
+    need = required(model, sequences_per_pass=sequences_per_pass, max_new_tokens=max_new_tokens, reference=reference)
     total = budget(hardware)
     verdict = label(need, total)
     where = "GPU memory" if hardware and hardware.kind == "cuda" else "RAM"
@@ -58,13 +60,15 @@ def describe(model: ModelFit, hardware: Hardware | None, *, sequences_per_pass: 
 
 
 def what_fits(model: ModelFit, others: list[ModelFit], hardware: Hardware | None, *, groups_per_pass: int,
-              generations: int, max_new_tokens: int) -> str:
+              generations: int, max_new_tokens: int, reference: bool = False) -> str:
     """For a setup that won't fit: the changes that would, in Settings' words ("" when none is known)."""
     total = budget(hardware)
 
+    def need(candidate: ModelFit, g: int, tokens: int) -> int:
+        return required(candidate, sequences_per_pass=groups_per_pass * g, max_new_tokens=tokens, reference=reference)
+
     def fits(candidate: ModelFit, g: int, tokens: int) -> bool:
-        return label(required(candidate, sequences_per_pass=groups_per_pass * g, max_new_tokens=tokens), total) \
-            != "won't fit"
+        return label(need(candidate, g, tokens), total) != "won't fit"
 
     ways = []
     if model.bytes_per_token:  # an older node gives no figures for other round shapes
@@ -76,8 +80,7 @@ def what_fits(model: ModelFit, others: list[ModelFit], hardware: Hardware | None
             ways.append(f"max tokens {tokens} or fewer")
     smaller = [m for m in others if m.id != model.id and fits(m, generations, max_new_tokens)]
     if smaller:  # the one that needs the most of those that fit: the strongest this computer trains
-        best = max(smaller, key=lambda m: required(m, sequences_per_pass=groups_per_pass * generations,
-                                                   max_new_tokens=max_new_tokens))
+        best = max(smaller, key=lambda m: need(m, generations, max_new_tokens))
         ways.append(f"the model {best.name}")
     if not ways:
         return "Choose a smaller model or a smaller round."

@@ -266,7 +266,7 @@ class SettingsDialog(QDialog):
                 self.fit.setText("Not in the catalog: the node checks the memory when it loads the model.")
             return "unknown"
         verdict, text = fit.describe(model, self.hardware.hardware, sequences_per_pass=self.sequences_per_pass(),
-                                     max_new_tokens=self.max_tokens.value())
+                                     max_new_tokens=self.max_tokens.value(), reference=self.kl_reference())
         if verdict == "won't fit":
             text += " " + self._what_fits(model)
         elif self.error.problem is not None and self.error.problem.details.startswith("Needs about"):
@@ -280,7 +280,14 @@ class SettingsDialog(QDialog):
     def _what_fits(self, model) -> str:
         return fit.what_fits(model, self.hardware.models, self.hardware.hardware,
                              groups_per_pass=self.sequences_per_pass() // self.generations.value(),
-                             generations=self.generations.value(), max_new_tokens=self.max_tokens.value())
+                             generations=self.generations.value(), max_new_tokens=self.max_tokens.value(),
+                             reference=self.kl_reference())
+
+    def kl_reference(self) -> bool:
+        """Whether the run keeps a reference model for the KL (full fine-tuning with beta > 0; an adapter's reference
+        is its own base model)."""
+        training = self.config.training
+        return training.beta > 0 and not training.lora_rank
 
     def _browse(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Data folder", self.data_dir.text())

@@ -109,7 +109,9 @@ class TrainingSettings(_Section):
         description="N > 0: update k uses learning_rate / sqrt(1 + k / N), halved after 3N updates, so later rounds "
         "take smaller steps; 0 = constant",
     )
-    beta: float = Field(0.0, ge=0.0, description="KL coefficient; 0 = no reference model (as in SAPO)")
+    beta: float = Field(0.0, ge=0.0, description=(
+        "KL coefficient toward the model the run started from (also after a resume); 0 = no reference model "
+        "(as in SAPO)"))
     anchor_decay: float = Field(
         0.0, ge=0.0,
         description="> 0: each update pulls every weight back toward its starting value (the model the run started "

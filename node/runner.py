@@ -209,7 +209,7 @@ class SwarmNode:
             "num_sequences": per_pass,
             "seq_len": min(train.max_prompt_tokens, hardware.PROMPT_TOKENS) + train.max_new_tokens,
             "lora_rank": train.lora_rank, "adamw_8bit": adamw_8bit, "starting_copy": train.anchor_decay > 0,
-            "cuda": device == "cuda",
+            "reference_model": train.beta > 0, "cuda": device == "cuda",
             "sampling_copy": generation_dtype != models.weights_dtype(device, lora=bool(train.lora_rank), bf16=mixed_bf16),
         }
         sampler = pick_sampler(train.sampler, resolved, device=device, generation_dtype=generation_dtype, fit=fit)
@@ -243,9 +243,9 @@ class SwarmNode:
         dtype = models.weights_dtype(device, lora=bool(lora), bf16=mixed_bf16)
         model, tokenizer = models.load(source, cache_dir=cfg.model_cache_dir, dtype=dtype, device=device)
         starting_weights = None
-        if train.anchor_decay and source is not resolved:
-            # The pull is toward the weights the run started from: a resumed run loads its checkpoint above, so the
-            # original model is loaded once more for its weights alone.
+        if (train.anchor_decay or train.beta) and source is not resolved:
+            # The pull and the KL's reference are the weights the run started from: a resumed run loads its
+            # checkpoint above, so the original model is loaded once more for its weights alone (once for both).
             starting_weights = models.load_weights(resolved, cache_dir=cfg.model_cache_dir, dtype=dtype, device=device)
         self.policy = Policy(model, tokenizer, generation_dtype=generation_dtype, max_prompt_tokens=train.max_prompt_tokens,
                              sampler=sampler, vllm_gpu_memory_utilization=train.vllm_gpu_memory_utilization)
@@ -258,7 +258,7 @@ class SwarmNode:
             adamw_8bit=adamw_8bit, lr_decay_rounds=train.lr_decay_rounds, anchor_decay=train.anchor_decay,
             starting_weights=starting_weights,
         )
-        del starting_weights  # the learner holds them now, cast to where the weights live
+        del starting_weights  # the learner holds them now, in its reference model or cast to where the weights live
         if latest:
             folder, state = latest
             self.checkpointer.load_optimizer(folder, self.learner.optimizer)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pyqtgraph as pg
+import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication, QDialogButtonBox, QStyleOptionHeader
 
@@ -606,6 +607,38 @@ def test_fit_labels_follow_total_memory_with_a_note_when_free_ram_is_short():
     verdict, text = fit.describe(model, dataclasses.replace(hardware, available_ram_bytes=2**30), sequences_per_pass=64,
                                  max_new_tokens=512)
     assert verdict == "won't fit" and "close other programs" not in text
+
+
+def test_the_fit_counts_the_kl_reference_model_where_the_run_keeps_one():
+    from app import fit
+    from node.api import Hardware, ModelFit
+
+    hardware = Hardware(kind="cpu", description="", physical_cores=4, total_ram_bytes=16 * 2**30,
+                        available_ram_bytes=16 * 2**30)
+    model = ModelFit(id="m", name="m", description="", download_bytes=0, required_bytes=0, label="fits",
+                     base_bytes=13 * 2**30, bytes_per_token=1_000, prompt_tokens=256, reference_bytes=4 * 2**30)
+    shape = {"sequences_per_pass": 8, "max_new_tokens": 128}
+    assert fit.required(model, **shape, reference=True) - fit.required(model, **shape) == 4 * 2**30
+    assert fit.describe(model, hardware, **shape)[0] == "tight"
+    assert fit.describe(model, hardware, **shape, reference=True)[0] == "won't fit"
+
+
+@pytest.mark.parametrize(("training", "reference"), [({"beta": 0.04}, True), ({"beta": 0.0}, False),
+                                                      ({"beta": 0.04, "lora_rank": 16}, False)])
+def test_settings_show_the_kl_reference_model_in_the_fit_for_full_fine_tuning_with_beta(qtbot, tmp_path, training,
+                                                                                       reference):
+    from app import fit
+    from node.units import format_bytes
+
+    data = node_hardware()
+    dialog = SettingsDialog(config_in(tmp_path).update({"training": training}), idle_supported=False, hardware=data)
+    qtbot.addWidget(dialog)
+    assert dialog.kl_reference() is reference
+    dialog.model.setCurrentIndex(dialog.model.findData("bundled"))
+    model = dialog.hardware.model("bundled")
+    need = fit.required(model, sequences_per_pass=dialog.sequences_per_pass(), max_new_tokens=dialog.max_tokens.value(),
+                        reference=reference)
+    assert model.reference_bytes > 0 and f"Needs about {format_bytes(need)} " in dialog.fit.text()
 
 
 def test_sentences_are_capitalised_and_end_with_a_stop():

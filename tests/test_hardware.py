@@ -257,10 +257,12 @@ def test_model_picker_labels_agree_with_the_recommendation(hw):
     assert sizes == sorted(sizes, reverse=True)  # the catalog is largest first, so are the estimates
 
 
+@pytest.mark.parametrize("reference", [False, True], ids=["beta-0", "kl-reference"])
 @pytest.mark.parametrize("eight_bit", [True, False], ids=["8bit-moments", "float32-moments"])
 @pytest.mark.parametrize("hw", [CPU_LAPTOP, RTX_4090], ids=["cpu", "cuda"])
-def test_the_apps_torch_free_figure_is_the_nodes_estimate_for_any_round_shape(hw, eight_bit, monkeypatch):
+def test_the_apps_torch_free_figure_is_the_nodes_estimate_for_any_round_shape(hw, eight_bit, reference, monkeypatch):
     # On CUDA with float32 moments the optimizer step, not the forward/backward, decides short rounds: the floor.
+    # With beta > 0 the KL's reference model adds the same bytes to every round shape.
     from app import fit as app_fit
     from node.learning import hardware
 
@@ -269,8 +271,9 @@ def test_the_apps_torch_free_figure_is_the_nodes_estimate_for_any_round_shape(hw
     for fit in catalog_fits(hw, rec):
         for sequences, new_tokens in ((1, 8), (4, 48), (16, 128), (64, 1024), (256, 4096)):
             node_figure = hardware._required_bytes(fit.id, rec.device, rec.train_dtype, sequences, new_tokens,
-                                                   generation_dtype=rec.generation_dtype)
-            app_figure = app_fit.required(fit, sequences_per_pass=sequences, max_new_tokens=new_tokens)
+                                                   generation_dtype=rec.generation_dtype, reference_model=reference)
+            app_figure = app_fit.required(fit, sequences_per_pass=sequences, max_new_tokens=new_tokens,
+                                          reference=reference)
             # within rounding: the slope is whole bytes a token
             assert app_figure == pytest.approx(node_figure, rel=1e-4), (fit.id, sequences, new_tokens)
 

@@ -655,6 +655,10 @@ class GrpoLearner:
         original model, not its checkpoint), or the policy's weights as the learner finds them. Full fine-tuning
         only: see :func:`_refuse_anchor_on_adapters`.
 
+        ``beta`` > 0 with full fine-tuning keeps a reference model for the KL: TRL loads it from the policy's folder,
+        and ``starting_weights`` replace its weights (a resumed run's folder is its checkpoint). The pull toward the
+        start then uses the reference's weights, so the starting model is held once.
+
         ``adamw_8bit`` keeps AdamW's two moments block-wise quantized to 8 bits (bitsandbytes; the update itself is
         computed in float32): 2 bytes per parameter instead of 8, the largest item of a full fine-tune.
         """
@@ -721,6 +725,11 @@ class GrpoLearner:
             # Trainer.train() would set this; step() sets it per forward/backward pass.
             self.trainer.current_gradient_accumulation_steps = 1
         self.num_generations = num_generations
+        reference = self.trainer.ref_model
+        if reference is not None:
+            if starting_weights is not None:
+                _load_weights(reference, starting_weights)
+            starting_weights = dict(reference.named_parameters())
         self.starting_weights = _anchor(self.trainer.model, starting_weights) if anchor_decay else {}
 
     @property
@@ -825,13 +834,25 @@ def _anchor(model, given: Mapping[str, torch.Tensor] | None) -> dict[torch.Tenso
         if given is None:
             anchor[parameter] = parameter.detach().clone()
             continue
-        start = given.get(name)
-        if start is None or start.shape != parameter.shape:
-            found = "missing" if start is None else f"of shape {tuple(start.shape)}"
-            raise ValueError(f"the starting weights do not match the model: {name} "
-                             f"{tuple(parameter.shape)} is {found}")
-        anchor[parameter] = start.detach().to(device=parameter.device, dtype=parameter.dtype)
+        anchor[parameter] = _matching(given, name, parameter).detach().to(device=parameter.device,
+                                                                            dtype=parameter.dtype)
     return anchor
+
+
+def _matching(weights: Mapping[str, torch.Tensor], name: str, parameter: torch.Tensor) -> torch.Tensor:
+    start = weights.get(name)
+    if start is None or start.shape != parameter.shape:
+        found = "missing" if start is None else f"of shape {tuple(start.shape)}"
+        raise ValueError(f"the starting weights do not match the model: {name} {tuple(parameter.shape)} is {found}")
+    return start
+
+
+@torch.no_grad()
+def _load_weights(model, weights: Mapping[str, torch.Tensor]) -> None:
+    """Copy ``weights`` (parameter name -> tensor) into ``model``'s parameters in place: the model keeps its tied
+    weights, device, dtype and whatever its trainer patched into it."""
+    for name, parameter in model.named_parameters():
+        parameter.copy_(_matching(weights, name, parameter))
 
 
 def _release_gradients_as_applied(optimizer) -> None:

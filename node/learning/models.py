@@ -161,7 +161,7 @@ _CUDA_ALLOCATOR_MARGIN = 1.10
 def estimate_training_bytes(
     params: int, *, train_dtype: str, num_sequences: int, seq_len: int, vocab_size: int = QWEN_VOCAB,
     lora_rank: int = 0, adamw_8bit: bool = False, sampling_copy: bool = False, onnxruntime_sampler: bool = False,
-    starting_copy: bool = False, cuda: bool = False,
+    starting_copy: bool = False, reference_model: bool = False, cuda: bool = False,
 ) -> int:
     """Peak memory of a round (the larger of sampling and the GRPO step), as the node runs it; with ``cuda``, what
     an NVIDIA GPU holds for it.
@@ -175,11 +175,13 @@ def estimate_training_bytes(
     bfloat16 copy of the weights that lives only while they are generated; otherwise from the weights themselves,
     through ONNX Runtime with ``onnxruntime_sampler`` (float32 sampling only), whose own packed copy of them lives as
     long. ``starting_copy`` (``training.anchor_decay``, full fine-tuning only) keeps a float32 copy of the starting
-    weights for the whole run. With
+    weights for the whole run; so does ``reference_model`` (``training.beta`` > 0, full fine-tuning only): the KL's
+    reference model, the starting model in the master weights' dtype. With both, the pull toward the start uses the
+    reference model's weights, one copy. With
     ``n = num_sequences * seq_len`` tokens in one forward/backward pass and ``b`` bytes per activation::
 
         full:  8 * params + moments  [+ 2 * params bfloat16 cache]  + 2 output-layer gradients + activations + tiles
-               [+ 4 * params starting weights, in both phases]
+               [+ 4 * params starting weights or reference model, in both phases]
         LoRA:  4 * params + max(activations + tiles, [sampler]) + 16 * adapter params
         sampler: 2 * params (bfloat16 copy) or 8 * params (ONNX Runtime's copy, prepacked), else 0
         activations = b * n * sqrt(params); tiles = 128 MiB; plus 600 MiB runtime
@@ -189,9 +191,9 @@ def estimate_training_bytes(
     the caching allocator's margin (what it reserves beyond what is allocated), and the runtime overhead stands for
     the CUDA context.
 
-    GRPO here is reference-free (beta = 0), so there is no second model; log-probs are computed in bounded tiles
-    over the completion tokens only (node.learning.grpo.SapoGRPOTrainer), so the vocabulary enters only through the
-    output layer's gradient.
+    With beta = 0 GRPO is reference-free, and a LoRA run's reference is its base model with the adapter disabled, so
+    neither has a second model; log-probs are computed in bounded tiles over the completion tokens only
+    (node.learning.grpo.SapoGRPOTrainer), so the vocabulary enters only through the output layer's gradient.
     """
     b = _BYTES_PER_ELEMENT[train_dtype]
     tokens = num_sequences * seq_len
@@ -213,7 +215,7 @@ def estimate_training_bytes(
         # The output layer's weight gradient is computed first in the backward and held until the input embedding's
         # dense gradient of the same size joins it at the end (the catalog's small models tie the two).
         head_gradient = 2 * 4 * embedding
-        starting = 4 * params if starting_copy else 0
+        starting = 4 * params if starting_copy or reference_model else 0
         # The backward, the optimizer step (the autocast cache and the activations are gone by then) and sampling.
         peak = starting + max(8 * params + moments + bf16_cache + head_gradient + activations,
                               8 * params + moments + step_temporary * params,
@@ -368,13 +370,13 @@ def _required_bytes(model: ResolvedModel, **settings) -> int:
 def check_fits(
     model: ResolvedModel, *, available_bytes: int, train_dtype: str, num_sequences: int, seq_len: int,
     lora_rank: int = 0, adamw_8bit: bool = False, sampling_copy: bool = False, onnxruntime_sampler: bool = False,
-    starting_copy: bool = False, cuda: bool = False,
+    starting_copy: bool = False, reference_model: bool = False, cuda: bool = False,
 ) -> None:
     """Refuse, before anything is loaded, a model whose training step would run out of memory (with ``cuda``, out
     of the GPU's memory: ``available_bytes`` is then the GPU's)."""
     settings = {"train_dtype": train_dtype, "num_sequences": num_sequences, "seq_len": seq_len, "lora_rank": lora_rank,
                 "adamw_8bit": adamw_8bit, "sampling_copy": sampling_copy, "onnxruntime_sampler": onnxruntime_sampler,
-                "starting_copy": starting_copy, "cuda": cuda}
+                "starting_copy": starting_copy, "reference_model": reference_model, "cuda": cuda}
     if model.params is None:
         return
     required = _required_bytes(model, **settings)
@@ -405,6 +407,11 @@ def check_fits(
         if fit_label(without, available_bytes) != "won't fit":
             hint = (f"turn off the pull toward the starting weights, which keeps a copy of them (~{without / GIB:.1f} "
                     f"GiB without it; anchor_decay = 0 in the config file), or {hint}")
+    if reference_model:
+        without = _required_bytes(model, **{**settings, "reference_model": False})
+        if fit_label(without, available_bytes) != "won't fit":
+            hint = (f"turn off the KL penalty, which keeps a reference copy of the model (~{without / GIB:.1f} GiB "
+                    f"without it; beta = 0 in the config file), or {hint}")
     raise NodeError(
         f"{_display_name(model)} needs ~{required / GIB:.1f} GiB to train, "
         f"this machine has {available_bytes / GIB:.1f} GiB",
