@@ -17,14 +17,16 @@ G = 4
 LR = 1e-3
 
 
-def _learner(model_dir, tmp_path, *, anchor_decay: float, lr_decay_rounds: int = 0, **extra) -> GrpoLearner:
+def make_learner(model_dir, tmp_path, *, anchor_decay: float = 0.0, lr_decay_rounds: int = 0, beta: float = 0.0,
+                 **extra) -> GrpoLearner:
+    """A learner over the tiny model, full fine-tuning unless ``extra`` says otherwise."""
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     policy = Policy(model, AutoTokenizer.from_pretrained(model_dir), generation_dtype=torch.float32,
                     max_prompt_tokens=64)
     return GrpoLearner(
         policy, output_dir=tmp_path / "trl", device="cpu", mixed_bf16=False, num_generations=G, max_new_tokens=8,
-        learning_rate=LR, beta=0.0, epsilon=0.2, epsilon_high=0.28, loss_type="grpo", max_grad_norm=1.0, seed=0,
+        learning_rate=LR, beta=beta, epsilon=0.2, epsilon_high=0.28, loss_type="grpo", max_grad_norm=1.0, seed=0,
         lr_decay_rounds=lr_decay_rounds, anchor_decay=anchor_decay, **extra,
     )
 
@@ -64,7 +66,7 @@ def _after_the_optimizer(learner: GrpoLearner) -> dict[str, torch.Tensor]:
 def test_a_step_without_gradient_moves_every_weight_toward_the_start_by_the_decayed_lr_times_anchor_decay(
         tiny_model_dir, tmp_path):
     anchor_decay = 50.0
-    learner = _learner(tiny_model_dir, tmp_path, anchor_decay=anchor_decay, lr_decay_rounds=2)
+    learner = make_learner(tiny_model_dir, tmp_path, anchor_decay=anchor_decay, lr_decay_rounds=2)
     start = _weights(learner)
     torch.manual_seed(1)
     with torch.no_grad():  # weights that drifted away from where the run started
@@ -85,7 +87,7 @@ def test_a_step_without_gradient_moves_every_weight_toward_the_start_by_the_deca
 
 def test_the_pull_comes_after_the_optimizer_step_and_uses_its_learning_rate(tiny_model_dir, tmp_path):
     anchor_decay = 20.0
-    learner = _learner(tiny_model_dir, tmp_path, anchor_decay=anchor_decay)
+    learner = make_learner(tiny_model_dir, tmp_path, anchor_decay=anchor_decay)
     start = _weights(learner)
     adam = _after_the_optimizer(learner)
     for _ in range(2):  # the second step starts away from the start: a pull toward it is visible
@@ -101,7 +103,7 @@ def test_the_pull_comes_after_the_optimizer_step_and_uses_its_learning_rate(tiny
 
 
 def test_off_the_update_is_the_optimizer_step_bit_for_bit_and_no_copy_is_kept(tiny_model_dir, tmp_path):
-    learner = _learner(tiny_model_dir, tmp_path, anchor_decay=0.0)
+    learner = make_learner(tiny_model_dir, tmp_path, anchor_decay=0.0)
     assert learner.starting_weights == {}
     adam = _after_the_optimizer(learner)
     before = _weights(learner)
@@ -113,29 +115,28 @@ def test_off_the_update_is_the_optimizer_step_bit_for_bit_and_no_copy_is_kept(ti
 
 
 def test_the_starting_copy_is_float32_beside_float32_weights_and_given_weights_must_match(tiny_model_dir, tmp_path):
-    learner = _learner(tiny_model_dir, tmp_path, anchor_decay=1.0)
+    learner = make_learner(tiny_model_dir, tmp_path, anchor_decay=1.0)
     parameters = list(learner.model.parameters())
     assert len(learner.starting_weights) == len(parameters)  # the tied embedding once
     for p in parameters:
         copy = learner.starting_weights[p]
         assert copy.dtype == torch.float32 and copy.data_ptr() != p.data_ptr() and torch.equal(copy, p)
     with pytest.raises(ValueError, match="do not match the model: model.norm.weight"):
-        _learner(tiny_model_dir, tmp_path, anchor_decay=1.0, starting_weights={
+        make_learner(tiny_model_dir, tmp_path, anchor_decay=1.0, starting_weights={
             name: w for name, w in _weights(learner).items() if name != "model.norm.weight"})
 
 
 def test_an_adapter_with_the_pull_is_refused(tiny_model_dir, tmp_path):
     with pytest.raises(ValueError, match="full fine-tuning only.*anchor_decay = 0"):
-        _learner(tiny_model_dir, tmp_path, anchor_decay=1.0, lora=LoraSettings(rank=4))
+        make_learner(tiny_model_dir, tmp_path, anchor_decay=1.0, lora=LoraSettings(rank=4))
 
 
-@pytest.mark.slow
-def test_a_resumed_run_is_pulled_toward_the_model_it_started_from_not_its_checkpoint(tiny_model_dir, tmp_path):
-    config = tiny_config(tiny_model_dir, tmp_path, run={"rounds": 1}, evaluation={"every_rounds": 0},
-                         training={"anchor_decay": 10.0})
+def resumed_from_a_changed_checkpoint(model_dir, tmp_path, **training):
+    """A node run for one round, its checkpoint's weights then changed as training would have changed them, and the
+    node resumed from it: (the resumed node, the checkpoint's weights, the weights of the model the run started from)."""
+    config = tiny_config(model_dir, tmp_path, run={"rounds": 1}, evaluation={"every_rounds": 0}, training=training)
     SwarmNode(config).run()
     folder, _ = Checkpointer(config.run_dir / "checkpoints").latest()
-    # The checkpoint's weights made different from the model's, as training would have made them.
     trained = AutoModelForCausalLM.from_pretrained(folder / "model", dtype=torch.float32)
     with torch.no_grad():
         for p in trained.parameters():
@@ -145,8 +146,13 @@ def test_a_resumed_run_is_pulled_toward_the_model_it_started_from_not_its_checkp
     node = SwarmNode(config)
     node.run()  # resumes, then stops at once: the one round wanted is trained already
     assert node.rounds_trained == 1
-    original = dict(AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).named_parameters())
-    resumed = dict(trained.named_parameters())
+    original = dict(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).named_parameters())
+    return node, dict(trained.named_parameters()), original
+
+
+@pytest.mark.slow
+def test_a_resumed_run_is_pulled_toward_the_model_it_started_from_not_its_checkpoint(tiny_model_dir, tmp_path):
+    node, resumed, original = resumed_from_a_changed_checkpoint(tiny_model_dir, tmp_path, anchor_decay=10.0)
     anchor = node.learner.starting_weights
     for name, p in node.learner.model.named_parameters():
         assert torch.equal(p, resumed[name]), name  # trains on from the checkpoint

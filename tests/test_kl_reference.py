@@ -5,28 +5,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM
 
 from node.learning import models
-from node.learning.checkpoint import Checkpointer
-from node.learning.grpo import GrpoLearner, LoraSettings, Policy
-from node.runner import SwarmNode
-from tests.nodes import tiny_config
-from tests.test_anchor import SPREAD, _batch, _weights
+from node.learning.grpo import LoraSettings
+from tests.test_anchor import SPREAD, _batch, _weights, make_learner, resumed_from_a_changed_checkpoint
 
-G = 4
-
-
-def _learner(model_dir, tmp_path, **extra) -> GrpoLearner:
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    policy = Policy(model, AutoTokenizer.from_pretrained(model_dir), generation_dtype=torch.float32,
-                    max_prompt_tokens=64)
-    return GrpoLearner(
-        policy, output_dir=tmp_path / "trl", device="cpu", mixed_bf16=False, num_generations=G, max_new_tokens=8,
-        learning_rate=1e-3, beta=0.04, epsilon=0.2, epsilon_high=0.28, loss_type="grpo", max_grad_norm=1.0, seed=0,
-        **extra,
-    )
+BETA = 0.04
 
 
 def _original(model_dir) -> dict[str, torch.Tensor]:
@@ -34,7 +19,7 @@ def _original(model_dir) -> dict[str, torch.Tensor]:
 
 
 def test_a_fresh_runs_reference_is_the_starting_model_and_stays_it_while_the_policy_trains(tiny_model_dir, tmp_path):
-    learner = _learner(tiny_model_dir, tmp_path)
+    learner = make_learner(tiny_model_dir, tmp_path, beta=BETA)
     reference = learner.trainer.ref_model
     assert reference is not None and not reference.training
     start = _weights(learner)
@@ -51,7 +36,7 @@ def test_a_fresh_runs_reference_is_the_starting_model_and_stays_it_while_the_pol
 def test_given_starting_weights_become_the_reference_and_the_anchor_shares_them(tiny_model_dir, tmp_path):
     torch.manual_seed(2)
     given = {name: w + 0.1 * torch.randn_like(w) for name, w in _original(tiny_model_dir).items()}
-    learner = _learner(tiny_model_dir, tmp_path, anchor_decay=1.0, starting_weights=given)
+    learner = make_learner(tiny_model_dir, tmp_path, beta=BETA, anchor_decay=1.0, starting_weights=given)
     references = dict(learner.trainer.ref_model.named_parameters())
     for name, p in learner.model.named_parameters():
         assert torch.equal(references[name], given[name]), name
@@ -61,28 +46,13 @@ def test_given_starting_weights_become_the_reference_and_the_anchor_shares_them(
 
 
 def test_an_adapters_reference_is_its_base_model_without_a_copy(tiny_model_dir, tmp_path):
-    learner = _learner(tiny_model_dir, tmp_path, lora=LoraSettings(rank=4))
+    learner = make_learner(tiny_model_dir, tmp_path, beta=BETA, lora=LoraSettings(rank=4))
     assert learner.is_adapter and learner.trainer.ref_model is None
 
 
 @pytest.mark.slow
 def test_a_resumed_runs_reference_is_the_model_it_started_from_not_its_checkpoint(tiny_model_dir, tmp_path):
-    config = tiny_config(tiny_model_dir, tmp_path, run={"rounds": 1}, evaluation={"every_rounds": 0},
-                         training={"beta": 0.04})
-    SwarmNode(config).run()
-    folder, _ = Checkpointer(config.run_dir / "checkpoints").latest()
-    # The checkpoint's weights made different from the model's, as training would have made them.
-    trained = AutoModelForCausalLM.from_pretrained(folder / "model", dtype=torch.float32)
-    with torch.no_grad():
-        for p in trained.parameters():
-            p.add_(0.25)
-    trained.save_pretrained(folder / "model")
-
-    node = SwarmNode(config)
-    node.run()  # resumes, then stops at once: the one round wanted is trained already
-    assert node.rounds_trained == 1
-    original = _original(tiny_model_dir)
-    resumed = dict(trained.named_parameters())
+    node, resumed, original = resumed_from_a_changed_checkpoint(tiny_model_dir, tmp_path, beta=BETA)
     references = dict(node.learner.trainer.ref_model.named_parameters())
     assert set(references) == set(original)
     for name, p in node.learner.model.named_parameters():
