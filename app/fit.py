@@ -27,7 +27,8 @@ def label(required: int, available: int) -> str:
 
 def required(model: ModelFit, *, sequences_per_pass: int, max_new_tokens: int, reference: bool = False) -> int:
     """Peak bytes of one training step for this round shape (the node's estimate: linear in tokens per pass, above a
-    floor no round shape changes), with ``reference`` plus the KL's reference model (``training.beta`` > 0)."""
+    floor no round shape changes), with ``reference`` plus the copy of the starting weights that the KL's reference
+    model (``training.beta`` > 0) or the pull toward the start (``training.anchor_decay`` > 0) keeps, one for both."""
     extra = model.reference_bytes if reference else 0
     if not model.bytes_per_token:
         return model.required_bytes + extra  # an older node: only the figure for the recommended shape

@@ -266,7 +266,7 @@ class SettingsDialog(QDialog):
                 self.fit.setText("Not in the catalog: the node checks the memory when it loads the model.")
             return "unknown"
         verdict, text = fit.describe(model, self.hardware.hardware, sequences_per_pass=self.sequences_per_pass(),
-                                     max_new_tokens=self.max_tokens.value(), reference=self.kl_reference())
+                                     max_new_tokens=self.max_tokens.value(), reference=self.starting_copy())
         if verdict == "won't fit":
             text += " " + self._what_fits(model)
         elif self.error.problem is not None and self.error.problem.details.startswith("Needs about"):
@@ -281,13 +281,14 @@ class SettingsDialog(QDialog):
         return fit.what_fits(model, self.hardware.models, self.hardware.hardware,
                              groups_per_pass=self.sequences_per_pass() // self.generations.value(),
                              generations=self.generations.value(), max_new_tokens=self.max_tokens.value(),
-                             reference=self.kl_reference())
+                             reference=self.starting_copy())
 
-    def kl_reference(self) -> bool:
-        """Whether the run keeps a reference model for the KL (full fine-tuning with beta > 0; an adapter's reference
-        is its own base model)."""
+    def starting_copy(self) -> bool:
+        """Whether the run keeps a copy of its starting weights: the KL's reference model (beta > 0) or the pull
+        toward the start (anchor_decay > 0), one copy for both; full fine-tuning only (an adapter's reference is its
+        own base model, and the pull is refused with one)."""
         training = self.config.training
-        return training.beta > 0 and not training.lora_rank
+        return (training.beta > 0 or training.anchor_decay > 0) and not training.lora_rank
 
     def _browse(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Data folder", self.data_dir.text())

@@ -76,8 +76,9 @@ class ModelFit:
     bytes_per_token: int = 0
     prompt_tokens: int = 0
     floor_bytes: int = 0
-    # What the KL's reference model (training.beta > 0) adds to every full fine-tune figure above: it holds the
-    # starting weights for the whole run, whatever the round shape (0 from a node that sends none).
+    # What a copy of the starting weights adds to every full fine-tune figure above, whatever the round shape: the
+    # KL's reference model (training.beta > 0) or the pull toward the start (training.anchor_decay > 0) keeps one
+    # for the whole run, one for both (0 from a node that sends none).
     reference_bytes: int = 0
 
 

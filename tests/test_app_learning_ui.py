@@ -623,17 +623,19 @@ def test_the_fit_counts_the_kl_reference_model_where_the_run_keeps_one():
     assert fit.describe(model, hardware, **shape, reference=True)[0] == "won't fit"
 
 
-@pytest.mark.parametrize(("training", "reference"), [({"beta": 0.04}, True), ({"beta": 0.0}, False),
-                                                      ({"beta": 0.04, "lora_rank": 16}, False)])
-def test_settings_show_the_kl_reference_model_in_the_fit_for_full_fine_tuning_with_beta(qtbot, tmp_path, training,
-                                                                                       reference):
+@pytest.mark.parametrize(("training", "reference"), [
+    ({"beta": 0.04}, True), ({"beta": 0.0}, False), ({"beta": 0.04, "lora_rank": 16}, False),
+    ({"anchor_decay": 3000.0}, True), ({"anchor_decay": 3000.0, "beta": 0.04}, True),
+])
+def test_settings_show_the_copy_of_the_starting_weights_in_the_fit_for_full_fine_tuning(qtbot, tmp_path, training,
+                                                                                        reference):
     from app import fit
     from node.units import format_bytes
 
     data = node_hardware()
     dialog = SettingsDialog(config_in(tmp_path).update({"training": training}), idle_supported=False, hardware=data)
     qtbot.addWidget(dialog)
-    assert dialog.kl_reference() is reference
+    assert dialog.starting_copy() is reference
     dialog.model.setCurrentIndex(dialog.model.findData("bundled"))
     model = dialog.hardware.model("bundled")
     need = fit.required(model, sequences_per_pass=dialog.sequences_per_pass(), max_new_tokens=dialog.max_tokens.value(),
