@@ -1,10 +1,10 @@
 """Kept RSS after each of N GRPO rounds of a tiny model, and before the heap trim that ends each round, printed as
 JSON (run by tests/test_memory.py in a child process, so the heap it measures is its own).
 
-    python tests/memory_rounds.py MODEL_DIR ROUNDS [--untamed]
+    python tests/memory_rounds.py MODEL_DIR ROUNDS [--untamed] [--sample-float32]
 
 ``--untamed`` skips node.allocator.tame_heap() and the trim after every round (trim_heap()), to show what the test
-guards against.
+guards against. ``--sample-float32`` samples from the float32 weights instead of a bfloat16 copy.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ def main() -> None:
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    policy = Policy(model, tokenizer, generation_dtype=torch.bfloat16, max_prompt_tokens=256)
+    generation_dtype = torch.float32 if "--sample-float32" in sys.argv else torch.bfloat16
+    policy = Policy(model, tokenizer, generation_dtype=generation_dtype, max_prompt_tokens=256)
     learner = GrpoLearner(
         policy, output_dir=Path(tempfile.mkdtemp()) / "trl", device="cpu", mixed_bf16=False, num_generations=4,
         max_new_tokens=48, learning_rate=1e-4, beta=0.0, epsilon=0.2, epsilon_high=0.28, loss_type="grpo",
