@@ -24,7 +24,11 @@ the share spent waiting for peers, rounds per hour of training time.
 
 Where the nodes' evaluations recorded their answers question by question (``heldout_flips`` in each node's curve),
 it also pairs the **answer flows** up to the compared round: the questions the two nodes of a run gained (wrong,
-then right) and lost (right, then wrong) between consecutive evaluations, summed, first minus second per seed.
+then right) and lost (right, then wrong) between consecutive evaluations, first minus second per seed: per node,
+and summed over a run's nodes where both runs have as many.
+
+``--config A B`` pairs configuration A of the first folder with B of the second: issue 29's swarm against solo
+nodes run apart (``bench/gpu_swarm_vs_solo.sh``, where the solo arm runs fewer nodes).
 
 Two settings of one version compare the same way (``--set`` in both sweeps, e.g. issue 29's pull toward the
 starting weights). A folder without a ``learning.json`` of its own stands for the ``learning.json`` files of its
@@ -125,11 +129,21 @@ def compare(first: list[dict], second: list[dict], ci95=_paired_ci95, *, incompl
     flows = [(answer_flows(a, n), answer_flows(b, n)) for a, b, n in zip(firsts, seconds, rounds_compared, strict=True)]
     flow_figures = {}
     if all(a and b for a, b in flows):
+        nodes = [(len(a["curves"]), len(b["curves"])) for a, b in pairs]
+        # Summed over a run's nodes, two runs compare only when they have as many nodes; per node they always do
+        # (solo nodes are independent draws, so a solo arm may run fewer of them).
         for index, name in ((0, "gained"), (1, "lost")):
-            deltas = [a[index] - b[index] for a, b in flows]
-            flow_figures[f"answers_{name}"] = {
-                "first": [a[index] for a, _ in flows], "second": [b[index] for _, b in flows],
-                "delta": deltas, "delta_mean": round(statistics.fmean(deltas), 2), "ci95": ci95(deltas)}
+            per_node = [(a[index] / n_a, b[index] / n_b) for (a, b), (n_a, n_b) in zip(flows, nodes, strict=True)]
+            deltas = [a - b for a, b in per_node]
+            flow_figures[f"answers_{name}_per_node"] = {
+                "first": [round(a, 2) for a, _ in per_node], "second": [round(b, 2) for _, b in per_node],
+                "delta": [round(d, 2) for d in deltas], "delta_mean": round(statistics.fmean(deltas), 2),
+                "ci95": ci95(deltas)}
+            if all(n_a == n_b for n_a, n_b in nodes):
+                deltas = [a[index] - b[index] for a, b in flows]
+                flow_figures[f"answers_{name}"] = {
+                    "first": [a[index] for a, _ in flows], "second": [b[index] for _, b in flows],
+                    "delta": deltas, "delta_mean": round(statistics.fmean(deltas), 2), "ci95": ci95(deltas)}
     return {
         "seeds": [a["seed"] for a, _ in pairs],
         "equal_rounds": {
@@ -171,16 +185,21 @@ def main() -> None:
     parser.add_argument("second", type=Path, help="folder with the learning.json of the version it is compared with")
     parser.add_argument("--labels", nargs=2, default=["first", "second"])
     parser.add_argument("--codes", nargs=2, default=[None, None], help="the two versions' commits, for the record")
-    parser.add_argument("--config", default="I=2,J=2")
+    parser.add_argument("--config", nargs="+", default=["I=2,J=2"], metavar="CONFIG",
+                        help="the configuration paired; two to pair one configuration of the first folder with "
+                        "another of the second (a swarm against solo runs made apart, say)")
     parser.add_argument("--incomplete", action="store_true",
                         help="also pair runs a wall budget cut short, at the last evaluation both reached")
     parser.add_argument("--out", type=Path, help="results JSON")
     args = parser.parse_args()
     results = [load_results(folder) for folder in (args.first, args.second)]
-    runs = [[r for r in result["runs"] if r["config"] == args.config] for result in results]
+    if len(args.config) > 2:
+        parser.error("--config takes one configuration, or two: the first folder's and the second's")
+    configs = args.config * 2 if len(args.config) == 1 else args.config
+    runs = [[r for r in result["runs"] if r["config"] == config] for result, config in zip(results, configs)]
     comparison = compare(*runs, incomplete=args.incomplete)
     summary = {
-        "schema": 1, "config": args.config,
+        "schema": 1, "config": configs[0] if configs[0] == configs[1] else configs,
         "first": {"label": args.labels[0], "code": args.codes[0], "command": results[0]["command"]},
         "second": {"label": args.labels[1], "code": args.codes[1], "command": results[1]["command"]},
         "model": results[0]["model"], "machine": results[0]["machine"],
@@ -190,7 +209,7 @@ def main() -> None:
     }
     first, second = args.labels
     rounds, wall = comparison["equal_rounds"], comparison["equal_wall_time"]
-    print(f"{args.config}, seeds {comparison['seeds']}: held-out {first} minus {second}")
+    print(f"{' vs '.join(dict.fromkeys(configs))}, seeds {comparison['seeds']}: held-out {first} minus {second}")
     print(f"  at equal rounds {rounds['rounds']}: {rounds['delta']}, mean {rounds['delta_mean']}, "
           f"95 % interval {rounds['ci95']}")
     print(f"  at equal wall time {wall['training_seconds']} s: {wall['delta']}, mean {wall['delta_mean']}, "

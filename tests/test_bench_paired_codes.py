@@ -86,6 +86,35 @@ def test_incomplete_runs_pair_at_the_last_common_evaluation_with_their_answer_fl
     assert (flows["answers_gained"]["first"], flows["answers_gained"]["second"]) == ([20], [16])
     assert (flows["answers_lost"]["first"], flows["answers_lost"]["second"], flows["answers_lost"]["delta"]) == (
         [4], [12], [-8])
+    assert flows["answers_gained_per_node"]["first"] == [10.0]
+
+
+def test_runs_of_other_sizes_compare_their_answer_flows_per_node_only():
+    # a 4-node swarm against 2 solo nodes: each swarm node gained 10 and lost 2, each solo node gained 8 and lost 6
+    swarm = _with_flips(_run(0, 8.0, 20, {0: 0.2, 20: 0.4}), [[0, 20, 10, 2]])
+    swarm["curves"] = swarm["curves"] * 2
+    solo = _with_flips(_run(0, 8.0, 20, {0: 0.2, 20: 0.3}), [[0, 20, 8, 6]])
+    flows = paired_codes.compare([swarm], [solo], lambda deltas: [min(deltas), max(deltas)])["answer_flows"]
+    assert "answers_gained" not in flows  # sums over 4 and over 2 nodes say nothing about each other
+    assert flows["answers_gained_per_node"]["delta"] == [2.0]
+    assert flows["answers_lost_per_node"]["delta"] == [-4.0]
+
+
+def test_the_command_pairs_one_configuration_of_the_first_folder_with_another_of_the_second(tmp_path):
+    shared = {**_run(0, 8.0, 20, {0: 0.2, 20: 0.4}), "config": "I=2,J=2"}
+    solo = {**_run(0, 8.0, 20, {0: 0.2, 20: 0.3}), "config": "I=4,J=0"}
+    for name, run in (("shared", shared), ("solo", solo)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "learning.json").write_text(json.dumps(
+            {"command": name, "model": "tiny", "machine": "here", "settings": {}, "runs": [run]}))
+    out = tmp_path / "paired.json"
+    command = [sys.executable, str(REPO / "bench" / "paired_codes.py"), str(tmp_path / "shared"),
+               str(tmp_path / "solo"), "--out", str(out)]
+    assert subprocess.run(command, capture_output=True, cwd=tmp_path).returncode != 0  # no I=2,J=2 run in solo
+    subprocess.run(command + ["--config", "I=2,J=2", "I=4,J=0"], check=True, capture_output=True, cwd=tmp_path)
+    result = json.loads(out.read_text())
+    assert result["config"] == ["I=2,J=2", "I=4,J=0"]
+    assert result["equal_rounds"]["delta"] == [pytest.approx(0.1)]
 
 
 def test_a_folder_of_per_seed_folders_is_one_sweep(tmp_path):

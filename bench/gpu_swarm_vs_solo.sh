@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Issue 29, point 2, on one NVIDIA GPU: 4 nodes sharing (I=2,J=2) against solo nodes (I=4,J=0), paired by seed, every
+# run at once on the one GPU, all stopped by the same wall budget; then `bench/paired_codes.py` pairs them at the last
+# evaluation both reached and at equal training seconds.
+#
+#   bash bench/gpu_swarm_vs_solo.sh                          # from the repository root, the node's environment active
+#   MODEL=DIR BUDGET_MIN=7 bash bench/gpu_swarm_vs_solo.sh   # DIR: a model folder (the bundled GGUF converted, say)
+#
+# Solo nodes take nothing from peers, so each one is an independent draw of the same experiment: SOLO_NODES of them
+# (default 2) estimate a seed's solo accuracy without bias, at half the GPU memory of 4. With the defaults that is
+# 5 seeds x (4 + 2) = 30 node processes of the bundled model, ~3.3 GB of GPU memory each (float32 AdamW moments, as
+# on the CPU): an H200 holds them, an H100 does not.
+#
+# Env: MODEL (default: bundled), DEVICE (default: cuda; cpu with MODEL=tiny checks the plumbing), SEEDS, ROUNDS,
+# BUDGET_MIN (each invocation's wall budget), SOLO_NODES, RESULTS (where the per-seed learning.json files and
+# paired.json go), WORK (node data).
+set -u
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRL_EXPERIMENTAL_SILENCE=1
+# Thirty processes share the GPU: the caching allocator hands back what it does not use instead of keeping blocks.
+export PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}
+PY=${PY:-python3}
+MODEL=${MODEL:-bundled}; SEEDS=${SEEDS:-0 1 2 3 4}; ROUNDS=${ROUNDS:-60}; BUDGET_MIN=${BUDGET_MIN:-7}
+SOLO_NODES=${SOLO_NODES:-2}; RESULTS=${RESULTS:-bench/results/swarm_gpu}; WORK=${WORK:-/tmp/rl-swarm-swarm-gpu}
+T0=$(date +%s)
+step() { echo "=== +$(( $(date +%s) - T0 ))s $*"; }
+gpu() { nvidia-smi --query-gpu="$1" --format=csv,noheader 2>/dev/null || echo "no NVIDIA GPU"; }
+gpu name,memory.total
+mkdir -p "$WORK"; PIDS=""
+step "seeds [$SEEDS]: 4 nodes I=2,J=2 and $SOLO_NODES solo nodes I=4,J=0 each, up to $ROUNDS rounds, $BUDGET_MIN min"
+for S in $SEEDS; do
+  for ARM in "shared 4 I=2,J=2" "solo $SOLO_NODES I=4,J=0"; do
+    read -r NAME NODES CONFIG <<<"$ARM"
+    $PY bench/swarm_vs_solo.py --nodes "$NODES" --configs "$CONFIG" --seeds "$S" --rounds "$ROUNDS" --eval-every 5 \
+      --eval-questions 200 --eval-samples 0 --model "$MODEL" --set training.device="${DEVICE:-cuda}" \
+      --set training.optimizer_states=float32 --budget-min "$BUDGET_MIN" --node-gb 1 --memory-reserve-gb 4 \
+      --out "$RESULTS/$NAME/s$S" --work "$WORK/$NAME/s$S" > "$WORK/log-$NAME-s$S.txt" 2>&1 &
+    PIDS="$PIDS $!"
+  done
+done
+running() { n=0; for p in $PIDS; do kill -0 "$p" 2>/dev/null && n=$((n + 1)); done; echo $n; }
+while [ "$(running)" -gt 0 ]; do
+  sleep 20
+  step "$(running) runs going; GPU $(gpu utilization.gpu,memory.used)"
+done
+# `wait` alone would also wait for the shell's other children; only the runs are waited for.
+wait $PIDS
+rm -f "$RESULTS"/*/s*/learning_*.png
+$PY bench/paired_codes.py "$RESULTS/shared" "$RESULTS/solo" --config I=2,J=2 I=4,J=0 --incomplete \
+  --labels "4 nodes I=2,J=2" "solo I=4,J=0" --out "$RESULTS/paired.json"
