@@ -208,8 +208,9 @@ class SwarmNode:
             "available_bytes": hardware.training_budget(hw), "train_dtype": "bfloat16" if mixed_bf16 else "float32",
             "num_sequences": per_pass,
             "seq_len": min(train.max_prompt_tokens, hardware.PROMPT_TOKENS) + train.max_new_tokens,
-            "lora_rank": train.lora_rank, "adamw_8bit": adamw_8bit, "starting_copy": train.anchor_decay > 0,
-            "reference_model": train.beta > 0, "cuda": device == "cuda",
+            "lora_rank": train.lora_rank, "adamw_8bit": adamw_8bit, "cuda": device == "cuda",
+            # By config key, for check_fits' hint: the pull toward the start and the KL's reference share one copy.
+            "starting_copy": tuple(key for key in ("anchor_decay", "beta") if getattr(train, key) > 0),
             "sampling_copy": generation_dtype != models.weights_dtype(device, lora=bool(train.lora_rank), bf16=mixed_bf16),
         }
         sampler = pick_sampler(train.sampler, resolved, device=device, generation_dtype=generation_dtype, fit=fit)

@@ -170,5 +170,6 @@ def test_the_fit_estimate_counts_the_starting_copy(tiny_model_dir):
     fit = {k: v for k, v in args.items() if k != "vocab_size"}
     models.check_fits(models.resolve(models.BUNDLED), available_bytes=between, **fit)
     with pytest.raises(models.NodeError, match="needs ~") as caught:
-        models.check_fits(models.resolve(models.BUNDLED), available_bytes=between, **fit, starting_copy=True)
-    assert "anchor_decay = 0" in caught.value.hint
+        models.check_fits(models.resolve(models.BUNDLED), available_bytes=between, **fit,
+                          starting_copy=("anchor_decay",))
+    assert "anchor_decay = 0" in caught.value.hint and "beta = 0" not in caught.value.hint

@@ -271,7 +271,7 @@ def test_the_apps_torch_free_figure_is_the_nodes_estimate_for_any_round_shape(hw
     for fit in catalog_fits(hw, rec):
         for sequences, new_tokens in ((1, 8), (4, 48), (16, 128), (64, 1024), (256, 4096)):
             node_figure = hardware._required_bytes(fit.id, rec.device, rec.train_dtype, sequences, new_tokens,
-                                                   generation_dtype=rec.generation_dtype, reference_model=reference)
+                                                   generation_dtype=rec.generation_dtype, starting_copy=reference)
             app_figure = app_fit.required(fit, sequences_per_pass=sequences, max_new_tokens=new_tokens,
                                           reference=reference)
             # within rounding: the slope is whole bytes a token

@@ -62,22 +62,35 @@ def test_a_resumed_runs_reference_is_the_model_it_started_from_not_its_checkpoin
         assert references[name].dtype == torch.float32
 
 
-def test_the_fit_estimate_counts_the_reference_model_for_full_fine_tuning_only():
+def test_the_fit_estimate_counts_the_copy_of_the_starting_weights_for_full_fine_tuning_only():
     spec = models.CATALOG[models.BUNDLED]
     args = {"train_dtype": "float32", "num_sequences": 16, "seq_len": 304, "adamw_8bit": True,
             "vocab_size": spec.vocab_size}
     without = models.estimate_training_bytes(spec.params, **args)
-    assert models.estimate_training_bytes(spec.params, **args, reference_model=True) - without == 4 * spec.params
-    # with the pull toward the start too, both read the one copy the reference model holds
-    both = models.estimate_training_bytes(spec.params, **args, reference_model=True, starting_copy=True)
-    assert both - without == 4 * spec.params
+    assert models.estimate_training_bytes(spec.params, **args, starting_copy=True) - without == 4 * spec.params
     adapter = {**args, "lora_rank": 16, "adamw_8bit": False}
-    assert models.estimate_training_bytes(spec.params, **adapter, reference_model=True) == \
+    assert models.estimate_training_bytes(spec.params, **adapter, starting_copy=True) == \
         models.estimate_training_bytes(spec.params, **adapter)
 
+
+@pytest.mark.parametrize(("kept_by", "hint"), [
+    (("beta",), "turn off the KL penalty, which keeps a copy of the starting weights (~"),
+    (("anchor_decay",), "turn off the pull toward the starting weights, which keeps a copy of the starting weights (~"),
+    # one copy for both: the hint must name both, since turning off either alone frees nothing
+    (("anchor_decay", "beta"), "turn off both the pull toward the starting weights and the KL penalty, which share a "
+                               "copy of the starting weights (~"),
+])
+def test_a_machine_that_fits_only_without_the_starting_copy_is_told_to_turn_off_what_keeps_it(kept_by, hint):
+    spec = models.CATALOG[models.BUNDLED]
+    fit = {"train_dtype": "float32", "num_sequences": 16, "seq_len": 304, "adamw_8bit": True}
+    without = models.estimate_training_bytes(spec.params, **fit, vocab_size=spec.vocab_size)
     between = without + 2 * spec.params
-    fit = {k: v for k, v in args.items() if k != "vocab_size"}
     models.check_fits(models.resolve(models.BUNDLED), available_bytes=between, **fit)
     with pytest.raises(models.NodeError, match="needs ~") as caught:
-        models.check_fits(models.resolve(models.BUNDLED), available_bytes=between, **fit, reference_model=True)
-    assert "beta = 0" in caught.value.hint
+        models.check_fits(models.resolve(models.BUNDLED), available_bytes=between, **fit, starting_copy=kept_by)
+    assert caught.value.hint.startswith(hint)
+    keys = " and ".join(f"{key} = 0" for key in kept_by)
+    assert f"; {keys} in the config file), or " in caught.value.hint
+    assert caught.value.hint.count(" = 0") == len(kept_by)
+    assert not models.fits(models.resolve(models.BUNDLED), available_bytes=between, **fit, starting_copy=kept_by)
+    assert models.fits(models.resolve(models.BUNDLED), available_bytes=between, **fit, starting_copy=())

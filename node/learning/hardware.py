@@ -208,7 +208,7 @@ def auto_bf16(hw: HardwareInfo, device: str, *, sampling: bool) -> bool:
 
 def _required_bytes(
     model: str, device: str, train_dtype: str, sequences_per_pass: int, max_new_tokens: int, lora_rank: int = 0,
-    *, generation_dtype: str = "float32", reference_model: bool = False,
+    *, generation_dtype: str = "float32", starting_copy: bool = False,
 ) -> int:
     spec = CATALOG[model]
     weights = weights_dtype(device, lora=bool(lora_rank), bf16=train_dtype == "bfloat16")
@@ -221,7 +221,7 @@ def _required_bytes(
         lora_rank=lora_rank,
         adamw_8bit=uses_adamw_8bit("auto", lora=bool(lora_rank), device=device),  # the node's default optimizer_states
         sampling_copy=getattr(torch, generation_dtype) != weights,
-        reference_model=reference_model,
+        starting_copy=starting_copy,
         cuda=device == "cuda",
     )
 
@@ -263,7 +263,7 @@ def catalog_fits(hw: HardwareInfo, advice: Recommendation) -> list[ModelFit]:
                                        **sampling) for n in (1, 2))
         per_token = (twice - once) // _SLOPE_TOKENS
         reference = _required_bytes(spec.id, advice.device, advice.train_dtype, per_pass, advice.max_new_tokens,
-                                    **sampling, reference_model=True) - need
+                                    **sampling, starting_copy=True) - need
         fits.append(ModelFit(spec.id, spec.name, spec.description, spec.download_bytes, need, fit_label(need, budget),
                              lora, fit_label(lora, budget), once - per_token * _SLOPE_TOKENS, per_token, PROMPT_TOKENS,
                              floor, reference))

@@ -161,7 +161,7 @@ _CUDA_ALLOCATOR_MARGIN = 1.10
 def estimate_training_bytes(
     params: int, *, train_dtype: str, num_sequences: int, seq_len: int, vocab_size: int = QWEN_VOCAB,
     lora_rank: int = 0, adamw_8bit: bool = False, sampling_copy: bool = False, onnxruntime_sampler: bool = False,
-    starting_copy: bool = False, reference_model: bool = False, cuda: bool = False,
+    starting_copy: bool = False, cuda: bool = False,
 ) -> int:
     """Peak memory of a round (the larger of sampling and the GRPO step), as the node runs it; with ``cuda``, what
     an NVIDIA GPU holds for it.
@@ -174,14 +174,14 @@ def estimate_training_bytes(
     With ``sampling_copy`` (bfloat16 sampling from float32 weights, as on CUDA) completions are sampled from a
     bfloat16 copy of the weights that lives only while they are generated; otherwise from the weights themselves,
     through ONNX Runtime with ``onnxruntime_sampler`` (float32 sampling only), whose own packed copy of them lives as
-    long. ``starting_copy`` (``training.anchor_decay``, full fine-tuning only) keeps a float32 copy of the starting
-    weights for the whole run; so does ``reference_model`` (``training.beta`` > 0, full fine-tuning only): the KL's
-    reference model, the starting model in the master weights' dtype. With both, the pull toward the start uses the
-    reference model's weights, one copy. With
-    ``n = num_sequences * seq_len`` tokens in one forward/backward pass and ``b`` bytes per activation::
+    long. ``starting_copy`` (full fine-tuning only) means the run keeps a float32 copy of the starting weights for
+    its whole length: the pull toward the start keeps one (``training.anchor_decay`` > 0), and so does the KL's
+    reference model (``training.beta`` > 0), the starting model in the master weights' dtype; with both, the pull
+    uses the reference model's weights, still one copy. With ``n = num_sequences * seq_len`` tokens in one
+    forward/backward pass and ``b`` bytes per activation::
 
         full:  8 * params + moments  [+ 2 * params bfloat16 cache]  + 2 output-layer gradients + activations + tiles
-               [+ 4 * params starting weights or reference model, in both phases]
+               [+ 4 * params copy of the starting weights, in both phases]
         LoRA:  4 * params + max(activations + tiles, [sampler]) + 16 * adapter params
         sampler: 2 * params (bfloat16 copy) or 8 * params (ONNX Runtime's copy, prepacked), else 0
         activations = b * n * sqrt(params); tiles = 128 MiB; plus 600 MiB runtime
@@ -215,7 +215,7 @@ def estimate_training_bytes(
         # The output layer's weight gradient is computed first in the backward and held until the input embedding's
         # dense gradient of the same size joins it at the end (the catalog's small models tie the two).
         head_gradient = 2 * 4 * embedding
-        starting = 4 * params if starting_copy or reference_model else 0
+        starting = 4 * params if starting_copy else 0
         # The backward, the optimizer step (the autocast cache and the activations are gone by then) and sampling.
         peak = starting + max(8 * params + moments + bf16_cache + head_gradient + activations,
                               8 * params + moments + step_temporary * params,
@@ -357,26 +357,38 @@ def _display_name(model: ResolvedModel) -> str:
     return model.path_or_id if model.kind == "hub" else Path(model.ref).name
 
 
-def fits(model: ResolvedModel, *, available_bytes: int, **settings) -> bool:
-    """Whether :func:`check_fits` lets a round with these settings (:func:`estimate_training_bytes`' keywords)
-    start; a model of unknown size does (only the checks after loading can tell)."""
-    return model.params is None or fit_label(_required_bytes(model, **settings), available_bytes) != "won't fit"
+def fits(model: ResolvedModel, *, available_bytes: int, starting_copy: tuple[str, ...] = (), **settings) -> bool:
+    """Whether :func:`check_fits` lets a round with these settings (its keywords) start; a model of unknown size
+    does (only the checks after loading can tell)."""
+    if model.params is None:
+        return True
+    required = _required_bytes(model, starting_copy=bool(starting_copy), **settings)
+    return fit_label(required, available_bytes) != "won't fit"
 
 
 def _required_bytes(model: ResolvedModel, **settings) -> int:
     return estimate_training_bytes(model.params, vocab_size=model.vocab_size or QWEN_VOCAB, **settings)
 
 
+# In plain words, the settings (by config key) that keep a float32 copy of the starting weights for the whole run.
+_KEEPS_STARTING_COPY = {"anchor_decay": "the pull toward the starting weights", "beta": "the KL penalty"}
+
+
 def check_fits(
     model: ResolvedModel, *, available_bytes: int, train_dtype: str, num_sequences: int, seq_len: int,
     lora_rank: int = 0, adamw_8bit: bool = False, sampling_copy: bool = False, onnxruntime_sampler: bool = False,
-    starting_copy: bool = False, reference_model: bool = False, cuda: bool = False,
+    starting_copy: tuple[str, ...] = (), cuda: bool = False,
 ) -> None:
     """Refuse, before anything is loaded, a model whose training step would run out of memory (with ``cuda``, out
-    of the GPU's memory: ``available_bytes`` is then the GPU's)."""
+    of the GPU's memory: ``available_bytes`` is then the GPU's).
+
+    The keywords are :func:`estimate_training_bytes`', except ``starting_copy``: the config keys of the settings
+    that keep a copy of the starting weights for the run (``"anchor_decay"``, ``"beta"``; empty when none does),
+    so that the hint to free that copy names every one of them that is on.
+    """
     settings = {"train_dtype": train_dtype, "num_sequences": num_sequences, "seq_len": seq_len, "lora_rank": lora_rank,
                 "adamw_8bit": adamw_8bit, "sampling_copy": sampling_copy, "onnxruntime_sampler": onnxruntime_sampler,
-                "starting_copy": starting_copy, "reference_model": reference_model, "cuda": cuda}
+                "starting_copy": bool(starting_copy), "cuda": cuda}
     if model.params is None:
         return
     required = _required_bytes(model, **settings)
@@ -403,15 +415,17 @@ def check_fits(
                         f"{spec.id!r} in the config file), or {hint}")
                 break
     if starting_copy:
+        # One copy serves both settings, so only turning off every one that keeps it frees its memory.
         without = _required_bytes(model, **{**settings, "starting_copy": False})
         if fit_label(without, available_bytes) != "won't fit":
-            hint = (f"turn off the pull toward the starting weights, which keeps a copy of them (~{without / GIB:.1f} "
-                    f"GiB without it; anchor_decay = 0 in the config file), or {hint}")
-    if reference_model:
-        without = _required_bytes(model, **{**settings, "reference_model": False})
-        if fit_label(without, available_bytes) != "won't fit":
-            hint = (f"turn off the KL penalty, which keeps a reference copy of the model (~{without / GIB:.1f} GiB "
-                    f"without it; beta = 0 in the config file), or {hint}")
+            names = " and ".join(_KEEPS_STARTING_COPY[key] for key in starting_copy)
+            keys = " and ".join(f"{key} = 0" for key in starting_copy)
+            if len(starting_copy) > 1:
+                what = (f"both {names}, which share a copy of the starting weights (~{without / GIB:.1f} GiB "
+                        "without them")
+            else:
+                what = f"{names}, which keeps a copy of the starting weights (~{without / GIB:.1f} GiB without it"
+            hint = f"turn off {what}; {keys} in the config file), or {hint}"
     raise NodeError(
         f"{_display_name(model)} needs ~{required / GIB:.1f} GiB to train, "
         f"this machine has {available_bytes / GIB:.1f} GiB",
