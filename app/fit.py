@@ -56,6 +56,10 @@ def describe(model: ModelFit, hardware: Hardware | None, *, sequences_per_pass: 
     verdict = label(need, total)
     where = "GPU memory" if hardware and hardware.kind == "cuda" else "RAM"
     text = f"Needs about {format_bytes(need)} of {format_bytes(total)} {where}: {verdict}."
+    if reference and model.reference_bytes:
+        # The settings that keep it are in the config file only, so say which they are.
+        text += (f" {format_bytes(model.reference_bytes)} of it is a copy of the starting weights, kept for beta or "
+                 "anchor_decay in the config file.")
     note = free_ram_note(hardware, need)
     return verdict, f"{text} {note}".strip()
 
@@ -83,6 +87,15 @@ def what_fits(model: ModelFit, others: list[ModelFit], hardware: Hardware | None
     if smaller:  # the one that needs the most of those that fit: the strongest this computer trains
         best = max(smaller, key=lambda m: need(m, generations, max_new_tokens))
         ways.append(f"the model {best.name}")
+    if reference and label(required(model, sequences_per_pass=groups_per_pass * generations,
+                                    max_new_tokens=max_new_tokens), total) != "won't fit":
+        without = ("beta = 0 and anchor_decay = 0 in the config file: this round fits without the copy of the "
+                   "starting weights they keep.")
+        return f"Choose {_either(ways)}, or set {without}" if ways else f"Set {without}"
     if not ways:
         return "Choose a smaller model or a smaller round."
-    return "Choose " + (ways[0] if len(ways) == 1 else ", ".join(ways[:-1]) + " or " + ways[-1]) + "."
+    return "Choose " + _either(ways) + "."
+
+
+def _either(ways: list[str]) -> str:
+    return ways[0] if len(ways) == 1 else ", ".join(ways[:-1]) + " or " + ways[-1]

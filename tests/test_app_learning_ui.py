@@ -620,7 +620,13 @@ def test_the_fit_counts_the_kl_reference_model_where_the_run_keeps_one():
     shape = {"sequences_per_pass": 8, "max_new_tokens": 128}
     assert fit.required(model, **shape, reference=True) - fit.required(model, **shape) == 4 * 2**30
     assert fit.describe(model, hardware, **shape)[0] == "tight"
-    assert fit.describe(model, hardware, **shape, reference=True)[0] == "won't fit"
+    verdict, text = fit.describe(model, hardware, **shape, reference=True)
+    assert verdict == "won't fit" and "4.0 GiB of it is a copy of the starting weights" in text
+    assert "copy of the starting weights" not in fit.describe(model, hardware, **shape)[1]
+    # Nothing smaller to choose: the one way left is to drop the copy, in the config file's words.
+    assert fit.what_fits(model, [model], hardware, groups_per_pass=2, generations=4, max_new_tokens=128,
+                         reference=True).startswith("Set beta = 0 and anchor_decay = 0 in the config file")
+    assert "beta" not in fit.what_fits(model, [model], hardware, groups_per_pass=2, generations=4, max_new_tokens=128)
 
 
 @pytest.mark.parametrize(("training", "reference"), [
