@@ -1,10 +1,12 @@
 """Kept RSS after each of N GRPO rounds of a tiny model, and before the heap trim that ends each round, printed as
 JSON (run by tests/test_memory.py in a child process, so the heap it measures is its own).
 
-    python tests/memory_rounds.py MODEL_DIR ROUNDS [--untamed] [--sample-float32]
+    python tests/memory_rounds.py MODEL_DIR ROUNDS [--untamed] [--sample-float32] [--prompt-width-step N]
 
 ``--untamed`` skips node.allocator.tame_heap() and the trim after every round (trim_heap()), to show what the test
 guards against. ``--sample-float32`` samples from the float32 weights instead of a bfloat16 copy.
+``--prompt-width-step 1`` pads a batch of prompts only to its longest (node.learning.grpo.PROMPT_WIDTH_STEP), to
+show the growth that padding to a few widths prevents on CPUs with native bfloat16 kernels.
 """
 
 from __future__ import annotations
@@ -28,7 +30,11 @@ def main() -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from node.learning import grpo
     from node.learning.grpo import GrpoLearner, Policy, TrainGroup
+
+    if "--prompt-width-step" in sys.argv:
+        grpo.PROMPT_WIDTH_STEP = int(sys.argv[sys.argv.index("--prompt-width-step") + 1])
 
     torch.set_num_threads(1)
     torch.manual_seed(0)

@@ -12,7 +12,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from node.learning import decoding
-from node.learning.grpo import Policy
+from node.learning.grpo import PROMPT_WIDTH_STEP, Policy, padded_width
 from tests.generate_draw import draw_as_generate
 from tests.test_generate_prompt_once import (
     G,
@@ -96,12 +96,31 @@ def test_buffers_are_allocated_once_and_only_filled_slots_are_attended(tiny_mode
     monkeypatch.setattr(decoding.PreallocatedLayer, "update", recording)
     loop.eos_ids = (len(loop.tokenizer) + 1,)  # no row ends: every step runs
     loop.generate(prompts, num_generations=G, max_new_tokens=MAX_NEW_TOKENS, temperature=1.0, top_p=1.0, seed=1)
-    width = max(map(len, prompts))
+    width = padded_width(max(map(len, prompts)))  # the batch's width, padding included
     assert len(seen) == loop.model.config.num_hidden_layers
     for calls in seen.values():
         assert len({(k, v) for k, v, _ in calls}) == 1  # one key and one value storage a layer, never reallocated
         # the prefill (all but the last prompt token), then one more position a step
         assert [length for *_, length in calls] == [width - 1 + step for step in range(1 + MAX_NEW_TOKENS)]
+
+
+def test_prompts_are_padded_to_a_few_widths(tiny_model_dir):
+    """A batch of prompts is left-padded to a multiple of PROMPT_WIDTH_STEP tokens, so that the sampler's matrix
+    products take a few shapes over a run, not a new one for every new prompt length (each new shape keeps kernels
+    compiled for it in memory: tests/test_memory.py)."""
+    loop, _ = _policies(tiny_model_dir, torch.float32)
+    pad = loop.tokenizer.pad_token_id
+    widths = set()
+    for longest in range(1, 3 * PROMPT_WIDTH_STEP + 2):
+        prompts = [tuple(range(5, 5 + longest)), (7,)]
+        input_ids, attention = loop._padded(prompts, loop.model)
+        widths.add(input_ids.shape[1])
+        for row, mask, prompt in zip(input_ids.tolist(), attention.tolist(), prompts, strict=True):
+            assert row[len(row) - len(prompt):] == list(prompt) and set(row[: len(row) - len(prompt)]) <= {pad}
+            assert mask == [0] * (len(row) - len(prompt)) + [1] * len(prompt)
+    assert widths == {PROMPT_WIDTH_STEP * n for n in range(1, 5)}
+    # after a copied prefix of 5 tokens, as wide as the whole prompts would be
+    assert loop._padded([(7,) * 40], loop.model, after=5)[0].shape[1] == 2 * PROMPT_WIDTH_STEP - 5
 
 
 def test_a_write_past_the_buffers_is_refused():

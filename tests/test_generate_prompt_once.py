@@ -84,7 +84,7 @@ def _reference(policy: Policy, prompts, *, greedy: bool):
 
 
 def _assert_prompts_ran_once(shapes, prompts) -> None:
-    width = max(map(len, prompts))
+    width = grpo.padded_width(max(map(len, prompts)))  # the batch's width, padding included
     assert shapes[0] == (len(prompts), width - 1)  # each prompt once, all but its last token
     # then one token a row: the last prompt token, new tokens; rows that have ended leave the batch
     assert shapes[1] == (len(prompts) * G, 1)
@@ -175,7 +175,7 @@ def test_a_sliding_window_model_samples_on_the_plain_path(tiny_model_dir, tmp_pa
     policy = Policy(model, tokenizer, generation_dtype=torch.float32, max_prompt_tokens=256)
     prompts = _prompts(policy)
     groups, shapes = _generate(policy, prompts, greedy=False)
-    assert shapes[0] == (len(prompts) * G, max(map(len, prompts)))
+    assert shapes[0] == (len(prompts) * G, grpo.padded_width(max(map(len, prompts))))
     assert groups == _reference(policy, prompts, greedy=False)
 
 
@@ -191,7 +191,7 @@ def test_greedy_and_sampled_answers_share_one_prefill(tiny_model_dir, dtype):
                                                     temperature=1.0, top_p=1.0, seed=7)
     finally:
         embedded.remove()
-    width = max(map(len, prompts))
+    width = grpo.padded_width(max(map(len, prompts)))
     assert embedded.shapes[0] == (len(prompts), width - 1)  # the one prefill, all but the last prompt token
     assert set(embedded.shapes[1:]) == {(len(prompts) * (1 + G), 1)}  # then one token a row, greedy and sampled
     assert greedy == [group[0] for group in policy.generate(prompts, num_generations=1, max_new_tokens=MAX_NEW_TOKENS,

@@ -14,7 +14,7 @@ import torch
 from node.learning import evaluation, ort_decoding
 from node.learning.decoding import shared_prefix
 from node.learning.evaluation import EvalSettings, Evaluator
-from node.learning.grpo import Policy
+from node.learning.grpo import Policy, padded_width
 from node.tasks.curriculum import default_mix
 from node.tasks.source import TaskSource
 from tests.generate_draw import draw_as_generate
@@ -43,6 +43,11 @@ def _suffix_lengths(prompts, prefix) -> set[int]:
     return {len(p) - len(prefix) for p in prompts}
 
 
+def _width(prompts, prefix) -> int:
+    """The width of the prompts' own parts as one batch after a copied prefix: padded as the whole prompts would be."""
+    return padded_width(max(map(len, prompts))) - len(prefix)
+
+
 def test_the_shared_prefix_is_read_from_the_token_ids():
     assert shared_prefix([(1, 2, 3, 4), (1, 2, 3, 5, 6), (1, 2, 7)]) == (1, 2)
     assert shared_prefix([(1, 2, 3), (1, 2, 3, 4)]) == (1, 2)  # each prompt keeps a token to start decoding from
@@ -69,7 +74,7 @@ def test_a_copied_prefix_answers_what_the_whole_prompts_answer(tiny_model_dir, d
     assert groups == policy.generate(prompts, **kwargs)
     assert {c.finished for group in groups for c in group} == {True, False}  # rows ended at different steps
     # only each prompt's own part ran (but its last token), then one token a row
-    assert embedded.shapes[0] == (len(prompts), max(_suffix_lengths(prompts, shared)) - 1)
+    assert embedded.shapes[0] == (len(prompts), _width(prompts, shared) - 1)
     assert embedded.shapes[1] == (len(prompts) * G, 1)
     if greedy:
         assert len({group[0].ids for group in groups}) == len(prompts)  # the context mattered
@@ -131,7 +136,7 @@ def test_an_evaluation_runs_the_shared_prefix_once_and_answers_as_before(tiny_mo
     prefills = [shape for shape in embedded.shapes if shape[1] > 1]
     assert prefills[0] == (1, len(shared))  # the prefix, once
     chunks = [evaluator._prompts[start : start + evaluation.CHUNK_QUESTIONS] for start in range(0, 40, 16)]
-    assert prefills[1:] == [(len(chunk), max(_suffix_lengths(chunk, shared)) - 1) for chunk in chunks]
+    assert prefills[1:] == [(len(chunk), _width(chunk, shared) - 1) for chunk in chunks]
 
     with mock.patch.object(evaluation, "MIN_SHARED_PREFIX", len(shared) + 1):  # today's path: every whole prompt
         whole = Evaluator(policy, _tasks(), settings)

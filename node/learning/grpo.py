@@ -48,6 +48,20 @@ silence_known_deprecations()
 # learning rate keeps a swarm's late joiners and early members on the same footing.
 _SCHEDULE_STEPS = 10**9
 
+# Sampling pads its batch of prompts to a width that is a multiple of this (Policy._padded), so that a run sees a few
+# prompt widths, not a new one every round. Every new shape of the prefill's matrix products makes oneDNN (torch's
+# bfloat16 kernels on a CPU with AVX512-BF16 or AMX) compile kernels that it and torch cache and keep: about 2 MiB of
+# resident memory per new width with the tiny test model, without end on a node whose questions have ever-new
+# lengths (tests/test_memory.py, docs/performance.md). The padding is masked and moves no position, so it changes
+# what is sampled only by rounding; it costs at most PROMPT_WIDTH_STEP - 1 more tokens a prompt in the prefill.
+# ONNX Runtime and vLLM take the prompts without their padding.
+PROMPT_WIDTH_STEP = 32
+
+
+def padded_width(longest: int) -> int:
+    """The width of a batch of prompts whose longest has ``longest`` tokens: the next multiple of PROMPT_WIDTH_STEP."""
+    return -(-longest // PROMPT_WIDTH_STEP) * PROMPT_WIDTH_STEP
+
 
 @dataclass(frozen=True)
 class Completion:
@@ -242,7 +256,7 @@ class Policy:
             if any(len(p) <= start or p[:start] != prefix.ids for p in prompts):
                 raise ValueError("every prompt must start with the prefix and go on after it")
             prompts, shared = [p[start:] for p in prompts], {"prefix": prefix}
-        input_ids, attention = self._padded(prompts, sampler)
+        input_ids, attention = self._padded(prompts, sampler, after=len(shared["prefix"].ids) if shared else 0)
         torch.manual_seed(seed)
         result = sample(
             sampler, input_ids, attention, greedy=greedy, sampled=sampled, max_new_tokens=max_new_tokens,
@@ -285,10 +299,12 @@ class Policy:
             self._fallbacks.add(why)
             log.warning("sampler 'onnxruntime' asked for, sampling with torch instead: %s", why)
 
-    def _padded(self, prompts: list[tuple[int, ...]], sampler) -> tuple[torch.Tensor, torch.Tensor]:
-        """The prompts as one left-padded batch: token ids and attention mask."""
+    def _padded(self, prompts: list[tuple[int, ...]], sampler, *, after: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """The prompts as one left-padded batch: token ids and attention mask. With the ``after`` tokens of a copied
+        prefix before it, the batch is as wide as the whole prompts would be (:func:`padded_width`), so that a prefix
+        changes no shape but the prefill's, and samples what the whole prompts do."""
         device = next(sampler.parameters()).device
-        width = max(len(p) for p in prompts)
+        width = padded_width(after + max(len(p) for p in prompts)) - after
         pad = self.tokenizer.pad_token_id
         input_ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompts], device=device)
         attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
