@@ -15,9 +15,8 @@ export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRL_EXPERIMENTAL_SILENCE=1
 PY=${PY:-python3}
 MODEL=${MODEL:-bundled}; SEEDS=${SEEDS:-0 1 2 3 4}; ROUNDS=${ROUNDS:-30}; BUDGET_MIN=${BUDGET_MIN:-7}
 RESULTS=${RESULTS:-bench/results/anchor_gpu}; WORK=${WORK:-/tmp/rl-swarm-anchor}
-T0=$(date +%s)
-step() { echo "=== +$(( $(date +%s) - T0 ))s $*"; }
-nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+. "$(dirname "$0")/gpu_runs.sh"
+gpu name,memory.total
 mkdir -p "$WORK"; PIDS=""
 step "seeds [$SEEDS], anchor_decay [0 3000], $ROUNDS rounds, $BUDGET_MIN min each"
 for X in 0 3000; do
@@ -29,13 +28,7 @@ for X in 0 3000; do
     PIDS="$PIDS $!"
   done
 done
-running() { n=0; for p in $PIDS; do kill -0 "$p" 2>/dev/null && n=$((n + 1)); done; echo $n; }
-while [ "$(running)" -gt 0 ]; do
-  sleep 20
-  step "$(running) runs going; GPU $(nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader)"
-done
-# `wait` alone would also wait for the shell's other children; only the runs are waited for.
-wait $PIDS
+wait_for_runs $PIDS
 rm -f "$RESULTS"/*/s*/learning_*.png
 $PY bench/paired_codes.py "$RESULTS/3000" "$RESULTS/0" --incomplete --labels "anchor_decay 3000" "anchor_decay 0" \
   --out "$RESULTS/paired.json"

@@ -21,9 +21,7 @@ export PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:Tr
 PY=${PY:-python3}
 MODEL=${MODEL:-bundled}; SEEDS=${SEEDS:-0 1 2 3 4}; ROUNDS=${ROUNDS:-60}; BUDGET_MIN=${BUDGET_MIN:-7}
 SOLO_NODES=${SOLO_NODES:-2}; RESULTS=${RESULTS:-bench/results/swarm_gpu}; WORK=${WORK:-/tmp/rl-swarm-swarm-gpu}
-T0=$(date +%s)
-step() { echo "=== +$(( $(date +%s) - T0 ))s $*"; }
-gpu() { nvidia-smi --query-gpu="$1" --format=csv,noheader 2>/dev/null || echo "no NVIDIA GPU"; }
+. "$(dirname "$0")/gpu_runs.sh"
 gpu name,memory.total
 mkdir -p "$WORK"; PIDS=""
 step "seeds [$SEEDS]: 4 nodes I=2,J=2 and $SOLO_NODES solo nodes I=4,J=0 each, up to $ROUNDS rounds, $BUDGET_MIN min"
@@ -37,13 +35,7 @@ for S in $SEEDS; do
     PIDS="$PIDS $!"
   done
 done
-running() { n=0; for p in $PIDS; do kill -0 "$p" 2>/dev/null && n=$((n + 1)); done; echo $n; }
-while [ "$(running)" -gt 0 ]; do
-  sleep 20
-  step "$(running) runs going; GPU $(gpu utilization.gpu,memory.used)"
-done
-# `wait` alone would also wait for the shell's other children; only the runs are waited for.
-wait $PIDS
+wait_for_runs $PIDS
 rm -f "$RESULTS"/*/s*/learning_*.png
 $PY bench/paired_codes.py "$RESULTS/shared" "$RESULTS/solo" --config I=2,J=2 I=4,J=0 --incomplete \
   --labels "4 nodes I=2,J=2" "solo I=4,J=0" --out "$RESULTS/paired.json"
