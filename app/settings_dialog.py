@@ -284,11 +284,8 @@ class SettingsDialog(QDialog):
                              reference=self.starting_copy())
 
     def starting_copy(self) -> bool:
-        """Whether the run keeps a copy of its starting weights: the KL's reference model (beta > 0) or the pull
-        toward the start (anchor_decay > 0), one copy for both; full fine-tuning only (an adapter's reference is its
-        own base model, and the pull is refused with one)."""
-        training = self.config.training
-        return (training.beta > 0 or training.anchor_decay > 0) and not training.lora_rank
+        """Whether the run keeps a copy of its starting weights (node.config.TrainingSettings.starting_copy)."""
+        return bool(self.config.training.starting_copy)
 
     def _browse(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Data folder", self.data_dir.text())

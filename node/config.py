@@ -165,6 +165,15 @@ class TrainingSettings(_Section):
                              f"{1 / self.learning_rate:g}")
         return self
 
+    @property
+    def starting_copy(self) -> tuple[str, ...]:
+        """The settings, by config key, that keep a float32 copy of the starting weights for the whole run: the pull
+        toward the start and the KL's reference model, one copy for both. Full fine-tuning only: a LoRA run's
+        reference is its base model with the adapter disabled (and the pull is refused with one)."""
+        if self.lora_rank:
+            return ()
+        return tuple(key for key in ("anchor_decay", "beta") if getattr(self, key) > 0)
+
 
 Game = Literal["sapo", "multistage"]
 GAMES: tuple[str, ...] = get_args(Game)

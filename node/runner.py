@@ -209,8 +209,7 @@ class SwarmNode:
             "num_sequences": per_pass,
             "seq_len": min(train.max_prompt_tokens, hardware.PROMPT_TOKENS) + train.max_new_tokens,
             "lora_rank": train.lora_rank, "adamw_8bit": adamw_8bit, "cuda": device == "cuda",
-            # By config key, for check_fits' hint: the pull toward the start and the KL's reference share one copy.
-            "starting_copy": tuple(key for key in ("anchor_decay", "beta") if getattr(train, key) > 0),
+            "starting_copy": train.starting_copy,
             "sampling_copy": generation_dtype != models.weights_dtype(device, lora=bool(train.lora_rank), bf16=mixed_bf16),
         }
         sampler = pick_sampler(train.sampler, resolved, device=device, generation_dtype=generation_dtype, fit=fit)
@@ -244,7 +243,7 @@ class SwarmNode:
         dtype = models.weights_dtype(device, lora=bool(lora), bf16=mixed_bf16)
         model, tokenizer = models.load(source, cache_dir=cfg.model_cache_dir, dtype=dtype, device=device)
         starting_weights = None
-        if (train.anchor_decay or train.beta) and source is not resolved:
+        if train.starting_copy and source is not resolved:
             # The pull and the KL's reference are the weights the run started from: a resumed run loads its
             # checkpoint above, so the original model is loaded once more for its weights alone (once for both).
             starting_weights = models.load_weights(resolved, cache_dir=cfg.model_cache_dir, dtype=dtype, device=device)

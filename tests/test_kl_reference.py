@@ -94,3 +94,14 @@ def test_a_machine_that_fits_only_without_the_starting_copy_is_told_to_turn_off_
     assert caught.value.hint.count(" = 0") == len(kept_by)
     assert not models.fits(models.resolve(models.BUNDLED), available_bytes=between, **fit, starting_copy=kept_by)
     assert models.fits(models.resolve(models.BUNDLED), available_bytes=between, **fit, starting_copy=())
+
+
+@pytest.mark.parametrize(("training", "kept_by"), [
+    ({}, ()), ({"beta": 0.04}, ("beta",)), ({"anchor_decay": 3000.0}, ("anchor_decay",)),
+    ({"anchor_decay": 3000.0, "beta": 0.04}, ("anchor_decay", "beta")), ({"beta": 0.04, "lora_rank": 16}, ()),
+])
+def test_the_settings_name_what_keeps_a_copy_of_the_starting_weights(training, kept_by):
+    # One derivation for the node's fit check, its loading of the starting weights and the app's memory figure.
+    from node.config import NodeConfig
+
+    assert NodeConfig.build({"training": training}).training.starting_copy == kept_by
