@@ -69,11 +69,11 @@ def what_fits(model: ModelFit, others: list[ModelFit], hardware: Hardware | None
     """For a setup that won't fit: the changes that would, in Settings' words ("" when none is known)."""
     total = budget(hardware)
 
-    def need(candidate: ModelFit, g: int, tokens: int) -> int:
-        return required(candidate, sequences_per_pass=groups_per_pass * g, max_new_tokens=tokens, reference=reference)
+    def need(candidate: ModelFit, g: int, tokens: int, copy: bool = reference) -> int:
+        return required(candidate, sequences_per_pass=groups_per_pass * g, max_new_tokens=tokens, reference=copy)
 
-    def fits(candidate: ModelFit, g: int, tokens: int) -> bool:
-        return label(need(candidate, g, tokens), total) != "won't fit"
+    def fits(candidate: ModelFit, g: int, tokens: int, copy: bool = reference) -> bool:
+        return label(need(candidate, g, tokens, copy), total) != "won't fit"
 
     ways = []
     if model.bytes_per_token:  # an older node gives no figures for other round shapes
@@ -87,8 +87,7 @@ def what_fits(model: ModelFit, others: list[ModelFit], hardware: Hardware | None
     if smaller:  # the one that needs the most of those that fit: the strongest this computer trains
         best = max(smaller, key=lambda m: need(m, generations, max_new_tokens))
         ways.append(f"the model {best.name}")
-    if reference and label(required(model, sequences_per_pass=groups_per_pass * generations,
-                                    max_new_tokens=max_new_tokens), total) != "won't fit":
+    if reference and fits(model, generations, max_new_tokens, copy=False):
         without = ("beta = 0 and anchor_decay = 0 in the config file: this round fits without the copy of the "
                    "starting weights they keep.")
         return f"Choose {_either(ways)}, or set {without}" if ways else f"Set {without}"

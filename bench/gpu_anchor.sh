@@ -8,8 +8,8 @@
 #   MODEL=DIR BUDGET_MIN=7 bash bench/gpu_anchor.sh  # DIR: a model folder (the bundled GGUF converted, say)
 #
 # Env: MODEL (default: bundled), SEEDS, ROUNDS, BUDGET_MIN (each invocation's wall budget), RESULTS (where the
-# per-seed learning.json files and paired.json go), WORK (node data). Float32 AdamW moments, as on CPU (8-bit ones
-# are CUDA's default where bitsandbytes is installed).
+# per-seed learning.json files and paired.json go), WORK (node data). The settings every GPU sweep shares are in
+# bench/gpu_runs.sh (start_run).
 set -u
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRL_EXPERIMENTAL_SILENCE=1
 PY=${PY:-python3}
@@ -21,11 +21,8 @@ mkdir -p "$WORK"; PIDS=""
 step "seeds [$SEEDS], anchor_decay [0 3000], $ROUNDS rounds, $BUDGET_MIN min each"
 for X in 0 3000; do
   for S in $SEEDS; do
-    $PY bench/swarm_vs_solo.py --nodes 2 --configs I=2,J=2 --seeds "$S" --rounds "$ROUNDS" --eval-every 5 \
-      --eval-questions 200 --eval-samples 0 --model "$MODEL" --set training.device=cuda \
-      --set training.optimizer_states=float32 --set training.anchor_decay="$X" --budget-min "$BUDGET_MIN" \
-      --node-gb 1 --memory-reserve-gb 4 --out "$RESULTS/$X/s$S" --work "$WORK/$X/s$S" > "$WORK/log-$X-s$S.txt" 2>&1 &
-    PIDS="$PIDS $!"
+    start_run "$X-s$S" --nodes 2 --configs I=2,J=2 --seeds "$S" --rounds "$ROUNDS" \
+      --set training.anchor_decay="$X" --out "$RESULTS/$X/s$S" --work "$WORK/$X/s$S"
   done
 done
 wait_for_runs $PIDS

@@ -1,5 +1,6 @@
 # Sourced by the bench/gpu_*.sh sweeps, which start their runs in the background on one GPU: a timestamped log line
-# (step), a GPU reading (gpu), and waiting for the runs while logging the GPU's load (wait_for_runs).
+# (step), a GPU reading (gpu), one run started the way every sweep starts it (start_run), and waiting for the runs
+# while logging the GPU's load (wait_for_runs).
 T0=$(date +%s)
 step() { echo "=== +$(( $(date +%s) - T0 ))s $*"; }
 gpu() { nvidia-smi --query-gpu="$1" --format=csv,noheader 2>/dev/null || echo "no NVIDIA GPU"; }
@@ -16,4 +17,18 @@ wait_for_runs() {
   done
   # `wait` alone would also wait for the shell's other children; only the runs are waited for.
   wait "$@"
+}
+
+# start_run NAME ARGS...: one `bench/swarm_vs_solo.py` invocation in the background, its log $WORK/log-NAME.txt, its
+# pid added to PIDS. Every GPU sweep shares these settings: the demo's node settings, 200 held-out questions greedy
+# every 5 rounds, float32 AdamW moments (as on the CPU; 8-bit ones are CUDA's default where bitsandbytes is
+# installed), the sweep's wall budget, and the memory bounds of many nodes on one GPU. ARGS add the run's own
+# (--nodes, --configs, --seeds, --rounds, --out, --work, --set ...). Reads PY, MODEL, DEVICE and BUDGET_MIN.
+start_run() {
+  local name=$1
+  shift
+  $PY bench/swarm_vs_solo.py --eval-every 5 --eval-questions 200 --eval-samples 0 --model "$MODEL" \
+    --set training.device="${DEVICE:-cuda}" --set training.optimizer_states=float32 --budget-min "$BUDGET_MIN" \
+    --node-gb 1 --memory-reserve-gb 4 "$@" > "$WORK/log-$name.txt" 2>&1 &
+  PIDS="$PIDS $!"
 }

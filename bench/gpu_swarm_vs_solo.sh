@@ -28,11 +28,8 @@ step "seeds [$SEEDS]: 4 nodes I=2,J=2 and $SOLO_NODES solo nodes I=4,J=0 each, u
 for S in $SEEDS; do
   for ARM in "shared 4 I=2,J=2" "solo $SOLO_NODES I=4,J=0"; do
     read -r NAME NODES CONFIG <<<"$ARM"
-    $PY bench/swarm_vs_solo.py --nodes "$NODES" --configs "$CONFIG" --seeds "$S" --rounds "$ROUNDS" --eval-every 5 \
-      --eval-questions 200 --eval-samples 0 --model "$MODEL" --set training.device="${DEVICE:-cuda}" \
-      --set training.optimizer_states=float32 --budget-min "$BUDGET_MIN" --node-gb 1 --memory-reserve-gb 4 \
-      --out "$RESULTS/$NAME/s$S" --work "$WORK/$NAME/s$S" > "$WORK/log-$NAME-s$S.txt" 2>&1 &
-    PIDS="$PIDS $!"
+    start_run "$NAME-s$S" --nodes "$NODES" --configs "$CONFIG" --seeds "$S" --rounds "$ROUNDS" \
+      --out "$RESULTS/$NAME/s$S" --work "$WORK/$NAME/s$S"
   done
 done
 wait_for_runs $PIDS
