@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import re
 from pathlib import Path
 
@@ -300,6 +301,26 @@ def test_loading_from_an_unreachable_hub_says_how_to_work_offline(tmp_path):
     with pytest.raises(NodeError, match="could not download rl-swarm-desktop-tests/no-such-model") as caught:
         load(missing, cache_dir=tmp_path, dtype=torch.float32, device="cpu")
     assert "HF_HUB_OFFLINE" in caught.value.hint and BUNDLED in caught.value.hint
+
+
+def test_a_base_model_without_a_chat_template_is_refused_before_its_weights_load(tiny_model_dir, tmp_path,
+                                                                                  monkeypatch):
+    """The node asks its questions as a chat: a base model (Gemma 3 270M's GGUF, say) used to crash at its first
+    prompt with transformers' traceback."""
+    from node.learning import models
+
+    base = tmp_path / "base-model"
+    shutil.copytree(tiny_model_dir, base)
+    (base / "chat_template.jinja").unlink(missing_ok=True)
+    config = json.loads((base / "tokenizer_config.json").read_text())
+    config.pop("chat_template", None)
+    (base / "tokenizer_config.json").write_text(json.dumps(config))
+    weights = []
+    monkeypatch.setattr(models.AutoModelForCausalLM, "from_pretrained", lambda *a, **k: weights.append(a))
+    with pytest.raises(NodeError, match="base-model has no chat template") as caught:
+        load(resolve(str(base)), cache_dir=tmp_path / "cache", dtype=torch.float32, device="cpu")
+    assert caught.value.code == "no_chat_template" and "-Instruct" in caught.value.hint
+    assert weights == []
 
 
 def test_loading_a_folder_without_weights_says_what_is_missing(tmp_path):

@@ -440,6 +440,8 @@ def load(
     source = str(_converted(model, cache_dir)) if model.gguf_file else model.path_or_id
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, cache_dir=cache_dir / "hub")
+        if not tokenizer.chat_template:  # before the weights: a base model fails at its first prompt otherwise
+            raise _no_chat_template(model)
         with LOADING:
             lm = AutoModelForCausalLM.from_pretrained(source, cache_dir=cache_dir / "hub", dtype=dtype)
     except (OSError, ValueError) as exc:
@@ -453,6 +455,15 @@ def load_weights(model: ResolvedModel, *, cache_dir: Path, dtype: torch.dtype, d
     """The model's weights alone, by parameter name (tied weights once), as :func:`load` would load them."""
     lm, _ = load(model, cache_dir=cache_dir, dtype=dtype, device=device)
     return {name: parameter.detach() for name, parameter in lm.named_parameters()}
+
+
+def _no_chat_template(model: ResolvedModel) -> NodeError:
+    return NodeError(
+        f"{_display_name(model)} has no chat template: it is a base model, and the node asks its questions as a chat",
+        hint=f"choose an instruction-tuned model instead (their names usually end in -Instruct or -it), such as one of "
+        f"the model list or {BUNDLED!r}, or a model folder whose tokenizer_config.json has a chat_template",
+        code="no_chat_template",
+    )
 
 
 def _load_error(model: ResolvedModel, source: str, exc: Exception) -> NodeError:
