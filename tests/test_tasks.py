@@ -23,7 +23,7 @@ from node.tasks.source import (
     build_messages,
     config_id,
     extract_answer,
-    score,
+    grade,
 )
 from node.tasks.taskref import DEFAULT_FAMILIES, TaskRef
 
@@ -46,11 +46,11 @@ ONE_TASK_PER_FAMILY = [tasks_of(family, 1)[0] for family in DEFAULT_FAMILIES]
 def test_known_correct_answer_scores_full_and_a_wrong_one_scores_low(family: str) -> None:
     for task in tasks_of(family):
         assert task.ref.family == family
-        assert score(task, f"Some thinking.\n<answer>{known_correct(task)}</answer>") == 1.0
+        assert grade(task, f"Some thinking.\n<answer>{known_correct(task)}</answer>").reward == 1.0
         # Some scorers give a little credit for a wrong answer of the right shape; propositional_logic gives 0.25 to
         # any lone atom when the premises contradict each other (then every conclusion is valid).
-        assert score(task, "<answer>certainly wrong</answer>") <= 0.25
-        assert score(task, "no answer at all") == 0.0
+        assert grade(task, "<answer>certainly wrong</answer>").reward <= 0.25
+        assert grade(task, "no answer at all").reward == 0.0
 
 
 def test_propositional_logic_has_no_single_answer() -> None:
@@ -61,11 +61,11 @@ def test_propositional_logic_has_no_single_answer() -> None:
 
 def test_format_weight_rewards_a_single_well_formed_block() -> None:
     task = tasks_of("basic_arithmetic", 1)[0]
-    assert score(task, f"<answer>{task.answer}</answer>", format_weight=0.5) == 1.5
-    assert score(task, "<answer>-1.5x</answer>", format_weight=0.5) == 0.5
-    assert score(task, f"<answer>x</answer><answer>{task.answer}</answer>", format_weight=0.5) == 1.0
-    assert score(task, f"<answer>{task.answer}", format_weight=0.5) == 0.0
-    assert score(task, "<answer> </answer>", format_weight=0.5) == 0.0
+    assert grade(task, f"<answer>{task.answer}</answer>", format_weight=0.5).reward == 1.5
+    assert grade(task, "<answer>-1.5x</answer>", format_weight=0.5).reward == 0.5
+    assert grade(task, f"<answer>x</answer><answer>{task.answer}</answer>", format_weight=0.5).reward == 1.0
+    assert grade(task, f"<answer>{task.answer}", format_weight=0.5).reward == 0.0
+    assert grade(task, "<answer> </answer>", format_weight=0.5).reward == 0.0
 
 
 def test_regenerate_gives_the_sampled_task_here_at_a_peer_and_in_reasoning_gym() -> None:
@@ -101,7 +101,7 @@ def test_generator_config_is_applied_and_named_by_config_id() -> None:
     for task in source.sample(5, random.Random(2)):
         assert task.ref.config_id == config_id("basic_arithmetic", options)
         assert task.entry["metadata"]["num_terms"] == 2
-        assert score(task, f"<answer>{task.answer}</answer>") == 1.0
+        assert grade(task, f"<answer>{task.answer}</answer>").reward == 1.0
 
 
 def test_config_id_is_a_canonical_short_digest() -> None:
@@ -174,24 +174,24 @@ def test_invalid_settings_raise_node_error_with_a_hint(weights, configs, seed, i
 @given(task=st.sampled_from(ONE_TASK_PER_FAMILY), text=st.text(), wrap=st.booleans())
 def test_score_never_raises_and_stays_in_range(task: Task, text: str, wrap: bool) -> None:
     completion = f"<answer>{text}</answer>" if wrap else text
-    assert 0.0 <= score(task, completion) <= 1.0
-    assert 0.0 <= score(task, completion, format_weight=0.25) <= 1.25
+    assert 0.0 <= grade(task, completion).reward <= 1.0
+    assert 0.0 <= grade(task, completion, format_weight=0.25).reward <= 1.25
 
 
 def test_eval_based_scorer_runs_no_code_from_answers() -> None:
     task = tasks_of("binary_matrix", 1)[0]
     rows = [[int(x) for x in line.split()] for line in task.answer.splitlines()]
-    assert score(task, f"<answer>{rows}</answer>") == pytest.approx(0.1)  # a literal keeps its partial credit
-    assert score(task, f"<answer>list({rows})</answer>") == 0.0
+    assert grade(task, f"<answer>{rows}</answer>").reward == pytest.approx(0.1)  # a literal keeps its partial credit
+    assert grade(task, f"<answer>list({rows})</answer>").reward == 0.0
     attack = "__import__('builtins').__setattr__('tasks_test_pwned', 1)"
-    assert score(task, f"<answer>{attack}</answer>") == 0.0
+    assert grade(task, f"<answer>{attack}</answer>").reward == 0.0
     assert not hasattr(builtins, "tasks_test_pwned")
 
 
 def test_overlong_answer_scores_zero_without_slow_parsing() -> None:
     task = tasks_of("propositional_logic", 1)[0]
     variable = task.entry["metadata"]["variables"][0]
-    assert score(task, f"<answer>{'¬' * 100_000}{variable}</answer>") == 0.0
+    assert grade(task, f"<answer>{'¬' * 100_000}{variable}</answer>").reward == 0.0
 
 
 def test_generating_bf_tasks_prints_nothing(capsys: pytest.CaptureFixture[str]) -> None:

@@ -98,7 +98,7 @@ def _canonical(family: str, config: Mapping[str, Any]) -> str:
     return json.dumps([family, dict(config)], sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
 
-# config_id -> (family, canonical JSON), so that score() finds the config a task was generated with.
+# config_id -> (family, canonical JSON), so that grade() finds the config a task was generated with.
 _known_configs: dict[str, tuple[str, str]] = {}
 
 
@@ -262,14 +262,6 @@ def extract_answer(completion: str) -> str | None:
         return None
     answer = completion[span[0] + len(_OPEN) : span[1] - len(_CLOSE)].strip()
     return answer or None
-
-
-def score(task: Task, completion: str, *, format_weight: float = 0.0) -> float:
-    """Reward of a completion: the task's own correctness score in [0, 1] plus ``format_weight`` when well formed."""
-    reward = _correctness(task, extract_answer(completion))
-    if _well_formed(completion):
-        reward += format_weight
-    return reward
 
 
 @dataclass(frozen=True)
