@@ -9,7 +9,13 @@ evaluations of each node and per task family:
 - questions gained (wrong, then right), lost (right, then wrong), the net, and how many answers changed at all;
 - the share of the previously right answers that were lost;
 - the collapse signature of each evaluation: of the family's wrong answers (a value that is not the right one; no
-  answer block is counted apart), how many equal its most common wrong answer, and that answer.
+  answer block is counted apart), how many equal its most common wrong answer, and that answer;
+- how many groups of the family the node trained on between the two evaluations (groups with reward spread, its own
+  and peers', from its ``samples.jsonl``): a family can lose answers in rounds that trained none of its groups, moved
+  by the updates on the others.
+
+Below the table, over every node and window: the share of right answers lost where the window trained no group of
+the family, against where it trained some.
 
 Give it run folders (``<data_dir>/runs/<run_name>``), a folder of run folders (``<work>/runs``), or a
 ``bench/swarm_vs_solo.py --work`` folder (its nodes' run folders are ``<work>/runs/<config>-s<seed>-n<node>``)::
@@ -33,6 +39,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from node.runstore import ANSWERS_FILE, HeldoutAnswers, RunStore  # noqa: E402
+from node.sapo.scoring import TRAINED  # noqa: E402
 
 ALL = "all"  # the row of every family together
 
@@ -99,12 +106,36 @@ def totals(records: list[HeldoutAnswers]) -> list[list[int]]:
     return rows
 
 
+def trained_groups(store: RunStore) -> dict[int, Counter]:
+    """Round -> groups trained on (reward spread, in the update) per family."""
+    trained: dict[int, Counter] = {}
+    for sample in store.samples():
+        if sample.fate == TRAINED:
+            trained.setdefault(sample.round, Counter())[sample.family] += 1
+    return trained
+
+
+def _trained_between(trained: dict[int, Counter], before: int, after: int) -> Counter:
+    """Groups trained per family (and all together) in the rounds between two evaluations: an evaluation after n
+    rounds trained follows rounds 0..n-1."""
+    counts: Counter = Counter()
+    for number in range(before, after):
+        counts.update(trained.get(number, Counter()))
+    counts[ALL] = sum(counts.values())
+    return counts
+
+
 def analyse_node(run_dir: Path) -> dict:
-    """Every evaluation of one node, each with its families' state and what moved since the one before."""
-    records = RunStore(run_dir).heldout_answers()
+    """Every evaluation of one node, each with its families' state, what moved since the one before and the groups
+    of each family trained on in between."""
+    store = RunStore(run_dir)
+    records, trained = store.heldout_answers(), trained_groups(store)
     evaluations = []
     for number, record in enumerate(records):
         moved = flips(records[number - 1], record) if number else None
+        if moved is not None:
+            groups = _trained_between(trained, records[number - 1].rounds_trained, record.rounds_trained)
+            moved = {family: values | {"trained_groups": groups[family]} for family, values in moved.items()}
         state = family_state(record)
         evaluations.append({
             "rounds_trained": record.rounds_trained, "round": record.round, "question_set": record.question_set,
@@ -117,14 +148,38 @@ def analyse_node(run_dir: Path) -> dict:
 
 
 def analyse(paths: list[Path]) -> dict:
-    return {"nodes": [analyse_node(run_dir) for run_dir in run_dirs(paths)]}
+    nodes = [analyse_node(run_dir) for run_dir in run_dirs(paths)]
+    return {"nodes": nodes, "losses_by_training": losses_by_training(nodes)}
+
+
+def losses_by_training(nodes: list[dict]) -> dict[str, dict]:
+    """Over every node, window between evaluations and family: right answers lost where the window trained no group
+    of that family, and where it trained some."""
+    split = {name: {"windows": 0, "correct_before": 0, "lost": 0, "gained": 0} for name in ("none_trained",
+                                                                                           "some_trained")}
+    for node in nodes:
+        previous = None
+        for evaluation in node["evaluations"]:
+            if evaluation["compared"] and previous is not None:
+                for family, f in evaluation["families"].items():
+                    if family == ALL:
+                        continue
+                    cell = split["some_trained" if f["trained_groups"] else "none_trained"]
+                    cell["windows"] += 1
+                    cell["correct_before"] += previous["families"][family]["correct"]
+                    cell["lost"] += f["lost"]
+                    cell["gained"] += f["gained"]
+            previous = evaluation
+    for cell in split.values():
+        cell["lost_share"] = round(cell["lost"] / cell["correct_before"], 4) if cell["correct_before"] else None
+    return split
 
 
 def markdown(result: dict) -> str:
     lines = [
         "| node | rounds | family | right | gained | lost | net | lost share | changed | no answer "
-        "| top wrong answer (of wrong) |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| top wrong answer (of wrong) | groups trained |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for node in result["nodes"]:
         previous = None
@@ -142,8 +197,14 @@ def markdown(result: dict) -> str:
                     f"{f['net']:+d}" if moved else "",
                     (f"{f['lost_share']:.2f}" if f["lost_share"] is not None else "-") if moved else "",
                     str(f["changed"]) if moved else "", str(f["no_answer"]), top,
+                    str(f["trained_groups"]) if moved else "",
                 ]) + " |")
             previous = evaluation["rounds_trained"]
+    for name, cell in result["losses_by_training"].items():
+        if cell["windows"]:
+            lines.append(f"\nWindows of a family with {'no' if name == 'none_trained' else 'some'} group of it "
+                         f"trained: {cell['windows']}; right answers lost {cell['lost']} of {cell['correct_before']} "
+                         f"({cell['lost_share']}), gained {cell['gained']}.")
     return "\n".join(lines)
 
 

@@ -1,6 +1,7 @@
 """bench/heldout_flips.py's arithmetic on hand-made run folders: questions gained, lost and changed between
 consecutive evaluations per family, the share of right answers lost, the collapse signature (how many wrong answers
-are the family's most common one), sets that changed, and finding run folders as swarm_vs_solo.py lays them out."""
+are the family's most common one), sets that changed, the groups of each family trained between evaluations, and
+finding run folders as swarm_vs_solo.py lays them out."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from node.events import EvalFinished
+from node.events import EvalFinished, RolloutSample
 from node.runstore import HeldoutAnswer, HeldoutAnswers, RunStore
 
 REPO = Path(__file__).resolve().parents[1]
@@ -87,6 +88,34 @@ def test_evaluations_of_another_question_set_are_not_compared(flips, tmp_path):
     assert flips.totals(RunStore(tmp_path / "n1").heldout_answers()) == [[10, 20, 3, 1]]
 
 
+def _trained(run_dir: Path, *groups: tuple[int, str, str]) -> None:
+    """(round, family, fate) of groups the node's rounds saw, one sample each, as the round writes them."""
+    lines = [RolloutSample(round=number, source_peer="peer", source_name="name", local=True, family=family,
+                           question="q", completion="c", reward=0.0, fate=fate).to_json()
+             for number, family, fate in groups]
+    with RunStore(run_dir).samples_path.open("a", encoding="utf-8") as file:
+        file.write("".join(line + "\n" for line in lines))
+
+
+def test_groups_trained_between_evaluations_split_the_losses(flips, tmp_path):
+    _write(tmp_path / "n1", _record(0, ROUND_0), _record(10, ROUND_10))
+    # rounds 0..9 lead to the evaluation after 10 rounds; round 10's group and groups that gave no gradient do not count
+    _trained(tmp_path / "n1", (2, "chain_sum", "trained"), (9, "chain_sum", "trained"), (10, "products", "trained"),
+             (4, "products", "no_signal"), (5, "products", "dropped_equal_rewards"))
+    result = flips.analyse([tmp_path / "n1"])
+    families = result["nodes"][0]["evaluations"][1]["families"]
+    assert (families["products"]["trained_groups"], families["chain_sum"]["trained_groups"],
+            families["all"]["trained_groups"]) == (0, 2, 2)
+    assert "trained_groups" not in result["nodes"][0]["evaluations"][0]["families"]["all"]
+    # products lost both of its right answers with none of its groups trained; chain_sum one of two, with two
+    assert result["losses_by_training"] == {
+        "none_trained": {"windows": 1, "correct_before": 2, "lost": 2, "gained": 0, "lost_share": 1.0},
+        "some_trained": {"windows": 1, "correct_before": 2, "lost": 1, "gained": 1, "lost_share": 0.5}}
+    table = flips.markdown(result)
+    assert "| n1 | 0 -> 10 | products | 0/4 | +0 | -2 | -2 | 1.00 | 4 | 0 | `250` 3/4 | 0 |" in table
+    assert "no group of it trained: 1; right answers lost 2 of 2 (1.0), gained 0." in table
+
+
 def test_the_script_reads_a_bench_work_folder_and_writes_a_table_and_json(flips, tmp_path, capsys):
     work = tmp_path / "work"
     _write(work / "runs" / "i2j2-s0-n1", _record(0, ROUND_0), _record(10, ROUND_10))
@@ -100,9 +129,9 @@ def test_the_script_reads_a_bench_work_folder_and_writes_a_table_and_json(flips,
     assert flips.main([str(work), "--out", str(out)]) == 0
     table = capsys.readouterr().out.splitlines()
     assert table[0].startswith("| node | rounds | family | right | gained | lost | net | lost share |")
-    assert "| i2j2-s0-n1 | 0 -> 10 | products | 0/4 | +0 | -2 | -2 | 1.00 | 4 | 0 | `250` 3/4 |" in table
-    assert "| i2j2-s0-n1 | 0 -> 10 | **all** | 2/8 | +1 | -3 | -2 | 0.75 | 7 | 0 |  |" in table
-    assert "| i2j2-s0-n2 | 0 | products | 2/4 |  |  |  |  |  | 1 | `12` 1/1 |" in table
+    assert "| i2j2-s0-n1 | 0 -> 10 | products | 0/4 | +0 | -2 | -2 | 1.00 | 4 | 0 | `250` 3/4 | 0 |" in table
+    assert "| i2j2-s0-n1 | 0 -> 10 | **all** | 2/8 | +1 | -3 | -2 | 0.75 | 7 | 0 |  | 0 |" in table
+    assert "| i2j2-s0-n2 | 0 | products | 2/4 |  |  |  |  |  | 1 | `12` 1/1 |  |" in table
     result = json.loads(out.read_text())
     assert [n["node"] for n in result["nodes"]] == ["i2j2-s0-n1", "i2j2-s0-n2"]
     last = result["nodes"][0]["evaluations"][1]
