@@ -11,11 +11,12 @@ evaluations of each node and per task family:
 - the collapse signature of each evaluation: of the family's wrong answers (a value that is not the right one; no
   answer block is counted apart), how many equal its most common wrong answer, and that answer;
 - how many groups of the family the node trained on between the two evaluations (groups with reward spread, its own
-  and peers', from its ``samples.jsonl``): a family can lose answers in rounds that trained none of its groups, moved
-  by the updates on the others.
+  and peers', from its ``samples.jsonl``), and how many of those had no right answer: their spread came from the
+  format bonus (or partial credit) alone, so their advantages pushed well-formed wrong answers up. A family can also
+  lose answers in rounds that trained none of its groups, moved by the updates on the others.
 
-Below the table, over every node and window: the share of right answers lost where the window trained no group of
-the family, against where it trained some.
+Below the table, over every node and window: the share of a family's right answers lost where the window trained
+none of its groups, only groups with a right answer, or some group without one.
 
 Give it run folders (``<data_dir>/runs/<run_name>``), a folder of run folders (``<work>/runs``), or a
 ``bench/swarm_vs_solo.py --work`` folder (its nodes' run folders are ``<work>/runs/<config>-s<seed>-n<node>``)::
@@ -107,22 +108,28 @@ def totals(records: list[HeldoutAnswers]) -> list[list[int]]:
 
 
 def trained_groups(store: RunStore) -> dict[int, Counter]:
-    """Round -> groups trained on (reward spread, in the update) per family."""
+    """Round -> groups trained on (reward spread, in the update), counted per (family, whether any completion was
+    right). A trained group with no right answer got its spread from the format bonus or partial credit alone, so
+    its advantages pushed wrong answers up (a group's sample is its best completion, right when any was)."""
     trained: dict[int, Counter] = {}
     for sample in store.samples():
         if sample.fate == TRAINED:
-            trained.setdefault(sample.round, Counter())[sample.family] += 1
+            trained.setdefault(sample.round, Counter())[sample.family, sample.reason == "correct"] += 1
     return trained
 
 
-def _trained_between(trained: dict[int, Counter], before: int, after: int) -> Counter:
-    """Groups trained per family (and all together) in the rounds between two evaluations: an evaluation after n
-    rounds trained follows rounds 0..n-1."""
+def _trained_between(trained: dict[int, Counter], before: int, after: int) -> dict[str, tuple[int, int]]:
+    """Per family (and all together): groups trained in the rounds between two evaluations, and those of them with
+    no right answer. An evaluation after n rounds trained follows rounds 0..n-1."""
     counts: Counter = Counter()
     for number in range(before, after):
         counts.update(trained.get(number, Counter()))
-    counts[ALL] = sum(counts.values())
-    return counts
+    between: dict[str, tuple[int, int]] = {}
+    for (family, right), n in counts.items():
+        for key in (family, ALL):
+            groups, without_right = between.get(key, (0, 0))
+            between[key] = (groups + n, without_right + (not right) * n)
+    return between
 
 
 def analyse_node(run_dir: Path) -> dict:
@@ -135,7 +142,8 @@ def analyse_node(run_dir: Path) -> dict:
         moved = flips(records[number - 1], record) if number else None
         if moved is not None:
             groups = _trained_between(trained, records[number - 1].rounds_trained, record.rounds_trained)
-            moved = {family: values | {"trained_groups": groups[family]} for family, values in moved.items()}
+            moved = {family: values | dict(zip(("trained_groups", "trained_without_right"), groups.get(family, (0, 0))))
+                     for family, values in moved.items()}
         state = family_state(record)
         evaluations.append({
             "rounds_trained": record.rounds_trained, "round": record.round, "question_set": record.question_set,
@@ -152,11 +160,18 @@ def analyse(paths: list[Path]) -> dict:
     return {"nodes": nodes, "losses_by_training": losses_by_training(nodes)}
 
 
+# Windows of one family between two evaluations, by what the node trained on of that family in them.
+WINDOW_KINDS = {
+    "none_trained": "no group of it trained",
+    "only_right": "only groups with a right answer trained",
+    "some_without_right": "a group without a right answer trained",
+}
+
+
 def losses_by_training(nodes: list[dict]) -> dict[str, dict]:
-    """Over every node, window between evaluations and family: right answers lost where the window trained no group
-    of that family, and where it trained some."""
-    split = {name: {"windows": 0, "correct_before": 0, "lost": 0, "gained": 0} for name in ("none_trained",
-                                                                                           "some_trained")}
+    """Over every node, window between evaluations and family: right answers lost and gained, by what the window
+    trained of that family (``WINDOW_KINDS``)."""
+    split = {kind: {"windows": 0, "correct_before": 0, "lost": 0, "gained": 0} for kind in WINDOW_KINDS}
     for node in nodes:
         previous = None
         for evaluation in node["evaluations"]:
@@ -164,7 +179,9 @@ def losses_by_training(nodes: list[dict]) -> dict[str, dict]:
                 for family, f in evaluation["families"].items():
                     if family == ALL:
                         continue
-                    cell = split["some_trained" if f["trained_groups"] else "none_trained"]
+                    kind = ("none_trained" if not f["trained_groups"] else
+                            "some_without_right" if f["trained_without_right"] else "only_right")
+                    cell = split[kind]
                     cell["windows"] += 1
                     cell["correct_before"] += previous["families"][family]["correct"]
                     cell["lost"] += f["lost"]
@@ -178,7 +195,7 @@ def losses_by_training(nodes: list[dict]) -> dict[str, dict]:
 def markdown(result: dict) -> str:
     lines = [
         "| node | rounds | family | right | gained | lost | net | lost share | changed | no answer "
-        "| top wrong answer (of wrong) | groups trained |",
+        "| top wrong answer (of wrong) | groups trained (no right answer) |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for node in result["nodes"]:
@@ -197,14 +214,13 @@ def markdown(result: dict) -> str:
                     f"{f['net']:+d}" if moved else "",
                     (f"{f['lost_share']:.2f}" if f["lost_share"] is not None else "-") if moved else "",
                     str(f["changed"]) if moved else "", str(f["no_answer"]), top,
-                    str(f["trained_groups"]) if moved else "",
+                    f"{f['trained_groups']} ({f['trained_without_right']})" if moved else "",
                 ]) + " |")
             previous = evaluation["rounds_trained"]
-    for name, cell in result["losses_by_training"].items():
+    for kind, cell in result["losses_by_training"].items():
         if cell["windows"]:
-            lines.append(f"\nWindows of a family with {'no' if name == 'none_trained' else 'some'} group of it "
-                         f"trained: {cell['windows']}; right answers lost {cell['lost']} of {cell['correct_before']} "
-                         f"({cell['lost_share']}), gained {cell['gained']}.")
+            lines.append(f"\nWindows of a family with {WINDOW_KINDS[kind]}: {cell['windows']}; right answers lost "
+                         f"{cell['lost']} of {cell['correct_before']} ({cell['lost_share']}), gained {cell['gained']}.")
     return "\n".join(lines)
 
 

@@ -88,11 +88,12 @@ def test_evaluations_of_another_question_set_are_not_compared(flips, tmp_path):
     assert flips.totals(RunStore(tmp_path / "n1").heldout_answers()) == [[10, 20, 3, 1]]
 
 
-def _trained(run_dir: Path, *groups: tuple[int, str, str]) -> None:
-    """(round, family, fate) of groups the node's rounds saw, one sample each, as the round writes them."""
+def _trained(run_dir: Path, *groups: tuple[int, str, str, str]) -> None:
+    """(round, family, fate, reason of its best completion) of groups the node's rounds saw, one sample each, as the
+    round writes them."""
     lines = [RolloutSample(round=number, source_peer="peer", source_name="name", local=True, family=family,
-                           question="q", completion="c", reward=0.0, fate=fate).to_json()
-             for number, family, fate in groups]
+                           question="q", completion="c", reward=0.0, fate=fate, reason=reason).to_json()
+             for number, family, fate, reason in groups]
     with RunStore(run_dir).samples_path.open("a", encoding="utf-8") as file:
         file.write("".join(line + "\n" for line in lines))
 
@@ -100,20 +101,27 @@ def _trained(run_dir: Path, *groups: tuple[int, str, str]) -> None:
 def test_groups_trained_between_evaluations_split_the_losses(flips, tmp_path):
     _write(tmp_path / "n1", _record(0, ROUND_0), _record(10, ROUND_10))
     # rounds 0..9 lead to the evaluation after 10 rounds; round 10's group and groups that gave no gradient do not count
-    _trained(tmp_path / "n1", (2, "chain_sum", "trained"), (9, "chain_sum", "trained"), (10, "products", "trained"),
-             (4, "products", "no_signal"), (5, "products", "dropped_equal_rewards"))
+    _trained(tmp_path / "n1", (2, "chain_sum", "trained", "correct"), (9, "chain_sum", "trained", "wrong_value"),
+             (10, "products", "trained", "correct"), (4, "products", "no_signal", "correct"),
+             (5, "products", "dropped_equal_rewards", "wrong_value"))
     result = flips.analyse([tmp_path / "n1"])
     families = result["nodes"][0]["evaluations"][1]["families"]
     assert (families["products"]["trained_groups"], families["chain_sum"]["trained_groups"],
             families["all"]["trained_groups"]) == (0, 2, 2)
+    # round 9's chain_sum group had spread without a right answer (the format bonus alone)
+    assert (families["chain_sum"]["trained_without_right"], families["all"]["trained_without_right"]) == (1, 1)
     assert "trained_groups" not in result["nodes"][0]["evaluations"][0]["families"]["all"]
-    # products lost both of its right answers with none of its groups trained; chain_sum one of two, with two
+    # products lost both of its right answers with none of its groups trained; chain_sum one of two, with a group
+    # without a right answer among its two
     assert result["losses_by_training"] == {
         "none_trained": {"windows": 1, "correct_before": 2, "lost": 2, "gained": 0, "lost_share": 1.0},
-        "some_trained": {"windows": 1, "correct_before": 2, "lost": 1, "gained": 1, "lost_share": 0.5}}
+        "only_right": {"windows": 0, "correct_before": 0, "lost": 0, "gained": 0, "lost_share": None},
+        "some_without_right": {"windows": 1, "correct_before": 2, "lost": 1, "gained": 1, "lost_share": 0.5}}
     table = flips.markdown(result)
-    assert "| n1 | 0 -> 10 | products | 0/4 | +0 | -2 | -2 | 1.00 | 4 | 0 | `250` 3/4 | 0 |" in table
+    assert "| n1 | 0 -> 10 | products | 0/4 | +0 | -2 | -2 | 1.00 | 4 | 0 | `250` 3/4 | 0 (0) |" in table
+    assert "| n1 | 0 -> 10 | chain_sum | 2/4 | +1 | -1 | +0 | 0.50 | 3 | 0 | `2` 1/2 | 2 (1) |" in table
     assert "no group of it trained: 1; right answers lost 2 of 2 (1.0), gained 0." in table
+    assert "only groups with a right answer" not in table  # no such window
 
 
 def test_the_script_reads_a_bench_work_folder_and_writes_a_table_and_json(flips, tmp_path, capsys):
@@ -129,8 +137,8 @@ def test_the_script_reads_a_bench_work_folder_and_writes_a_table_and_json(flips,
     assert flips.main([str(work), "--out", str(out)]) == 0
     table = capsys.readouterr().out.splitlines()
     assert table[0].startswith("| node | rounds | family | right | gained | lost | net | lost share |")
-    assert "| i2j2-s0-n1 | 0 -> 10 | products | 0/4 | +0 | -2 | -2 | 1.00 | 4 | 0 | `250` 3/4 | 0 |" in table
-    assert "| i2j2-s0-n1 | 0 -> 10 | **all** | 2/8 | +1 | -3 | -2 | 0.75 | 7 | 0 |  | 0 |" in table
+    assert "| i2j2-s0-n1 | 0 -> 10 | products | 0/4 | +0 | -2 | -2 | 1.00 | 4 | 0 | `250` 3/4 | 0 (0) |" in table
+    assert "| i2j2-s0-n1 | 0 -> 10 | **all** | 2/8 | +1 | -3 | -2 | 0.75 | 7 | 0 |  | 0 (0) |" in table
     assert "| i2j2-s0-n2 | 0 | products | 2/4 |  |  |  |  |  | 1 | `12` 1/1 |  |" in table
     result = json.loads(out.read_text())
     assert [n["node"] for n in result["nodes"]] == ["i2j2-s0-n1", "i2j2-s0-n2"]
