@@ -8,7 +8,8 @@ sees what a user's demo sees in that time::
       python bench/swarm_vs_solo.py --out bench/results/demo_runs --nodes 2 --configs I=2,J=2 --seeds $seed \
         --rounds 200 --eval-every 5 --eval-questions 200 --eval-samples 0 --budget-min 45
     done
-    python bench/demo_runs.py bench/results/demo_runs --out bench/results/demo_runs/summary.json
+    python bench/demo_runs.py bench/results/demo_runs --out bench/results/demo_runs/summary.json \
+        --plot bench/results/demo_runs/heldout.png
 
 200 held-out questions greedy cost about what the demo's own evaluation costs (64 questions, the greedy answer and
 2 sampled ones), so the runs train about as many rounds in 45 minutes as the demo does.
@@ -16,7 +17,8 @@ sees what a user's demo sees in that time::
 Per node it reports held-out accuracy at round 0, at its last evaluation (the run's end) and the lowest after
 round ``--after``, and whether it met point 1: the end at least round 0 + ``--gain``, and after round ``--after``
 never below round 0 + ``--floor``. Per evaluated round it reports the median and range over runs of the mean of a
-run's nodes, and the lowest node: the table a README may print instead of its best run.
+run's nodes, and the lowest node: the table a README may print instead of its best run. ``--plot`` draws every
+node's curve with the median and both bounds.
 """
 
 from __future__ import annotations
@@ -79,6 +81,33 @@ def summarize(runs: list[dict], *, gain: float, floor: float, after: int) -> dic
     }
 
 
+def plot(runs: list[dict], rows: list[dict], path: Path, *, gain: float, floor: float, after: int) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(8, 4.5))
+    start = statistics.median(curve["heldout"][0][1] for run in runs for curve in run["curves"])
+    for run in runs:
+        for curve in run["curves"]:
+            axes.plot([row[0] for row in curve["heldout"]], [row[1] for row in curve["heldout"]], lw=0.8, alpha=0.6,
+                      label=f"seed {run['seed']}, node {curve['node']}")
+    axes.plot([row["rounds"] for row in rows], [row["median"] for row in rows], color="black", lw=2.5,
+              label="median of the runs' node means")
+    axes.axhline(start + gain, color="green", ls="--", lw=1, label=f"round 0 + {gain}: the gain point 1 asks")
+    axes.plot([after, max(row["rounds"] for row in rows)], [start + floor] * 2, color="red", ls=":", lw=1.5,
+              label=f"round 0 + {floor}: never below from round {after}")
+    axes.set_xlabel("rounds trained (each run: 45 minutes)")
+    axes.set_ylabel("held-out exact accuracy, greedy")
+    axes.set_title(f"The demo's setting, {len(runs)} runs: every node")
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=7, loc="lower right")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("folder", type=Path, help="folder with the runs' learning.json (or subfolders with one each)")
@@ -87,6 +116,7 @@ def main() -> None:
     parser.add_argument("--floor", type=float, default=0.05, help="what a node must stay above round 0 by ...")
     parser.add_argument("--after", type=int, default=20, help="... from this round on")
     parser.add_argument("--out", type=Path, help="results JSON")
+    parser.add_argument("--plot", type=Path, help="PNG of every node's curve, the median and the bounds")
     args = parser.parse_args()
     results = load_results(args.folder)
     runs = sorted((r for r in results["runs"] if r["config"] == args.config), key=lambda r: r["seed"])
@@ -110,6 +140,9 @@ def main() -> None:
     if args.out:
         args.out.write_text(json.dumps(summary, indent=1) + "\n")
         print(f"results: {args.out}")
+    if args.plot:
+        plot(runs, summary["by_round"], args.plot, gain=args.gain, floor=args.floor, after=args.after)
+        print(f"curves: {args.plot}")
 
 
 if __name__ == "__main__":

@@ -68,10 +68,12 @@ def test_the_command_reads_per_seed_folders_and_writes_the_summary(tmp_path):
             "runs": [_run(seed, *curves), solo]}))
     out = tmp_path / "summary.json"
     printed = subprocess.run([sys.executable, str(REPO / "bench" / "demo_runs.py"), str(tmp_path / "runs"),
-                              "--out", str(out)], check=True, capture_output=True, text=True, cwd=tmp_path).stdout
+                              "--out", str(out), "--plot", str(tmp_path / "curves.png")],
+                             check=True, capture_output=True, text=True, cwd=tmp_path).stdout
     assert printed.startswith("1 of 2 runs")
     assert "seed 1 node 1: 0.195 -> 0.310 at round 30, lowest from round 20 0.25  (not met)" in printed
     summary = json.loads(out.read_text())
     assert [v["seed"] for v in summary["per_run"]] == [0, 1]
+    assert (tmp_path / "curves.png").read_bytes().startswith(b"\x89PNG")
     assert summary["by_round"][-1] == {"rounds": 30, "runs": 2, "median": pytest.approx(0.3137, abs=1e-4),
                                       "range": [pytest.approx(0.3125), pytest.approx(0.315)], "lowest_node": 0.31}
