@@ -7,9 +7,9 @@
 #   bash bench/gpu_anchor.sh                       # from the repository root, the node's environment active
 #   MODEL=DIR BUDGET_MIN=7 bash bench/gpu_anchor.sh  # DIR: a model folder (the bundled GGUF converted, say)
 #
-# Env: MODEL (default: bundled), SEEDS, ROUNDS, BUDGET_MIN (each invocation's wall budget), RESULTS (where the
-# per-seed learning.json files and paired.json go), WORK (node data). The settings every GPU sweep shares are in
-# bench/gpu_runs.sh (start_run).
+# Env: MODEL (default: bundled), DEVICE (default: cuda; cpu with MODEL=tiny checks the plumbing), SEEDS, ROUNDS,
+# BUDGET_MIN (each invocation's wall budget), RESULTS (where the per-seed learning.json files and paired.json go),
+# WORK (node data). The settings every GPU sweep shares are in bench/gpu_runs.sh (start_run).
 set -u
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRL_EXPERIMENTAL_SILENCE=1
 PY=${PY:-python3}
