@@ -81,7 +81,8 @@ def summarize(runs: list[dict], *, gain: float, floor: float, after: int) -> dic
     }
 
 
-def plot(runs: list[dict], rows: list[dict], path: Path, *, gain: float, floor: float, after: int) -> None:
+def plot(runs: list[dict], rows: list[dict], path: Path, *, gain: float, floor: float, after: int,
+         title: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -100,7 +101,7 @@ def plot(runs: list[dict], rows: list[dict], path: Path, *, gain: float, floor: 
               label=f"round 0 + {floor}: never below from round {after}")
     axes.set_xlabel("rounds trained (each run: 45 minutes)")
     axes.set_ylabel("held-out exact accuracy, greedy")
-    axes.set_title(f"The demo's setting, {len(runs)} runs: every node")
+    axes.set_title(f"{title}, {len(runs)} run{'s' if len(runs) > 1 else ''}: every node")
     axes.grid(alpha=0.3)
     axes.legend(fontsize=7, loc="lower right")
     figure.tight_layout()
@@ -117,6 +118,7 @@ def main() -> None:
     parser.add_argument("--after", type=int, default=20, help="... from this round on")
     parser.add_argument("--out", type=Path, help="results JSON")
     parser.add_argument("--plot", type=Path, help="PNG of every node's curve, the median and the bounds")
+    parser.add_argument("--title", default="The demo's setting", help="what the runs measured, for the plot")
     args = parser.parse_args()
     results = load_results(args.folder)
     runs = sorted((r for r in results["runs"] if r["config"] == args.config), key=lambda r: r["seed"])
@@ -141,7 +143,8 @@ def main() -> None:
         args.out.write_text(json.dumps(summary, indent=1) + "\n")
         print(f"results: {args.out}")
     if args.plot:
-        plot(runs, summary["by_round"], args.plot, gain=args.gain, floor=args.floor, after=args.after)
+        plot(runs, summary["by_round"], args.plot, gain=args.gain, floor=args.floor, after=args.after,
+             title=args.title)
         print(f"curves: {args.plot}")
 
 
