@@ -37,6 +37,8 @@ def test_a_node_meets_point_1_only_by_gaining_and_never_falling_back():
     assert (fell_back["gained"], fell_back["held"], fell_back["met"]) == (True, False, False)
     slow = demo_runs.node_verdict(_curve(1, SLOW), **kwargs)
     assert (slow["gained"], slow["held"], slow["met"]) == (False, True, False)
+    exactly = demo_runs.node_verdict(_curve(1, {0: 0.085, 20: 0.135, 30: 0.205}), **kwargs)  # 0.085 + 0.12 > 0.205
+    assert (exactly["gained"], exactly["held"]) == (True, True)
     short = demo_runs.node_verdict(_curve(1, {0: 0.195, 10: 0.4}), **kwargs)  # never reached round 20: not shown
     assert short["lowest_from_round_20"] is None and not short["met"]
 
