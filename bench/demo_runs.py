@@ -54,11 +54,12 @@ def by_round(runs: list[dict]) -> list[dict]:
     """Per round some run evaluated: how many runs reached it, median and range of the runs' node means, the lowest
     node of any run."""
     rows = []
-    rounds = sorted({row[0] for run in runs for curve in run["curves"] for row in curve["heldout"]})
-    for n in rounds:
+    # per run, each node's accuracy by rounds trained
+    curves = [[{row[0]: row[1] for row in curve["heldout"]} for curve in run["curves"]] for run in runs]
+    for n in sorted({n for run in curves for node in run for n in node}):
         means, nodes = [], []
-        for run in runs:
-            values = [dict((row[0], row[1]) for row in curve["heldout"]).get(n) for curve in run["curves"]]
+        for run in curves:
+            values = [node.get(n) for node in run]
             if None not in values:  # every node of the run evaluated after n rounds
                 means.append(statistics.fmean(values))
                 nodes.extend(values)

@@ -118,17 +118,17 @@ def trained_groups(store: RunStore) -> dict[int, Counter]:
     return trained
 
 
-def _trained_between(trained: dict[int, Counter], before: int, after: int) -> dict[str, tuple[int, int]]:
-    """Per family (and all together): groups trained in the rounds between two evaluations, and those of them with
-    no right answer. An evaluation after n rounds trained follows rounds 0..n-1."""
-    counts: Counter = Counter()
+def _trained_between(trained: dict[int, Counter], before: int, after: int) -> dict[str, Counter]:
+    """Per family (and all together): groups trained in the rounds between two evaluations (``trained_groups``), and
+    those of them with no right answer (``trained_without_right``). An evaluation after n rounds trained follows
+    rounds 0..n-1; a family without any is missing."""
+    between: dict[str, Counter] = {}
     for number in range(before, after):
-        counts.update(trained.get(number, Counter()))
-    between: dict[str, tuple[int, int]] = {}
-    for (family, right), n in counts.items():
-        for key in (family, ALL):
-            groups, without_right = between.get(key, (0, 0))
-            between[key] = (groups + n, without_right + (not right) * n)
+        for (family, right), n in trained.get(number, Counter()).items():
+            for key in (family, ALL):
+                counts = between.setdefault(key, Counter(trained_groups=0, trained_without_right=0))
+                counts["trained_groups"] += n
+                counts["trained_without_right"] += 0 if right else n
     return between
 
 
@@ -142,8 +142,8 @@ def analyse_node(run_dir: Path) -> dict:
         moved = flips(records[number - 1], record) if number else None
         if moved is not None:
             groups = _trained_between(trained, records[number - 1].rounds_trained, record.rounds_trained)
-            moved = {family: values | dict(zip(("trained_groups", "trained_without_right"), groups.get(family, (0, 0))))
-                     for family, values in moved.items()}
+            none = {"trained_groups": 0, "trained_without_right": 0}
+            moved = {family: values | dict(groups.get(family, none)) for family, values in moved.items()}
         state = family_state(record)
         evaluations.append({
             "rounds_trained": record.rounds_trained, "round": record.round, "question_set": record.question_set,
