@@ -61,6 +61,7 @@ class _Section(BaseModel):
 
 
 PeerChoice = Literal["uniform", "teaching"]
+PeerAdvantages = Literal["full", "positive"]
 
 
 class TrainingSettings(_Section):
@@ -97,6 +98,12 @@ class TrainingSettings(_Section):
         "teaching = the groups whose rewards (by our own verifier) spread most first, then those of the families "
         "where this node's own recent accuracy is lowest. Either way registered peers come first and each network "
         "gets one group before a second of any",
+    )
+    peer_advantages: PeerAdvantages = Field(
+        "full", description="what a peer group's completions teach: full = SAPO's GRPO advantages, above the group's "
+        "mean pushed up and below it pushed down; positive = only those above the mean, the ones below get advantage "
+        "0 (the peer's text was sampled by another policy: pushing down what our own policy would not write moves "
+        "weights without teaching it anything). Our own groups always keep full advantages",
     )
     num_generations: int = Field(4, ge=2, le=64, description="G: completions per question")
     max_new_tokens: int = Field(128, ge=8, le=4096)

@@ -306,7 +306,7 @@ class SwarmNode:
                 temperature=train.temperature, top_p=train.top_p, format_reward_weight=train.format_reward_weight,
                 drop_zero_advantage=train.drop_zero_advantage,
                 peer_text_ratio=cfg.swarm.peer_text_ratio, peer_logprob_floor=cfg.swarm.peer_logprob_floor,
-                peer_choice=train.peer_choice,
+                peer_choice=train.peer_choice, peer_advantages=train.peer_advantages,
             ),
             registry=self.chain, clock=swarm_clock(cfg),
         )

@@ -180,6 +180,22 @@ def test_sampling_after_an_update_sees_the_whole_context(tiny_model_dir, tmp_pat
     assert list(sampled[0][0].ids) == expected[0, len(prompts[0]):].tolist()[: len(sampled[0][0].ids)]
 
 
+def test_a_group_that_pushes_nothing_down_keeps_only_its_positive_advantages(tiny_model_dir, tmp_path):
+    """A peer's group under peer_advantages = "positive": its completions below the mean get 0, not a push down."""
+    learner = _learner(tiny_model_dir, tmp_path, "grpo")
+    policy = learner.policy
+    own, peer = _batch(policy)
+    groups = [own, TrainGroup(prompt_ids=peer.prompt_ids, completions=peer.completions, rewards=peer.rewards,
+                              push_down=False)]
+    _, inputs = _trl_loss_and_inputs(learner, groups)
+
+    full = _hand_advantages()
+    expected = full[:G] + [max(a, 0.0) for a in full[G:]]
+    assert min(full[G:]) < -0.5  # the peer group has completions below its mean, and they lose their push
+    got = dict(zip(_rows_by_completion(policy, groups, inputs), inputs["advantages"].tolist(), strict=True))
+    assert [got[i] for i in range(len(expected))] == pytest.approx(expected, abs=1e-5)
+
+
 @pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo"])
 def test_micro_batches_accumulate_exactly_the_whole_batch_gradient(tiny_model_dir, tmp_path, loss_type):
     grads = []

@@ -121,8 +121,13 @@ def test_a_round_trains_on_verified_peer_groups_and_accounts_for_every_one(tiny_
     InMemoryExchange(board, "QmOld").publish(RoundRecord("QmOld", now, (dataclasses.replace(forged),)))
     a.registry = _Registry({"QmNodeB"})  # as a chain would say: B is registered on the coordinator
     a.buffer.verify_pending()  # what the verifier thread does meanwhile, done now: the test knows what is in
+    a.settings = dataclasses.replace(SETTINGS, peer_advantages="positive")
+    stepped, step = [], a.learner.step
+    a.learner.step = lambda groups: stepped.append(groups) or step(groups)
     _play(a, 0, results, events)
     m = results["QmNodeA"].metrics
+    # our own groups keep GRPO's push down; the peer's lose it (peer_advantages = "positive")
+    assert [g.push_down for g in stepped[0]] == [True] * 2 + [False] * m.groups_used
     assert m.rejected_reasons == {"question_mismatch": 1, "prompt_format_mismatch": 1}
     # B's two groups: both trained (J = 2, one peer: a second group of a peer once every peer has one) or dropped
     assert m.groups_received == 4 and m.groups_used + m.groups_zero_advantage == 2 and m.groups_used >= 1
@@ -245,7 +250,8 @@ def test_build_node_plays_rounds_and_evaluates_over_an_in_memory_exchange(tiny_m
     from tests.nodes import tiny_config
 
     config = tiny_config(tiny_model_dir, tmp_path, run={"rounds": 2, "checkpoint_every_rounds": 5},
-                         evaluation={"every_rounds": 1, "questions": 5}, training={"peer_choice": "teaching"})
+                         evaluation={"every_rounds": 1, "questions": 5},
+                         training={"peer_choice": "teaching", "peer_advantages": "positive"})
     board, bus, events = InMemoryBoard(), EventBus(), []
     bus.subscribe(events.append)
     trims = []  # rounds finished when the heap was trimmed: once after each round, none for an evaluation
@@ -253,7 +259,8 @@ def test_build_node_plays_rounds_and_evaluates_over_an_in_memory_exchange(tiny_m
                         lambda: trims.append(sum(e.kind == "round_finished" for e in events)) or True)
     node = build_node(config, bus=bus, exchange=lambda cfg, identity, peers: InMemoryExchange(board, identity.peer_id))
     node.run()
-    assert node.parts.settings.peer_choice == "teaching"  # the config's choice reaches the round
+    assert node.parts.settings.peer_choice == "teaching"  # the config's choices reach the round
+    assert node.parts.settings.peer_advantages == "positive"
     assert trims == [1, 2]
     kinds = [e.kind for e in events]
     evaluations = [e for e in events if e.kind == "eval_finished"]

@@ -77,6 +77,9 @@ class TrainGroup:
     prompt_ids: tuple[int, ...]
     completions: tuple[Completion, ...]
     rewards: tuple[float, ...]
+    # False: completions below the group's mean get advantage 0 instead of a negative one (a peer's text, which our
+    # policy did not sample); those above it are trained as usual.
+    push_down: bool = True
 
 
 @dataclass(frozen=True)
@@ -436,8 +439,10 @@ class RoundAdapter:
     def __init__(self, eos_id: int) -> None:
         self._eos_id = eos_id
         self._rows: list[tuple[str, tuple[int, ...], Completion, float]] = []
+        self.push_down: list[bool] = []  # per row of the loaded groups: whether a negative advantage is kept
 
     def load(self, groups: list[TrainGroup]) -> list[dict[str, str]]:
+        self.push_down = [group.push_down for group in groups for _ in group.completions]
         self._rows = [
             (f"sapo-{g}-{c}", group.prompt_ids, completion, reward)
             for g, group in enumerate(groups)
@@ -488,6 +493,17 @@ class SapoGRPOTrainer(GRPOTrainer):
     The G rows of a group share their prompt, most of each row's tokens: where the model allows it, each distinct
     prompt goes through the backbone once, packed with its rows' completions (:func:`_packed_group_states`).
     """
+
+    round_adapter: RoundAdapter | None = None  # set by GrpoLearner: which rows keep their negative advantages
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        push_down = self.round_adapter.push_down if self.round_adapter is not None else []
+        if not all(push_down):
+            advantages = output["advantages"]
+            keep = torch.tensor(push_down, dtype=torch.bool, device=advantages.device)
+            output["advantages"] = torch.where(keep, advantages, advantages.clamp(min=0.0))
+        return output
 
     def _get_per_token_logps_and_entropies(
         self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False,
@@ -729,6 +745,7 @@ class GrpoLearner:
                 processing_class=policy.tokenizer,
                 rollout_func=self.adapter.rollout,
             )
+            self.trainer.round_adapter = self.adapter
             # Trainer.train() would switch activation checkpointing on (TRL's default); without it every layer's
             # activations of the whole pass stay alive for the backward: ~13 GB instead of ~3 for a bundled round.
             if args.activation_checkpointing:

@@ -18,6 +18,7 @@ callbacks, and the caller (:mod:`node.runner`) owns events, persistence and the 
 from __future__ import annotations
 
 import logging
+import math
 import random
 import statistics
 import time
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from node.clock import SwarmClock
-from node.config import PeerChoice
+from node.config import PeerAdvantages, PeerChoice
 from node.events import RolloutSample, RoundFinished, RoundProgress
 from node.learning.grpo import Completion, GrpoLearner, Policy, StepStats, TrainGroup
 from node.sapo.peer_buffer import Buffered, PeerGroupBuffer, Taken
@@ -67,6 +68,7 @@ class RoundSettings:
     peer_text_ratio: float = 2.0  # cap on peer text outside <answer>, relative to our own (node.sapo.peer_text)
     peer_logprob_floor: float | None = None  # least mean per-token log-prob of a peer completion under our policy
     peer_choice: PeerChoice = "uniform"  # how J peer groups are chosen among the usable ones (node.sapo.teaching)
+    peer_advantages: PeerAdvantages = "full"  # "positive": a peer completion below its group's mean gets advantage 0
 
 
 class PeerRegistry(Protocol):
@@ -111,7 +113,12 @@ class RoundParts:
                 self.policy.encode_completion(text, finished=done, max_new_tokens=self.settings.max_new_tokens)
                 for text, done in zip(group.texts, group.finished, strict=True)
             ]
-        return TrainGroup(prompt_ids=self.prompt_ids(group.task), completions=tuple(completions), rewards=group.rewards)
+        return TrainGroup(prompt_ids=self.prompt_ids(group.task), completions=tuple(completions), rewards=group.rewards,
+                          push_down=self.pushes_down(group))
+
+    def pushes_down(self, group: ScoredGroup) -> bool:
+        """Whether the group's completions below its mean are trained down (see RoundSettings.peer_advantages)."""
+        return group.local or self.settings.peer_advantages == "full"
 
 
 @dataclass
@@ -237,7 +244,7 @@ def play_round(
         wellformed_rate=_mean([g.wellformed for g in local_grades]),
         accuracy_local=_mean([g.exact for g in local_grades]),
         groups_with_spread=len(with_spread) / len(trained) if trained else 0.0,
-        mean_abs_advantage=_mean_abs_advantage(trained),
+        mean_abs_advantage=_mean_abs_advantage(trained, parts.pushes_down),
         grad_norm=stats.grad_norm,
         entropy=stats.entropy,
         update_skipped=not with_spread,
@@ -366,13 +373,15 @@ def _rejected_sample(number: int, rejected: RejectedGroup) -> RolloutSample:
     )
 
 
-def _mean_abs_advantage(groups: list[ScoredGroup]) -> float:
-    """Mean |advantage| over the trained completions, with GRPO's per-group normalization."""
+def _mean_abs_advantage(groups: list[ScoredGroup], pushes_down: Callable[[ScoredGroup], bool]) -> float:
+    """Mean |advantage| over the trained completions, with GRPO's per-group normalization (0 for those below their
+    group's mean where it is not pushed down)."""
     values = []
     for group in groups:
         rewards = group.rewards
         mean, std = statistics.fmean(rewards), statistics.pstdev(rewards)
-        values += [abs(r - mean) / (std + 1e-4) for r in rewards]
+        floor = -math.inf if pushes_down(group) else 0.0
+        values += [abs(max((r - mean) / (std + 1e-4), floor)) for r in rewards]
     return _mean(values)
 
 
