@@ -103,8 +103,8 @@ class TrainingSettings(_Section):
         "full", description="what a peer group's completions teach: full = SAPO's GRPO advantages, above the group's "
         "mean pushed up and below it pushed down; positive = only those above the mean, the ones below get advantage "
         "0 (the peer's text was sampled by another policy: pushing down what our own policy would not write moves "
-        "weights without teaching it anything). Our own groups always keep full advantages (the answer-critique-revise game "
-        "trains only its own)",
+        "weights without teaching it anything). Our own groups always keep full advantages (the "
+        "answer-critique-revise game trains only its own)",
     )
     num_generations: int = Field(4, ge=2, le=64, description="G: completions per question")
     max_new_tokens: int = Field(128, ge=8, le=4096)
