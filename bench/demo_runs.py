@@ -6,7 +6,8 @@ sees what a user's demo sees in that time::
 
     for seed in 0 1 2 3 4; do
       python bench/swarm_vs_solo.py --out bench/results/demo_runs --nodes 2 --configs I=2,J=2 --seeds $seed \
-        --rounds 200 --eval-every 5 --eval-questions 200 --eval-samples 0 --budget-min 45
+        --rounds 200 --eval-every 5 --eval-questions 200 --eval-samples 0 --budget-min 45 \
+        --set training.peer_advantages=positive   # the demo's default, spelled out as the saved runs have it
     done
     python bench/demo_runs.py bench/results/demo_runs --out bench/results/demo_runs/summary.json \
         --plot bench/results/demo_runs/heldout.png
@@ -95,8 +96,10 @@ def plot(runs: list[dict], rows: list[dict], path: Path, *, gain: float, floor: 
         for curve in run["curves"]:
             axes.plot([row[0] for row in curve["heldout"]], [row[1] for row in curve["heldout"]], lw=0.8, alpha=0.6,
                       label=f"seed {run['seed']}, node {curve['node']}")
-    axes.plot([row["rounds"] for row in rows], [row["median"] for row in rows], color="black", lw=2.5,
-              label="median of the runs' node means")
+    # Past the rounds every run reached, the median is of fewer runs and jumps with which ones went on.
+    every_run = [row for row in rows if row["runs"] == len(runs)]
+    axes.plot([row["rounds"] for row in every_run], [row["median"] for row in every_run], color="black", lw=2.5,
+              label="median of the runs' node means (rounds every run reached)")
     axes.axhline(start + gain, color="green", ls="--", lw=1, label=f"round 0 + {gain}: the gain point 1 asks")
     axes.plot([after, max(row["rounds"] for row in rows)], [start + floor] * 2, color="red", ls=":", lw=1.5,
               label=f"round 0 + {floor}: never below from round {after}")
