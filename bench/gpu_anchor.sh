@@ -9,7 +9,8 @@
 #
 # Env: MODEL (default: bundled), DEVICE (default: cuda; cpu with MODEL=tiny checks the plumbing), SEEDS, ROUNDS,
 # BUDGET_MIN (each invocation's wall budget), RESULTS (where the per-seed learning.json files and paired.json go),
-# WORK (node data). The settings every GPU sweep shares are in bench/gpu_runs.sh (start_run).
+# WORK (node data), ARCHIVE (a .tgz of RESULTS and the run logs: archive_results). The settings every GPU sweep
+# shares are in bench/gpu_runs.sh (start_run).
 set -u
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRL_EXPERIMENTAL_SILENCE=1
 PY=${PY:-python3}
@@ -29,3 +30,4 @@ wait_for_runs $PIDS
 rm -f "$RESULTS"/*/s*/learning_*.png
 $PY bench/paired_codes.py "$RESULTS/3000" "$RESULTS/0" --incomplete --labels "anchor_decay 3000" "anchor_decay 0" \
   --out "$RESULTS/paired.json"
+archive_results

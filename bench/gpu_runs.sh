@@ -1,6 +1,6 @@
 # Sourced by the bench/gpu_*.sh sweeps, which start their runs in the background on one GPU: a timestamped log line
-# (step), a GPU reading (gpu), one run started the way every sweep starts it (start_run), and waiting for the runs
-# while logging the GPU's load (wait_for_runs).
+# (step), a GPU reading (gpu), one run started the way every sweep starts it (start_run), waiting for the runs
+# while logging the GPU's load (wait_for_runs), and packing what a sweep wrote into one file (archive_results).
 T0=$(date +%s)
 step() { echo "=== +$(( $(date +%s) - T0 ))s $*"; }
 gpu() { nvidia-smi --query-gpu="$1" --format=csv,noheader 2>/dev/null || echo "no NVIDIA GPU"; }
@@ -31,4 +31,11 @@ start_run() {
     --set training.device="${DEVICE:-cuda}" --set training.optimizer_states=float32 --budget-min "$BUDGET_MIN" \
     --node-gb 1 --memory-reserve-gb 4 "$@" > "$WORK/log-$name.txt" 2>&1 &
   PIDS="$PIDS $!"
+}
+
+# archive_results: with ARCHIVE set, RESULTS and the runs' logs also go into that .tgz. The device tool brings back only
+# a few files from $OUT and no folder nested as deep as RESULTS, so on a lease: ARCHIVE=$OUT/sweep.tgz.
+archive_results() {
+  [ -n "${ARCHIVE:-}" ] || return 0
+  tar -czf "$ARCHIVE" "$RESULTS" "$WORK"/log-*.txt && step "results and run logs in $ARCHIVE"
 }

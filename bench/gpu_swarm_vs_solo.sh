@@ -13,8 +13,7 @@
 #
 # Env: MODEL (default: bundled), DEVICE (default: cuda; cpu with MODEL=tiny checks the plumbing), SEEDS, ROUNDS,
 # BUDGET_MIN (each invocation's wall budget), SOLO_NODES, RESULTS (where the per-seed learning.json files and
-# paired.json go), WORK (node data), ARCHIVE (a .tgz to also write RESULTS and the run logs into: the device tool
-# brings back only a few files from $OUT, and no folder nested as deep as RESULTS, so ARCHIVE=$OUT/swarm.tgz there).
+# paired.json go), WORK (node data), ARCHIVE (a .tgz of RESULTS and the run logs: bench/gpu_runs.sh, archive_results).
 set -u
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRL_EXPERIMENTAL_SILENCE=1
 # Thirty processes share the GPU: the caching allocator hands back what it does not use instead of keeping blocks.
@@ -37,6 +36,4 @@ wait_for_runs $PIDS
 rm -f "$RESULTS"/*/s*/learning_*.png
 $PY bench/paired_codes.py "$RESULTS/shared" "$RESULTS/solo" --config I=2,J=2 I=4,J=0 --incomplete \
   --labels "4 nodes I=2,J=2" "solo I=4,J=0" --out "$RESULTS/paired.json"
-if [ -n "${ARCHIVE:-}" ]; then
-  tar -czf "$ARCHIVE" "$RESULTS" "$WORK"/log-*.txt && step "results and run logs in $ARCHIVE"
-fi
+archive_results
