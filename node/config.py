@@ -62,6 +62,7 @@ class _Section(BaseModel):
 
 PeerChoice = Literal["uniform", "teaching"]
 PeerAdvantages = Literal["full", "positive"]
+RewardScaling = Literal["group", "none"]
 
 
 class TrainingSettings(_Section):
@@ -105,6 +106,12 @@ class TrainingSettings(_Section):
         "0 (the peer's text was sampled by another policy: pushing down what our own policy would not write moves "
         "weights without teaching it anything). Our own groups always keep full advantages (the "
         "answer-critique-revise game trains only its own)",
+    )
+    scale_rewards: RewardScaling = Field(
+        "group", description="how a group's rewards become advantages after its mean is taken off: group = divided by "
+        "the group's standard deviation (GRPO, SAPO), so a group whose rewards differ only by the format bonus pushes "
+        "as hard as one with a right answer; none = not divided (Dr. GRPO), each completion pushed by how much its "
+        "reward differs from its group's mean",
     )
     num_generations: int = Field(4, ge=2, le=64, description="G: completions per question")
     max_new_tokens: int = Field(128, ge=8, le=4096)

@@ -256,7 +256,7 @@ class SwarmNode:
             epsilon_high=train.epsilon_high, loss_type=train.loss_type, max_grad_norm=train.max_grad_norm,
             seed=cfg.run.seed, micro_batch_groups=train.micro_batch_groups, lora=lora, adapter_dir=adapter_dir,
             adamw_8bit=adamw_8bit, lr_decay_rounds=train.lr_decay_rounds, anchor_decay=train.anchor_decay,
-            starting_weights=starting_weights,
+            starting_weights=starting_weights, scale_rewards=train.scale_rewards,
         )
         del starting_weights  # the learner holds them now, in its reference model or cast to where the weights live
         if latest:
@@ -307,6 +307,7 @@ class SwarmNode:
                 drop_zero_advantage=train.drop_zero_advantage,
                 peer_text_ratio=cfg.swarm.peer_text_ratio, peer_logprob_floor=cfg.swarm.peer_logprob_floor,
                 peer_choice=train.peer_choice, peer_advantages=train.peer_advantages,
+                scale_rewards=train.scale_rewards,
             ),
             registry=self.chain, clock=swarm_clock(cfg),
         )

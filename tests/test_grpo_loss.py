@@ -21,7 +21,7 @@ COSINE, RELATIVE = 0.999, 0.02
 
 
 def _learner(model_dir: Path, tmp_path: Path, loss_type: str, micro_batch_groups: int = 0,
-             adamw_8bit: bool = False, lr_decay_rounds: int = 0) -> GrpoLearner:
+             adamw_8bit: bool = False, lr_decay_rounds: int = 0, scale_rewards: str = "group") -> GrpoLearner:
     torch.manual_seed(0)
     with models.LOADING:  # learners may be set up in threads (below)
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
@@ -31,6 +31,7 @@ def _learner(model_dir: Path, tmp_path: Path, loss_type: str, micro_batch_groups
         policy, output_dir=tmp_path / "trl", device="cpu", mixed_bf16=False, num_generations=G, max_new_tokens=8,
         learning_rate=1e-3, beta=0.0, epsilon=0.2, epsilon_high=0.28, loss_type=loss_type, max_grad_norm=1.0, seed=0,
         micro_batch_groups=micro_batch_groups, adamw_8bit=adamw_8bit, lr_decay_rounds=lr_decay_rounds,
+        scale_rewards=scale_rewards,
     )
 
 
@@ -47,11 +48,12 @@ def _batch(policy: Policy) -> list[TrainGroup]:
     return groups
 
 
-def _hand_advantages() -> list[float]:
+def _hand_advantages(scale_rewards: str = "group") -> list[float]:
     advantages = []
     for rewards in REWARDS:
         r = torch.tensor(rewards)
-        advantages += ((r - r.mean()) / (r.std(unbiased=True) + 1e-4)).tolist()
+        scale = r.std(unbiased=True) + 1e-4 if scale_rewards == "group" else 1.0
+        advantages += ((r - r.mean()) / scale).tolist()
     return advantages
 
 
@@ -88,14 +90,15 @@ def _rows_by_completion(policy, groups, inputs):
     return order
 
 
-@pytest.mark.parametrize("loss_type", ["grpo", "dapo", "bnpo"])
-def test_advantages_and_loss_match_hand_computation(tiny_model_dir, tmp_path, loss_type):
-    learner = _learner(tiny_model_dir, tmp_path, loss_type)
+@pytest.mark.parametrize(("loss_type", "scale_rewards"),
+                         [("grpo", "group"), ("dapo", "group"), ("bnpo", "group"), ("grpo", "none")])
+def test_advantages_and_loss_match_hand_computation(tiny_model_dir, tmp_path, loss_type, scale_rewards):
+    learner = _learner(tiny_model_dir, tmp_path, loss_type, scale_rewards=scale_rewards)
     policy = learner.policy
     groups = _batch(policy)
     loss, inputs = _trl_loss_and_inputs(learner, groups)
 
-    expected = _hand_advantages()
+    expected = _hand_advantages(scale_rewards)
     order = _rows_by_completion(policy, groups, inputs)
     assert sorted(order) == list(range(len(expected)))
     got = {i: a for i, a in zip(order, inputs["advantages"].tolist(), strict=True)}

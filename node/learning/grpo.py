@@ -676,8 +676,12 @@ class GrpoLearner:
         max_grad_norm: float, seed: int, micro_batch_groups: int = 0, lora: LoraSettings | None = None,
         adapter_dir: Path | None = None, adamw_8bit: bool = False, lr_decay_rounds: int = 0,
         anchor_decay: float = 0.0, starting_weights: Mapping[str, torch.Tensor] | None = None,
+        scale_rewards: str = "group",
     ) -> None:
         """``lora`` trains an adapter; ``adapter_dir`` resumes one saved by :meth:`save_adapter`.
+
+        ``scale_rewards`` is TRL's: "group" divides each group's centred rewards by their standard deviation, "none"
+        keeps them as they are (exact under ``micro_batch_groups`` too: advantages stay per group either way).
 
         ``lr_decay_rounds`` N > 0 scales the learning rate of update k by 1 / sqrt(1 + k / N); 0 keeps it constant.
 
@@ -723,6 +727,7 @@ class GrpoLearner:
                 epsilon=epsilon,
                 epsilon_high=epsilon_high,
                 loss_type=loss_type,
+                scale_rewards=scale_rewards,
                 optim="adamw_bnb_8bit" if adamw_8bit else "adamw_torch",
                 disable_dropout=True,
                 save_strategy="no",
