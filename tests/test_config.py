@@ -45,6 +45,7 @@ def test_toml_roundtrip_and_overrides(tmp_path):
         ({"training": {"device": "tpu"}}, "[training] device"),
         ({"training": {"peer_choice": "best"}}, "[training] peer_choice"),
         ({"training": {"peer_advantages": "negative"}}, "[training] peer_advantages"),
+        ({"training": {"scale_rewards": "batch"}}, "[training] scale_rewards"),
         ({"training": {"anchor_decay": -1.0}}, "[training] anchor_decay: Input should be greater than or equal to 0"),
         ({"training": {"anchor_decay": 10.0, "lora_rank": 16}}, "set anchor_decay = 0 to train a LoRA adapter"),
         ({"training": {"anchor_decay": 1e5, "learning_rate": 1e-5}}, "lower anchor_decay below 100000"),

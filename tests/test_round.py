@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import statistics
 import time
 import zlib
 from pathlib import Path
@@ -251,7 +252,7 @@ def test_build_node_plays_rounds_and_evaluates_over_an_in_memory_exchange(tiny_m
 
     config = tiny_config(tiny_model_dir, tmp_path, run={"rounds": 2, "checkpoint_every_rounds": 5},
                          evaluation={"every_rounds": 1, "questions": 5},
-                         training={"peer_choice": "teaching", "peer_advantages": "positive"})
+                         training={"peer_choice": "teaching", "peer_advantages": "positive", "scale_rewards": "none"})
     board, bus, events = InMemoryBoard(), EventBus(), []
     bus.subscribe(events.append)
     trims = []  # rounds finished when the heap was trimmed: once after each round, none for an evaluation
@@ -261,6 +262,7 @@ def test_build_node_plays_rounds_and_evaluates_over_an_in_memory_exchange(tiny_m
     node.run()
     assert node.parts.settings.peer_choice == "teaching"  # the config's choices reach the round
     assert node.parts.settings.peer_advantages == "positive"
+    assert node.parts.settings.scale_rewards == node.learner.trainer.args.scale_rewards == "none"
     assert trims == [1, 2]
     kinds = [e.kind for e in events]
     evaluations = [e for e in events if e.kind == "eval_finished"]
@@ -275,6 +277,23 @@ def test_build_node_plays_rounds_and_evaluates_over_an_in_memory_exchange(tiny_m
     assert len(board.records) >= 1 and all(r > 1_000_000 for r in board.records)  # published under the swarm clock
     phases = {e.phase for e in events if e.kind == "round_progress"}
     assert {"evaluating", "generating", "sharing", "checkpoint"} <= phases
+
+
+@pytest.mark.parametrize("scale_rewards", ["group", "none"])
+def test_the_reported_advantage_is_the_one_trained(tiny_model_dir, tmp_path, scale_rewards):
+    board = InMemoryBoard()
+    solo = _parts(tiny_model_dir, tmp_path, board, "QmSolo", seed=1, cls=_SpreadParts)
+    solo.settings = dataclasses.replace(SETTINGS, external_groups=0, scale_rewards=scale_rewards)
+    results: dict = {}
+    _play(solo, 0, results, [])
+    trained = [s.group_rewards for s in results["QmSolo"].samples if s.fate == "trained"]
+    assert trained  # the hash grader gives every group spread
+    expected = []
+    for rewards in trained:
+        mean = sum(rewards) / G
+        scale = statistics.pstdev(rewards) + 1e-4 if scale_rewards == "group" else 1.0
+        expected += [abs(r - mean) / scale for r in rewards]
+    assert results["QmSolo"].metrics.mean_abs_advantage == pytest.approx(sum(expected) / len(expected))
 
 
 @pytest.mark.slow
