@@ -307,7 +307,6 @@ class SwarmNode:
                 drop_zero_advantage=train.drop_zero_advantage,
                 peer_text_ratio=cfg.swarm.peer_text_ratio, peer_logprob_floor=cfg.swarm.peer_logprob_floor,
                 peer_choice=train.peer_choice, peer_advantages=train.peer_advantages,
-                scale_rewards=train.scale_rewards,
             ),
             registry=self.chain, clock=swarm_clock(cfg),
         )

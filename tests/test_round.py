@@ -72,12 +72,13 @@ def _policy(model_dir: Path) -> Policy:
 
 
 def _parts(model_dir: Path, tmp_path: Path, board: InMemoryBoard, peer_id: str, *, seed: int,
-           cls=RoundParts, members=()) -> RoundParts:
+           cls=RoundParts, members=(), scale_rewards: str = "group") -> RoundParts:
     tasks = TaskSource({family: 1.0 for family in SMALL_MODEL_LADDERS}, seed=seed, ladders=SMALL_MODEL_LADDERS)
     policy = _policy(model_dir)
     learner = GrpoLearner(
         policy, output_dir=tmp_path / peer_id, device="cpu", mixed_bf16=False, num_generations=G, max_new_tokens=8,
         learning_rate=1e-4, beta=0.0, epsilon=0.2, epsilon_high=0.28, loss_type="grpo", max_grad_norm=1.0, seed=0,
+        scale_rewards=scale_rewards,
     )
     return cls(peer_id=peer_id, tasks=tasks, policy=policy, learner=learner,
                exchange=InMemoryExchange(board, peer_id, members=members),
@@ -262,7 +263,7 @@ def test_build_node_plays_rounds_and_evaluates_over_an_in_memory_exchange(tiny_m
     node.run()
     assert node.parts.settings.peer_choice == "teaching"  # the config's choices reach the round
     assert node.parts.settings.peer_advantages == "positive"
-    assert node.parts.settings.scale_rewards == node.learner.trainer.args.scale_rewards == "none"
+    assert node.learner.trainer.args.scale_rewards == "none" and not node.learner.scales_rewards
     assert trims == [1, 2]
     kinds = [e.kind for e in events]
     evaluations = [e for e in events if e.kind == "eval_finished"]
@@ -280,10 +281,12 @@ def test_build_node_plays_rounds_and_evaluates_over_an_in_memory_exchange(tiny_m
 
 
 @pytest.mark.parametrize("scale_rewards", ["group", "none"])
-def test_the_reported_advantage_is_the_one_trained(tiny_model_dir, tmp_path, scale_rewards):
+def test_the_reported_advantage_follows_the_learners_scaling(tiny_model_dir, tmp_path, scale_rewards):
+    """The Dashboard's mean |advantage| divides by the group's (population) standard deviation only where the learner
+    does; TRL divides by the sample one, so under "group" the chart reads sqrt(4/3) times the trained value for G = 4."""
     board = InMemoryBoard()
-    solo = _parts(tiny_model_dir, tmp_path, board, "QmSolo", seed=1, cls=_SpreadParts)
-    solo.settings = dataclasses.replace(SETTINGS, external_groups=0, scale_rewards=scale_rewards)
+    solo = _parts(tiny_model_dir, tmp_path, board, "QmSolo", seed=1, cls=_SpreadParts, scale_rewards=scale_rewards)
+    solo.settings = dataclasses.replace(SETTINGS, external_groups=0)
     results: dict = {}
     _play(solo, 0, results, [])
     trained = [s.group_rewards for s in results["QmSolo"].samples if s.fate == "trained"]

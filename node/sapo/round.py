@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from node.clock import SwarmClock
-from node.config import PeerAdvantages, PeerChoice, RewardScaling
+from node.config import PeerAdvantages, PeerChoice
 from node.events import RolloutSample, RoundFinished, RoundProgress
 from node.learning.grpo import Completion, GrpoLearner, Policy, StepStats, TrainGroup
 from node.sapo.peer_buffer import Buffered, PeerGroupBuffer, Taken
@@ -69,7 +69,6 @@ class RoundSettings:
     peer_logprob_floor: float | None = None  # least mean per-token log-prob of a peer completion under our policy
     peer_choice: PeerChoice = "uniform"  # how J peer groups are chosen among the usable ones (node.sapo.teaching)
     peer_advantages: PeerAdvantages = "full"  # "positive": a peer completion below its group's mean gets advantage 0
-    scale_rewards: RewardScaling = "group"  # "none": advantages are rewards minus the group's mean, not divided by its sd
 
 
 class PeerRegistry(Protocol):
@@ -245,7 +244,7 @@ def play_round(
         wellformed_rate=_mean([g.wellformed for g in local_grades]),
         accuracy_local=_mean([g.exact for g in local_grades]),
         groups_with_spread=len(with_spread) / len(trained) if trained else 0.0,
-        mean_abs_advantage=_mean_abs_advantage(trained, parts.pushes_down, scaled=parts.settings.scale_rewards == "group"),
+        mean_abs_advantage=_mean_abs_advantage(trained, parts.pushes_down, scaled=parts.learner.scales_rewards),
         grad_norm=stats.grad_norm,
         entropy=stats.entropy,
         update_skipped=not with_spread,
