@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import random
-import statistics
 import time
 import zlib
 from pathlib import Path
@@ -282,8 +281,8 @@ def test_build_node_plays_rounds_and_evaluates_over_an_in_memory_exchange(tiny_m
 
 @pytest.mark.parametrize("scale_rewards", ["group", "none"])
 def test_the_reported_advantage_follows_the_learners_scaling(tiny_model_dir, tmp_path, scale_rewards):
-    """The Dashboard's mean |advantage| divides by the group's (population) standard deviation only where the learner
-    does; TRL divides by the sample one, so under "group" the chart reads sqrt(4/3) times the trained value for G = 4."""
+    """The Dashboard's mean |advantage| is the one trained: divided by the group's standard deviation only where the
+    learner divides, and by the same one TRL divides by (torch's sample std plus 1e-4)."""
     board = InMemoryBoard()
     solo = _parts(tiny_model_dir, tmp_path, board, "QmSolo", seed=1, cls=_SpreadParts, scale_rewards=scale_rewards)
     solo.settings = dataclasses.replace(SETTINGS, external_groups=0)
@@ -294,7 +293,7 @@ def test_the_reported_advantage_follows_the_learners_scaling(tiny_model_dir, tmp
     expected = []
     for rewards in trained:
         mean = sum(rewards) / G
-        scale = statistics.pstdev(rewards) + 1e-4 if scale_rewards == "group" else 1.0
+        scale = float(torch.tensor(rewards).std()) + 1e-4 if scale_rewards == "group" else 1.0
         expected += [abs(r - mean) / scale for r in rewards]
     assert results["QmSolo"].metrics.mean_abs_advantage == pytest.approx(sum(expected) / len(expected))
 

@@ -376,12 +376,13 @@ def _rejected_sample(number: int, rejected: RejectedGroup) -> RolloutSample:
 def _mean_abs_advantage(groups: list[ScoredGroup], pushes_down: Callable[[ScoredGroup], bool], *,
                         scaled: bool) -> float:
     """Mean |advantage| over the trained completions, divided by each group's standard deviation where ``scaled``
-    (GRPO's per-group normalization), 0 for those below their group's mean where it is not pushed down."""
+    (GRPO's per-group normalization), 0 for those below their group's mean where it is not pushed down. The sample
+    standard deviation plus 1e-4, as TRL divides by, so the chart shows the advantages trained."""
     values = []
     for group in groups:
         rewards = group.rewards
         mean = statistics.fmean(rewards)
-        scale = statistics.pstdev(rewards) + 1e-4 if scaled else 1.0
+        scale = statistics.stdev(rewards) + 1e-4 if scaled else 1.0
         floor = -math.inf if pushes_down(group) else 0.0
         values += [abs(max((r - mean) / scale, floor)) for r in rewards]
     return _mean(values)
