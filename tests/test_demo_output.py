@@ -140,3 +140,10 @@ def test_run_demo_writes_lines_when_piped_and_keeps_the_live_table_on_a_terminal
     assert demo.run_demo(nodes=2, rounds=None, data_dir=tmp_path / "demo", model="bundled") == 0
     on_terminal = capsys.readouterr().out
     assert len(fake_nodes) == 1 and ": round " not in on_terminal
+
+
+def test_the_demo_trains_with_the_settings_its_runs_measured(tmp_path):
+    """docs/learning.md's demo table was measured with peers' groups pushed only up and rewards not divided by their
+    group's spread: a demo without either is not the demo those runs measured."""
+    config = demo.demo_config(tmp_path, 0, model="bundled", threads=1)
+    assert (config.training.peer_advantages, config.training.scale_rewards) == ("positive", "none")
