@@ -5,12 +5,12 @@ settings) stopped by the demo's wall budget, one seed after the other with nothi
 sees what a user's demo sees in that time::
 
     for seed in 0 1 2 3 4; do
-      python bench/swarm_vs_solo.py --out bench/results/demo_runs --nodes 2 --configs I=2,J=2 --seeds $seed \
+      python bench/swarm_vs_solo.py --out bench/results/demo_scale_none --nodes 2 --configs I=2,J=2 --seeds $seed \
         --rounds 200 --eval-every 5 --eval-questions 200 --eval-samples 0 --budget-min 45 \
-        --set training.peer_advantages=positive   # the demo's default, spelled out as the saved runs have it
-    done
-    python bench/demo_runs.py bench/results/demo_runs --out bench/results/demo_runs/summary.json \
-        --plot bench/results/demo_runs/heldout.png
+        --set training.peer_advantages=positive --set training.scale_rewards=none  # the demo's defaults, spelled
+    done                                                                         # out as the saved runs have them
+    python bench/demo_runs.py bench/results/demo_scale_none --out bench/results/demo_scale_none/summary.json \
+        --plot bench/results/demo_scale_none/heldout.png
 
 200 held-out questions greedy cost about what the demo's own evaluation costs (64 questions, the greedy answer and
 2 sampled ones), so the runs train about as many rounds in 45 minutes as the demo does.
