@@ -90,9 +90,9 @@ def test_the_held_entries_are_bounded_and_the_oldest_go_first(bound):
         Unconfirmed(max_entries=0)
 
 
-def test_a_peer_that_reappears_makes_its_missing_rounds_due_once_a_little_later():
+def test_a_peer_that_reappears_makes_its_missing_rounds_due_a_little_later_and_after_a_timed_out_store():
     clock = Clock()
-    again = Reappearances(reread_after_s=(3.0, 15.0), now=clock)
+    again = Reappearances(now=clock)  # the default: 3 s, 15 s and 40 s after the reappearance
     for round_ in (10, 11):
         again.seen(round_, ["a", "b"])
     again.seen(12, ["b"])
@@ -103,7 +103,11 @@ def test_a_peer_that_reappears_makes_its_missing_rounds_due_once_a_little_later(
     assert again.take(0) == []
     again.seen(18, ["a", "b"])
     clock.t += 12
-    assert again.take(0) == [16, 15, 14, 13, 12]  # once more, for a slow link
+    assert again.take(0) == [16, 15, 14, 13, 12]  # once more, for a store again that timed out (10 s) and its retry
+    clock.t += 24
+    assert again.take(0) == []
+    clock.t += 1
+    assert again.take(0) == [16, 15, 14, 13, 12]  # and at 40 s, for a second one that timed out or a slow link
     clock.t += 100
     assert again.take(0) == []  # and no more: a peer publishing every round makes nothing due
 
