@@ -13,8 +13,8 @@ import time
 import pytest
 
 from node.clock import SwarmClock
-from node.swarm.dht import shard_of
-from node.swarm.records import MAX_ROUND, Pointer, encode_pointer
+from node.swarm.dht import MISSING_RETRIES_PER_PEER, shard_of
+from node.swarm.records import MAX_ROUND, GroupRecord, Pointer, encode_group_record, encode_pointer
 from tests.test_swarm import raw_node, record, swarms
 from tests.test_swarm_attack import flood_entries, store_as, sybils
 
@@ -149,3 +149,50 @@ def test_a_peer_that_publishes_after_the_feeds_first_read_is_fetched_at_the_next
         while time.monotonic() - published < 20 and not sink.groups:
             time.sleep(0.05)
         assert sink.groups and time.monotonic() - published < 5.0  # a poll or two, not a tour of 128 shards
+
+
+@pytest.mark.timeout(300)
+def test_a_group_that_lands_after_its_pointer_is_fetched_and_one_that_never_comes_costs_a_bounded_few(tmp_path):
+    # A peer back from a cut stores its held entries again; the pointer may land and the group only after a retry
+    # (its store timed out). A feed that found the group missing must look again when it next reads the directory.
+    clock = SwarmClock(epoch=time.time() - 1000.0, round_seconds=600.0)  # one round for the whole test
+    round_ = clock.now()
+    (late_key, late), (never_key, never) = sybils(2)
+    with swarms(tmp_path, 2, record_ttl=300.0, groups_wanted=2) as (a, b):
+        ns = a._namespace
+
+        def pointer(peer, groups):
+            shard = shard_of(peer, a._shards)
+            return (f"{ns}/d/{round_}/{shard}", f"|d/{round_}/{shard}".encode(),
+                    encode_pointer(Pointer(peer, round_, groups, ())))
+
+        group = GroupRecord(late, round_, 0, record(late, round_, groups=1, completions=2, completion_chars=50).groups[0])
+
+        async def store(entries_of):
+            node, _ = await raw_node(a)
+            try:
+                for key, entries in entries_of:
+                    assert all(await store_as(node, key, [a, b], entries))
+            finally:
+                await node.shutdown()
+
+        asyncio.run(store([(late_key, [pointer(late, 1)]), (never_key, [pointer(never, 8)])]))
+        sink = Sink()
+        a.start_feed(sink, clock, poll_s=0.2)
+        state = a._round_state(round_)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (late, 0) not in state.missing and not state.retried[late]:
+            time.sleep(0.05)  # until its lookup came back empty
+        assert not sink.groups
+        asyncio.run(store([(late_key, [(f"{ns}/g/{round_}/{late}/0", f"|g/{round_}/0".encode(),
+                                        encode_group_record(group))])]))
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not sink.groups:
+            time.sleep(0.05)
+        assert sink.groups == [group]
+        reads, deadline = state.directory_reads, time.monotonic() + 30
+        while time.monotonic() < deadline and state.directory_reads < reads + 10 * a._shards:
+            time.sleep(0.05)  # ten more polls' reads of the directory
+        # the pointer to 8 groups that never come: each looked up once, then a few again, never once a poll
+        assert state.retried[never] == MISSING_RETRIES_PER_PEER
+        assert state.rejected["missing"] <= 8 + 1 + 2 * MISSING_RETRIES_PER_PEER

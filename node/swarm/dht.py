@@ -112,6 +112,10 @@ _ROUNDS_KEPT = 4  # gather state of this many recent rounds
 # Directory reads of one round, in shards: one full pass, then one shard a call, in turn, so a peer still generating
 # when we first looked is found on a later pass within the gather deadline. Each read is at most one shard's entries.
 DIRECTORY_READS_PER_SHARD = 6
+# A group whose pointer we read but that no replica held yet (a peer's store again after a cut may land its pointer
+# before the group) is looked up again after the next read of the round's directory: at most this many more lookups
+# for one peer in one round, so a pointer to groups that never come costs a bounded handful more.
+MISSING_RETRIES_PER_PEER = 4
 _STRIKES_BEFORE_BACKOFF = 2
 _MAX_IN_FLIGHT = 4  # publishes handed to the DHT loop and not done yet
 _BACKOFF_S = (60.0, 3600.0)  # first and longest time a repeatedly rejected peer is ignored
@@ -157,6 +161,8 @@ class _RoundGather:
     directory_reads: int = 0
     fetched: dict[tuple[str, int], GroupRecord] = dataclasses.field(default_factory=dict)  # (peer, index) ->
     tried: set[tuple[str, int]] = dataclasses.field(default_factory=set)  # (peer, index)
+    missing: set[tuple[str, int]] = dataclasses.field(default_factory=set)  # tried, no replica held it yet
+    retried: Counter[str] = dataclasses.field(default_factory=Counter)  # peer -> missing groups looked up again
     tried_peers: set[str] = dataclasses.field(default_factory=set)
     seen_at: dict[tuple[str, int], float] = dataclasses.field(default_factory=dict)  # (peer, index) -> unix time
     # the pointer first announced it (an estimate of when it was published)
@@ -699,6 +705,18 @@ class DhtExchange:
             batch = min(2 * batch, self._shards)
         if first:
             self._measure_shards(entries_read, shards_read)
+        if shards_read:
+            self._retry_missing(state)
+
+    @staticmethod
+    def _retry_missing(state: _RoundGather) -> None:
+        """After a read of the directory: the groups found missing since the last one may be looked up again, within
+        :data:`MISSING_RETRIES_PER_PEER` a peer."""
+        for peer, index in sorted(state.missing):
+            if state.retried[peer] < MISSING_RETRIES_PER_PEER:
+                state.retried[peer] += 1
+                state.tried.discard((peer, index))
+        state.missing.clear()
 
     def _banned(self, state: _RoundGather, peers: list[str]) -> list[str]:
         """``peers`` less those in backoff (counted once per round)."""
@@ -779,6 +797,7 @@ class DhtExchange:
             entries = self._dictionary_entries((found or {}).get(key), sealed=False)  # a group record carries its own tag
             if not entries:
                 state.rejected["missing"] += 1
+                state.missing.add((peer, index))
                 continue
             author, entry = entries[0]
             size = len(entry.value) if type(entry.value) is bytes else 0
