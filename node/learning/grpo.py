@@ -111,6 +111,7 @@ class StepStats:
     seconds: float
     grad_norm: float | None = None  # before clipping
     entropy: float | None = None  # mean per-token entropy of the policy on the trained completions
+    mean_abs_advantage: float = 0.0  # over the trained completions, as TRL computed them (after the peer clamp)
 
 
 class Policy:
@@ -495,6 +496,7 @@ class SapoGRPOTrainer(GRPOTrainer):
     """
 
     round_adapter: RoundAdapter | None = None  # set by GrpoLearner: which rows keep their negative advantages
+    abs_advantages: list[float] | None = None  # set by GrpoLearner.step: |advantage| of every row it trains
 
     def _generate_and_score_completions(self, inputs):
         output = super()._generate_and_score_completions(inputs)
@@ -503,6 +505,8 @@ class SapoGRPOTrainer(GRPOTrainer):
             advantages = output["advantages"]
             keep = torch.tensor(push_down, dtype=torch.bool, device=advantages.device)
             output["advantages"] = torch.where(keep, advantages, advantages.clamp(min=0.0))
+        if self.abs_advantages is not None:
+            self.abs_advantages += output["advantages"].abs().tolist()
         return output
 
     def _get_per_token_logps_and_entropies(
@@ -806,6 +810,7 @@ class GrpoLearner:
             raise ValueError(f"every group needs exactly {self.num_generations} completions")
         trainer = self.trainer
         trainer._metrics["train"].clear()
+        trainer.abs_advantages = []
         trainer.model.train()
         size = self.micro_batch_groups or len(groups)
         loss = 0.0
@@ -836,6 +841,7 @@ class GrpoLearner:
             seconds=time.perf_counter() - started,
             grad_norm=float(norm) if math.isfinite(float(norm)) else None,
             entropy=_mean(metrics.get("entropy")),
+            mean_abs_advantage=_mean(trainer.abs_advantages) or 0.0,
         )
 
     @torch.no_grad()

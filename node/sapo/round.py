@@ -18,9 +18,7 @@ callbacks, and the caller (:mod:`node.runner`) owns events, persistence and the 
 from __future__ import annotations
 
 import logging
-import math
 import random
-import statistics
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -244,7 +242,7 @@ def play_round(
         wellformed_rate=_mean([g.wellformed for g in local_grades]),
         accuracy_local=_mean([g.exact for g in local_grades]),
         groups_with_spread=len(with_spread) / len(trained) if trained else 0.0,
-        mean_abs_advantage=_mean_abs_advantage(trained, parts.pushes_down, scaled=parts.learner.scales_rewards),
+        mean_abs_advantage=stats.mean_abs_advantage,
         grad_norm=stats.grad_norm,
         entropy=stats.entropy,
         update_skipped=not with_spread,
@@ -371,21 +369,6 @@ def _rejected_sample(number: int, rejected: RejectedGroup) -> RolloutSample:
         completion=(group.completions[0] if group.completions else "")[:SAMPLE_TEXT_CHARS], reward=0.0,
         expected=None, reason="", fate=f"rejected:{rejected.reason}", group_rewards=[],
     )
-
-
-def _mean_abs_advantage(groups: list[ScoredGroup], pushes_down: Callable[[ScoredGroup], bool], *,
-                        scaled: bool) -> float:
-    """Mean |advantage| over the trained completions, divided by each group's standard deviation where ``scaled``
-    (GRPO's per-group normalization), 0 for those below their group's mean where it is not pushed down. The sample
-    standard deviation plus 1e-4, as TRL divides by, so the chart shows the advantages trained."""
-    values = []
-    for group in groups:
-        rewards = group.rewards
-        mean = statistics.fmean(rewards)
-        scale = statistics.stdev(rewards) + 1e-4 if scaled else 1.0
-        floor = -math.inf if pushes_down(group) else 0.0
-        values += [abs(max((r - mean) / scale, floor)) for r in rewards]
-    return _mean(values)
 
 
 def _mean(values) -> float:
