@@ -21,13 +21,14 @@ wait_for_runs() {
 
 # start_run NAME ARGS...: one `bench/swarm_vs_solo.py` invocation in the background, its log $WORK/log-NAME.txt, its
 # pid added to PIDS. Every GPU sweep shares these settings: the demo's node settings, 200 held-out questions greedy
-# every 5 rounds, float32 AdamW moments (as on the CPU; 8-bit ones are CUDA's default where bitsandbytes is
-# installed), the sweep's wall budget, and the memory bounds of many nodes on one GPU. ARGS add the run's own
-# (--nodes, --configs, --seeds, --rounds, --out, --work, --set ...). Reads PY, MODEL, DEVICE and BUDGET_MIN.
+# every EVAL_EVERY rounds (default 5; an evaluation costs about as much as a few rounds, so longer runs take fewer),
+# float32 AdamW moments (as on the CPU; 8-bit ones are CUDA's default where bitsandbytes is installed), the sweep's
+# wall budget, and the memory bounds of many nodes on one GPU. ARGS add the run's own (--nodes, --configs, --seeds,
+# --rounds, --out, --work, --set ...). Reads PY, MODEL, DEVICE, EVAL_EVERY and BUDGET_MIN.
 start_run() {
   local name=$1
   shift
-  $PY bench/swarm_vs_solo.py --eval-every 5 --eval-questions 200 --eval-samples 0 --model "$MODEL" \
+  $PY bench/swarm_vs_solo.py --eval-every "${EVAL_EVERY:-5}" --eval-questions 200 --eval-samples 0 --model "$MODEL" \
     --set training.device="${DEVICE:-cuda}" --set training.optimizer_states=float32 --budget-min "$BUDGET_MIN" \
     --node-gb 1 --memory-reserve-gb 4 "$@" > "$WORK/log-$name.txt" 2>&1 &
   PIDS="$PIDS $!"

@@ -11,9 +11,10 @@
 # 5 seeds x (4 + 2) = 30 node processes of the bundled model, ~3.3 GB of GPU memory each (float32 AdamW moments, as
 # on the CPU): an H200 holds them, an H100 does not.
 #
-# Env: MODEL (default: bundled), DEVICE (default: cuda; cpu with MODEL=tiny checks the plumbing), SEEDS, ROUNDS,
-# BUDGET_MIN (each invocation's wall budget), SOLO_NODES, RESULTS (where the per-seed learning.json files and
-# paired.json go), WORK (node data), ARCHIVE (a .tgz of RESULTS and the run logs: bench/gpu_runs.sh, archive_results).
+# Env: MODEL (default: bundled), DEVICE (default: cuda; cpu with MODEL=tiny checks the plumbing), SEEDS, ROUNDS (a
+# multiple of EVAL_EVERY, default 5), BUDGET_MIN (each invocation's wall budget), SOLO_NODES, RESULTS (where the
+# per-seed learning.json files and paired.json go), WORK (node data), ARCHIVE (a .tgz of RESULTS and the run logs:
+# bench/gpu_runs.sh, archive_results).
 set -u
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRL_EXPERIMENTAL_SILENCE=1
 # Thirty processes share the GPU: the caching allocator hands back what it does not use instead of keeping blocks.
