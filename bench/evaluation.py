@@ -3,12 +3,13 @@ prefix all prompts share, run once per evaluation (``prefix``), side by side in 
 
 The node's evaluation as the node runs it (:class:`node.learning.evaluation.Evaluator`): the bundled model, its
 default task families and ladders, evaluation seed 0, two levels, greedy answers only, 128 new tokens (the training
-default), chunks of 16 questions. Each repetition runs one evaluation of the largest ``--questions`` per path, in
-alternating order, so a busy machine slows both paths alike; wall and CPU seconds of ``Evaluator.run`` (one torch
-thread), the ratio whole / prefix taken within a repetition, and whether the two paths' greedy answers are the same
-tokens. The evaluation sets are nested (the first 64 of 256 questions are the 64-question set, in the same chunks,
-with the same shared prefix), so a smaller count's seconds are read when the evaluation has answered that many
-questions (its progress callback) instead of paying for a second evaluation.
+default), chunks of 16 questions (``CHUNK_QUESTIONS`` here: the node's batches until bench/evaluation_chunks.py
+widened greedy-only ones, kept so that the results file reruns). Each repetition runs one evaluation of the largest
+``--questions`` per path, in alternating order, so a busy machine slows both paths alike; wall and CPU seconds of
+``Evaluator.run`` (one torch thread), the ratio whole / prefix taken within a repetition, and whether the two paths'
+greedy answers are the same tokens. The evaluation sets are nested (the first 64 of 256 questions are the
+64-question set, in the same chunks, with the same shared prefix), so a smaller count's seconds are read when the
+evaluation has answered that many questions (its progress callback) instead of paying for a second evaluation.
 
     python bench/evaluation.py --questions 64 256 --repeats 3
 
@@ -35,6 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "bench" / "results" / "evaluation.json"
 PATHS = ("whole", "prefix")
+CHUNK_QUESTIONS = 16
 
 
 def main() -> None:
@@ -62,8 +64,8 @@ def main() -> None:
     mix = default_mix(resolved.params)
     tasks = TaskSource(mix.weights, seed=0, ladders=mix.ladders)
     total = max(args.questions)
-    if any(n % evaluation.CHUNK_QUESTIONS for n in args.questions):
-        parser.error(f"--questions must be multiples of {evaluation.CHUNK_QUESTIONS} (whole chunks)")
+    if any(n % CHUNK_QUESTIONS for n in args.questions):
+        parser.error(f"--questions must be multiples of {CHUNK_QUESTIONS} (whole chunks)")
     evaluator = Evaluator(policy, tasks, EvalSettings(questions=total, max_new_tokens=args.max_new_tokens))
     answers: list = []
     generate = policy.generate
@@ -83,7 +85,7 @@ def main() -> None:
             answers.clear()
             gc.collect()
             marks: dict[int, tuple[float, float]] = {}
-            with whole:
+            with whole, mock.patch.object(evaluation, "CHUNK_ROWS", CHUNK_QUESTIONS):  # greedy only: 1 row each
                 started, cpu_started = time.perf_counter(), time.process_time()
                 # progress(done, total) comes before each chunk and at the end: the cost of the first `done` questions
                 evaluator.run(round=0, rounds_trained=0, progress=lambda done, _: marks.setdefault(
@@ -102,7 +104,7 @@ def main() -> None:
 def _save(args, runs: list[dict], completions: dict, prompts: list[tuple[int, ...]], repeats: int) -> None:
     import torch
 
-    from node.learning import evaluation, hardware
+    from node.learning import hardware
     from node.learning.decoding import shared_prefix
 
     summary = _summary(runs)
@@ -114,7 +116,7 @@ def _save(args, runs: list[dict], completions: dict, prompts: list[tuple[int, ..
         "command": "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
         "settings": {"model": "bundled SmolLM2-135M-Instruct", "dtype": "float32", "threads": args.threads,
                      "max_new_tokens": args.max_new_tokens, "samples": 0, "repeats": repeats,
-                     "chunk_questions": evaluation.CHUNK_QUESTIONS, "torch": torch.__version__,
+                     "chunk_questions": CHUNK_QUESTIONS, "torch": torch.__version__,
                      "prompt_tokens_min_median_max": [min(map(len, prompts)), statistics.median(map(len, prompts)),
                                                       max(map(len, prompts))],
                      "shared_prefix_tokens": shared},

@@ -6,6 +6,7 @@ really is not run again."""
 
 from __future__ import annotations
 
+import itertools
 from unittest import mock
 
 import pytest
@@ -128,17 +129,19 @@ def test_an_evaluation_runs_the_shared_prefix_once_and_answers_as_before(tiny_mo
     assert len(shared) >= evaluation.MIN_SHARED_PREFIX
     recording, embedded = _Recording(policy), _Embedded(policy.model)
     try:
-        result = evaluator.run(round=0, rounds_trained=0).summary
+        with mock.patch.object(evaluation, "CHUNK_ROWS", 16):
+            result = evaluator.run(round=0, rounds_trained=0).summary
     finally:
         embedded.remove()
         recording.remove()
     assert result.questions == 40
     prefills = [shape for shape in embedded.shapes if shape[1] > 1]
     assert prefills[0] == (1, len(shared))  # the prefix, once
-    chunks = [evaluator._prompts[start : start + evaluation.CHUNK_QUESTIONS] for start in range(0, 40, 16)]
+    chunks = [evaluator._prompts[start : start + 16] for start in range(0, 40, 16)]
     assert prefills[1:] == [(len(chunk), _width(chunk, shared) - 1) for chunk in chunks]
 
-    with mock.patch.object(evaluation, "MIN_SHARED_PREFIX", len(shared) + 1):  # today's path: every whole prompt
+    with (mock.patch.object(evaluation, "MIN_SHARED_PREFIX", len(shared) + 1),  # every whole prompt
+          mock.patch.object(evaluation, "CHUNK_ROWS", 16)):
         whole = Evaluator(policy, _tasks(), settings)
         before, embedded = _Recording(policy), _Embedded(policy.model)
         try:
@@ -161,3 +164,26 @@ def test_a_sampler_that_would_not_use_a_prefix_gets_none(tiny_model_dir):
     if ort_decoding.available():
         policy.sampler = "onnxruntime"
         assert policy.prefill(_prompts(policy, 2)[0][:20]) is None
+
+
+@pytest.mark.parametrize(("samples", "batches"), [(0, [48, 12]), (1, [24, 24, 12]), (2, [16, 16, 16, 12])])
+def test_an_evaluation_fills_each_batch_up_to_its_rows(tiny_model_dir, samples, batches):
+    """A batch takes as many questions as fit CHUNK_ROWS rows (each question's greedy row and its sampled ones):
+    every question once, in order, and no batch wider than the demo's evaluation's (16 questions, 2 samples each)."""
+    policy = _policy(tiny_model_dir, torch.float32)
+    evaluator = Evaluator(policy, _tasks(), EvalSettings(questions=60, samples=samples, max_new_tokens=2))
+    calls: list[list[tuple[int, ...]]] = []
+    name = "greedy_and_sampled" if samples else "generate"
+    answer = getattr(policy, name)
+
+    def recording(prompts, **kwargs):
+        calls.append(list(prompts))
+        return answer(prompts, **kwargs)
+
+    with mock.patch.object(policy, name, recording):
+        progress: list[int] = []
+        evaluator.run(round=0, rounds_trained=0, progress=lambda done, total: progress.append(done))
+    assert evaluation.CHUNK_ROWS == 48
+    assert [len(call) for call in calls] == batches
+    assert [p for call in calls for p in call] == evaluator._prompts
+    assert progress == [0, *itertools.accumulate(batches)]

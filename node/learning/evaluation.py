@@ -31,7 +31,11 @@ from node.learning.grpo import Completion, Policy
 from node.runstore import ANSWER_CHARS, HeldoutAnswer, HeldoutAnswers
 from node.tasks.source import Task, TaskSource, extract_answer, grade
 
-CHUNK_QUESTIONS = 16  # questions generated per batch: bounds memory and lets progress and stop requests through
+# Sequences generated per batch (questions x (1 + samples)): bounds memory and lets progress and stop requests
+# through. The demo's evaluation batch (16 questions, a greedy and 2 sampled answers each): an evaluation without
+# samples (the configured default) fills it with 48 questions instead of 16, fewer decoding steps for about the
+# memory the demo's evaluation takes; wider batches raised the peak RSS further (docs/performance.md).
+CHUNK_ROWS = 48
 # A shorter common prefix is run with each prompt as before: it would save a few tokens a row for a forward call of
 # its own and a copy into every row.
 MIN_SHARED_PREFIX = 16
@@ -80,10 +84,11 @@ class Evaluator:
         total = len(self.questions)
         # Once per evaluation: the weights change between evaluations, not during one.
         prefix = self.policy.prefill(self._shared) if len(self._shared) >= MIN_SHARED_PREFIX else None
-        for start in range(0, total, CHUNK_QUESTIONS):
+        chunk = questions_per_chunk(s.samples)
+        for start in range(0, total, chunk):
             progress(start, total)
-            tasks = self.questions[start : start + CHUNK_QUESTIONS]
-            prompts = self._prompts[start : start + CHUNK_QUESTIONS]
+            tasks = self.questions[start : start + chunk]
+            prompts = self._prompts[start : start + chunk]
             if s.samples:
                 greedy, sampled = self.policy.greedy_and_sampled(
                     prompts, samples=s.samples, max_new_tokens=s.max_new_tokens, temperature=s.temperature,
@@ -126,6 +131,11 @@ class Evaluator:
             seed=0, should_stop=should_stop, greedy=True, prefix=prefix,
         )
         return [group[0] for group in groups]
+
+
+def questions_per_chunk(samples: int) -> int:
+    """How many questions one batch answers: each takes its greedy row and ``samples`` sampled ones."""
+    return max(1, CHUNK_ROWS // (1 + samples))
 
 
 def question_set_digest(tasks: list[Task]) -> str:
