@@ -262,7 +262,7 @@ def test_build_node_plays_rounds_and_evaluates_over_an_in_memory_exchange(tiny_m
     node.run()
     assert node.parts.settings.peer_choice == "teaching"  # the config's choices reach the round
     assert node.parts.settings.peer_advantages == "positive"
-    assert node.learner.trainer.args.scale_rewards == "none" and not node.learner.scales_rewards
+    assert node.learner.trainer.args.scale_rewards == "none"
     assert trims == [1, 2]
     kinds = [e.kind for e in events]
     evaluations = [e for e in events if e.kind == "eval_finished"]

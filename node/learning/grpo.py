@@ -795,11 +795,6 @@ class GrpoLearner:
     def global_step(self, value: int) -> None:
         self.trainer.state.global_step = value
 
-    @property
-    def scales_rewards(self) -> bool:
-        """Whether TRL divides each group's centred rewards by their standard deviation (``scale_rewards="group"``)."""
-        return self.trainer.args.scale_rewards == "group"
-
     def learning_rate_factor(self, updates_done: int) -> float:
         """The configured learning rate's multiplier for the update after ``updates_done`` earlier ones."""
         return 1.0 if not self.lr_decay_rounds else 1.0 / math.sqrt(1.0 + updates_done / self.lr_decay_rounds)
