@@ -42,11 +42,13 @@ sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "bench" / "results" / "evaluation_chunks.json"
 MAX_NEW_TOKENS = 48
 DEMO = {"questions": 64, "samples": 2}
-BEFORE = 0  # stands for batches of 16 questions, whatever their samples: the node up to 2026-11-27
+BEFORE_QUESTIONS = 16  # the node's batches up to 2026-11-27, whatever their samples
+BEFORE = 0  # stands for those batches where a row count goes
 
 
 def measure(rows: int, questions: int, samples: int, sampler: str, device: str, cache_dir: Path) -> dict:
-    """One evaluation in this process, ``rows`` a batch (``BEFORE``: 16 questions): seconds, peak RSS, answers."""
+    """One evaluation in this process, ``rows`` a batch (``BEFORE``: ``BEFORE_QUESTIONS``): seconds, peak RSS,
+    answers."""
     import torch
 
     from node.learning import evaluation, grpo, models
@@ -62,7 +64,8 @@ def measure(rows: int, questions: int, samples: int, sampler: str, device: str, 
     tasks = TaskSource(mix.weights, seed=0, ladders=mix.ladders)
     settings = EvalSettings(questions=questions, samples=samples, max_new_tokens=MAX_NEW_TOKENS)
     evaluator = Evaluator(policy, tasks, settings)
-    batching = (mock.patch.object(evaluation, "questions_per_chunk", lambda samples: 16) if rows == BEFORE
+    batching = (mock.patch.object(evaluation, "questions_per_chunk", lambda samples: BEFORE_QUESTIONS)
+                if rows == BEFORE
                 else mock.patch.object(evaluation, "CHUNK_ROWS", rows))
     with batching:
         chunk = evaluation.questions_per_chunk(samples)
@@ -78,8 +81,8 @@ def measure(rows: int, questions: int, samples: int, sampler: str, device: str, 
             "greedy_answers": hashlib.sha256(json.dumps(greedy).encode()).hexdigest()[:16]}
 
 
-def _cell(values: list[float]) -> str:
-    return f"{statistics.median(values):.1f} ({min(values):.1f}-{max(values):.1f})"
+def _cell(spread: dict) -> str:
+    return f"{spread['median']:.1f} ({spread['range'][0]:.1f}-{spread['range'][1]:.1f})"
 
 
 def summarize(runs: list[dict], rows: list[int]) -> dict:
@@ -146,7 +149,8 @@ def main() -> None:
                      "sampler": args.sampler, "device": args.device,
                      "max_new_tokens": MAX_NEW_TOKENS, "workloads": {w: {"questions": q, "samples": s}
                                                                      for w, (q, s) in workloads.items()},
-                     "rows": args.rows, "before_questions": 16, "repeats": args.repeats, "torch": torch.__version__},
+                     "rows": args.rows, "before_questions": BEFORE_QUESTIONS, "repeats": args.repeats,
+                     "torch": torch.__version__},
         "machine": {"description": hardware.detect().describe(), "load": args.load},
         "summary": summary,
         "runs": runs,
@@ -155,13 +159,11 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|")
     for workload, by_rows in summary.items():
         for count, e in by_rows.items():
-            mine = [r for r in runs if r["workload"] == workload and r["rows"] == (BEFORE if count == "before"
-                                                                                 else int(count))]
             speedup = e["cpu_speedup_over_first"]
-            print(f"| {workload} | {count} | {e['questions_per_chunk']} | {_cell([r['seconds'] for r in mine])} "
-                  f"| {_cell([r['cpu_seconds'] for r in mine])} | {speedup['median']:.2f}x "
+            print(f"| {workload} | {count} | {e['questions_per_chunk']} | {_cell(e['seconds'])} "
+                  f"| {_cell(e['cpu_seconds'])} | {speedup['median']:.2f}x "
                   f"({speedup['range'][0]:.2f}-{speedup['range'][1]:.2f}) "
-                  f"| {_cell([r['peak_rss_mb'] for r in mine])} | {e['same_greedy_answers_as_first']} |")
+                  f"| {_cell(e['peak_rss_mb'])} | {e['same_greedy_answers_as_first']} |")
     args.out.write_text(json.dumps(result, indent=1) + "\n")
 
 
