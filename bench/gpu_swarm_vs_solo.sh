@@ -14,7 +14,8 @@
 # Env: MODEL (default: bundled), DEVICE (default: cuda; cpu with MODEL=tiny checks the plumbing), SEEDS, ROUNDS (a
 # multiple of EVAL_EVERY, default 5), BUDGET_MIN (each invocation's wall budget), SOLO_NODES, RESULTS (where the
 # per-seed learning.json files and paired.json go), WORK (node data), ARCHIVE (a .tgz of RESULTS and the run logs:
-# bench/gpu_runs.sh, archive_results).
+# bench/gpu_runs.sh, archive_results), SPECIALIZE (W: a heterogeneous swarm, node k mostly on family k mod 3;
+# `bench/swarm_vs_solo.py --specialize`; with SOLO_NODES=4, so that solo nodes sample the families the shared ones do).
 set -u
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRL_EXPERIMENTAL_SILENCE=1
 # Thirty processes share the GPU: the caching allocator hands back what it does not use instead of keeping blocks.
@@ -30,7 +31,7 @@ for S in $SEEDS; do
   for ARM in "shared 4 I=2,J=2" "solo $SOLO_NODES I=4,J=0"; do
     read -r NAME NODES CONFIG <<<"$ARM"
     start_run "$NAME-s$S" --nodes "$NODES" --configs "$CONFIG" --seeds "$S" --rounds "$ROUNDS" \
-      --out "$RESULTS/$NAME/s$S" --work "$WORK/$NAME/s$S"
+      --out "$RESULTS/$NAME/s$S" --work "$WORK/$NAME/s$S" ${SPECIALIZE:+--specialize "$SPECIALIZE"}
   done
 done
 wait_for_runs $PIDS

@@ -55,6 +55,7 @@ from node.config import NodeConfig  # noqa: E402
 from node.events import EvalFinished, RoundFinished, event_from_json  # noqa: E402
 from node.launch import kill_tree, node_command, node_environment, popen_options  # noqa: E402
 from node.runstore import RunStore  # noqa: E402
+from node.tasks.curriculum import SMALL_MODEL_DEFAULT_FAMILIES  # noqa: E402
 from bench.heldout_flips import totals as flip_totals  # noqa: E402
 
 RESULTS_DIR = REPO / "bench" / "results"
@@ -93,7 +94,8 @@ def settings_of(args: argparse.Namespace) -> dict:
         "max_new_tokens": args.max_new_tokens, "eval_every": args.eval_every, "eval_questions": args.eval_questions,
         "eval_samples": args.eval_samples, "eval_seed": args.eval_seed, "gather_timeout_s": args.gather_timeout,
         "threads_per_node": 1, "overrides": sorted(args.set or []),
-    } | ({"game": args.game} if args.game != "sapo" else {})
+    } | ({"game": args.game} if args.game != "sapo" else {}) \
+        | ({"specialize": args.specialize} if args.specialize is not None else {})
 
 
 def node_config(args: argparse.Namespace, work: Path, sapo: Sapo, seed: int, index: int, model: str,
@@ -109,7 +111,8 @@ def node_config(args: argparse.Namespace, work: Path, sapo: Sapo, seed: int, ind
         # Node k of seed s samples the same training tasks in every configuration, and other tasks than node k+1;
         # in the game every member answers the swarm's questions, drawn from one seed (a member with another one
         # would find no peer answer to its questions).
-        "tasks": {"seed": seed * 1000 + (0 if args.game == "multistage" else index)},
+        "tasks": {"seed": seed * 1000 + (0 if args.game == "multistage" else index)}
+        | ({"weights": specialized_weights(index, args.specialize)} if args.specialize is not None else {}),
         "evaluation": {"every_rounds": args.eval_every, "questions": args.eval_questions,
                        "samples": args.eval_samples, "seed": args.eval_seed},
         # The bench stops each node after the evaluation that follows its last round (see _Run._follow).
@@ -125,6 +128,18 @@ def node_config(args: argparse.Namespace, work: Path, sapo: Sapo, seed: int, ind
             parsed = value  # a bare string
         changes.setdefault(section, {})[field_name] = parsed
     return base.update(changes, source="bench settings")
+
+
+def specialized_weights(index: int, others: float) -> dict[str, float]:
+    """Node ``index`` mostly samples one of the demo's families (they take turns by index): weight 1 for it, ``others``
+    for the rest. Every family keeps a weight above 0, so every node still takes peers' tasks of each, and its held-out
+    set (drawn from the families in this order, whatever their weights) stays every node's."""
+    own = _own_family(index)
+    return {family: 1.0 if family == own else others for family in SMALL_MODEL_DEFAULT_FAMILIES}
+
+
+def _own_family(index: int) -> str:
+    return SMALL_MODEL_DEFAULT_FAMILIES[index % len(SMALL_MODEL_DEFAULT_FAMILIES)]
 
 
 def plays_alone(args: argparse.Namespace, sapo: Sapo) -> bool:
@@ -339,6 +354,8 @@ def summarize(args: argparse.Namespace, work: Path, sapo: Sapo, seed: int, outco
         "heldout_round0": _mean([e.accuracy_greedy for e in evals_at(0)]),
         "heldout_final": _mean([e.accuracy_greedy for e in finals]),
         "heldout_final_per_node": [e.accuracy_greedy for e in finals],
+        # With --specialize: each node's final held-out on the family it mostly samples, and on the others
+        **(_own_and_other_families(nodes, args) if args.specialize is not None else {}),
         # Mean over nodes at every evaluation all nodes reached: compares runs a deadline cut short at equal rounds.
         "heldout_by_round": {str(n): _mean(e.accuracy_greedy for e in evals_at(n))
                              for n in sorted({e.rounds_trained for node in nodes for e in node["evaluations"]})
@@ -378,6 +395,21 @@ def summarize(args: argparse.Namespace, work: Path, sapo: Sapo, seed: int, outco
                         m.groups_zero_advantage, round(m.seconds_total, 1)] for m in node["metrics"]],
         } for index, node in enumerate(nodes)],
     }
+
+
+def _own_and_other_families(nodes: list[dict], args: argparse.Namespace) -> dict:
+    """Mean over nodes of the final held-out accuracy on the family a node mostly samples, and on the others."""
+    own, others = [], []
+    for index, node in enumerate(nodes):
+        final = next((e for e in node["evaluations"] if e.rounds_trained == args.rounds), None)
+        if final is None:
+            continue
+        family = _own_family(index)
+        rest = [f for f in final.per_family if f != family]
+        own.append(final.per_family[family])
+        others.append(sum(final.per_family[f] * final.per_family_questions[f] for f in rest)
+                      / sum(final.per_family_questions[f] for f in rest))
+    return {"heldout_final_own_family": _mean(own), "heldout_final_other_families": _mean(others)}
 
 
 def _one_per_round(evaluations: list[EvalFinished]) -> list[EvalFinished]:
@@ -469,6 +501,10 @@ def report(args: argparse.Namespace, runs: list[dict], minutes: float) -> dict:
                 "seeds_shared_at_least_solo": sum(r["heldout_final"] >= s["heldout_final"] for s, r in pairs),
                 "cumulative_reward_ratio": [round(r["cumulative_reward"] / s["cumulative_reward"], 3)
                                             if s["cumulative_reward"] else None for s, r in pairs],
+            } | {  # with --specialize: where the difference lies, on the family a node mostly samples or the others
+                f"{key}_delta": [round(r[key] - s[key], 4) for s, r in pairs] for key in
+                ("heldout_final_own_family", "heldout_final_other_families")
+                if pairs and all(key in run for pair in pairs for run in pair)
             })
     partial = []  # pairs of one seed not both finished: compared at the last evaluation both reached
     for shared in runs:
@@ -731,6 +767,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gather-timeout", type=float, default=30.0)
     parser.add_argument("--model", default="bundled", help="'bundled', 'tiny' (plumbing check), or any node model")
     parser.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="extra node setting")
+    parser.add_argument("--specialize", type=float, metavar="W",
+                        help="a heterogeneous swarm: node k mostly samples the demo's family k mod 3 (weight 1, the "
+                        "others W, 0 < W <= 1), in every configuration alike; held-out stays on every family")
     parser.add_argument("--work", type=Path, default=Path.home() / ".cache" / "rl-swarm-bench" / "swarm_vs_solo")
     parser.add_argument("--game", choices=("sapo", "multistage"), default="sapo",
                         help="multistage: the answer-critique-revise game; a J=0 configuration then plays each node "
@@ -751,6 +790,9 @@ def main(argv: list[str] | None = None) -> int:
     args.out = args.out or (RESULTS_DIR / "game" if args.game == "multistage" else RESULTS_DIR)
     if args.eval_every <= 0 or args.rounds % args.eval_every:
         parser.error("--rounds must be a multiple of --eval-every (the last round is evaluated)")
+    if args.specialize is not None and not 0 < args.specialize <= 1:
+        parser.error("--specialize takes the other families' weight, above 0 (a node still takes peers' tasks of "
+                     "them) and at most 1")
     sapos = [Sapo.parse(text) for text in args.configs]
     args.configs = [s.name for s in sapos]
 
@@ -860,6 +902,9 @@ def _print_summary(result: dict) -> None:
         print(f"{c['shared']} vs {c['solo']}: delta per seed {c['heldout_final_delta']}; shared >= solo on "
               f"{c['seeds_shared_at_least_solo']} of {len(c['seeds'])} seeds; mean {c['heldout_final_delta_mean']}, "
               f"95 % interval {c['ci95']}")
+        if "heldout_final_own_family_delta" in c:
+            print(f"  on each node's own family: {c['heldout_final_own_family_delta']}; on the others: "
+                  f"{c['heldout_final_other_families_delta']}")
         if c["heldout_equal_cpu_delta"]:
             print(f"  at equal CPU seconds per node: delta per seed {c['heldout_equal_cpu_delta']}; mean "
                   f"{c['heldout_equal_cpu_delta_mean']}, 95 % interval {c['ci95_equal_cpu']}")

@@ -35,7 +35,8 @@ def bench():
 def _args(bench, tmp_path: Path, **changes) -> argparse.Namespace:
     args = dict(nodes=2, configs=["I=4,J=0", "I=2,J=2"], seeds=[0, 1], rounds=4, generations=4, max_new_tokens=48,
                 eval_every=2, eval_questions=8, eval_samples=0, eval_seed=0, gather_timeout=30.0, model="bundled",
-                set=None, work=tmp_path, out=tmp_path / "out", fresh=False, argv=["--rounds", "4"], game="sapo")
+                set=None, work=tmp_path, out=tmp_path / "out", fresh=False, argv=["--rounds", "4"], game="sapo",
+                specialize=None)
     args.update(changes)
     return argparse.Namespace(**args)
 
@@ -53,9 +54,10 @@ def _metrics(round_: int, reward: float, wellformed: float, *, used: int = 0, eq
 
 
 def _write_run(bench, args, sapo, seed: int, accuracies: list[list[float]], rewards: list[float],
-               cpu: list[float] | None = None) -> None:
+               cpu: list[float] | None = None, families: list[dict[str, float]] | None = None) -> None:
     """One run folder per node: accuracies[node] at rounds 0, 2, 4; the same local reward every round; with ``cpu``,
-    the node's CPU seconds at those evaluations, as the bench's runner writes them."""
+    the node's CPU seconds at those evaluations, as the bench's runner writes them; with ``families``, each node's
+    accuracy by family at every evaluation (questions: 2 of each family but 4 of chain_sum)."""
     if cpu is not None:
         for index in range(len(accuracies)):
             path = args.work / "cpu" / f"{bench.run_name(sapo, seed, index)}.json"
@@ -67,8 +69,11 @@ def _write_run(bench, args, sapo, seed: int, accuracies: list[list[float]], rewa
             store.append_round(_metrics(round_, rewards[index], 0.1 * round_, used=1, equal=2), [])
         evaluations = [*zip((0, 2, 4), node_accuracies), (2, 0.99)]  # a repeated evaluation is ignored
         for n, accuracy in evaluations:
-            store.append_evaluation(EvalFinished(round=n, rounds_trained=n, questions=8, accuracy_greedy=accuracy,
-                                                 exact_mean=accuracy / 2, score_mean=accuracy, wellformed_rate=0.5))
+            by_family = families[index] if families else {}
+            store.append_evaluation(EvalFinished(
+                round=n, rounds_trained=n, questions=8, accuracy_greedy=accuracy, exact_mean=accuracy / 2,
+                score_mean=accuracy, wellformed_rate=0.5, per_family=by_family,
+                per_family_questions={f: 4 if f == "chain_sum" else 2 for f in by_family}))
 
 
 def test_summary_of_a_run_reads_the_nodes_run_folders(bench, tmp_path):
@@ -191,6 +196,46 @@ def test_node_settings_differ_between_configurations_only_in_i_and_j(bench, tmp_
         != getattr(shared, section).model_dump(exclude={"local_questions", "external_groups"})
     }
     assert not differing
+
+
+def test_specialized_nodes_sample_mostly_one_family_each_alike_in_every_configuration(bench, tmp_path):
+    args = _args(bench, tmp_path, nodes=4, specialize=0.25)
+    solo = [bench.node_config(args, tmp_path, bench.Sapo(4, 0), 0, i, "bundled", []).tasks.weights for i in range(4)]
+    shared = [bench.node_config(args, tmp_path, bench.Sapo(2, 2), 0, i, "bundled", []).tasks.weights
+              for i in range(4)]
+    assert solo == shared
+    assert solo[0] == solo[3] == {"basic_arithmetic": 1.0, "chain_sum": 0.25, "products": 0.25}
+    assert solo[1] == {"basic_arithmetic": 0.25, "chain_sum": 1.0, "products": 0.25}
+    assert solo[2] == {"basic_arithmetic": 0.25, "chain_sum": 0.25, "products": 1.0}
+    # every node keeps every family, in one order: the held-out sets are the same
+    assert {tuple(weights) for weights in solo} == {("basic_arithmetic", "chain_sum", "products")}
+    assert bench.settings_of(args)["specialize"] == 0.25 and "specialize" not in bench.settings_of(_args(bench, tmp_path))
+    assert bench.node_config(_args(bench, tmp_path), tmp_path, bench.Sapo(4, 0), 0, 0, "bundled", []).tasks.weights == {}
+
+
+def test_specialized_runs_are_compared_on_each_nodes_own_family_and_on_the_others(bench, tmp_path):
+    args = _args(bench, tmp_path, specialize=0.25)
+    # node 0 mostly samples basic_arithmetic, node 1 chain_sum; their other families weigh by questions (chain_sum 4)
+    solo = [{"basic_arithmetic": 0.5, "chain_sum": 0.25, "products": 0.0},
+            {"basic_arithmetic": 0.0, "chain_sum": 0.5, "products": 0.5}]
+    shared = [{"basic_arithmetic": 0.5, "chain_sum": 0.5, "products": 0.5},
+              {"basic_arithmetic": 0.5, "chain_sum": 0.25, "products": 0.5}]
+    runs = []
+    for name, families in (("I=4,J=0", solo), ("I=2,J=2", shared)):
+        sapo = bench.Sapo.parse(name)
+        _write_run(bench, args, sapo, 0, [[0.1, 0.2, 0.3], [0.1, 0.2, 0.3]], [0.5, 0.5], families=families)
+        runs.append(bench.summarize(args, tmp_path, sapo, 0, "complete", 2.0))
+    assert runs[0]["heldout_final_own_family"] == pytest.approx(0.5)
+    assert runs[0]["heldout_final_other_families"] == pytest.approx((1 / 6 + 0.25) / 2, abs=1e-4)
+    assert runs[1]["heldout_final_own_family"] == pytest.approx(0.375)
+    assert runs[1]["heldout_final_other_families"] == pytest.approx(0.5)
+    [comparison] = bench.report(args, runs, 4.0)["comparisons"]
+    assert comparison["heldout_final_own_family_delta"] == [pytest.approx(-0.125)]
+    assert comparison["heldout_final_other_families_delta"] == [pytest.approx(0.5 - 5 / 24, abs=1e-4)]
+    plain = bench.report(_args(bench, tmp_path), [bench.summarize(_args(bench, tmp_path), tmp_path, bench.Sapo.parse(n),
+                                                                  0, "complete", 2.0) for n in ("I=4,J=0", "I=2,J=2")],
+                         4.0)
+    assert "heldout_final_own_family_delta" not in plain["comparisons"][0]
 
 
 def test_the_games_solo_nodes_play_in_swarms_of_their_own_and_its_shared_nodes_in_one(bench, tmp_path):
