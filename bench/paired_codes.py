@@ -27,6 +27,9 @@ it also pairs the **answer flows** up to the compared round: the questions the t
 then right) and lost (right, then wrong) between consecutive evaluations, first minus second per seed: per node,
 and summed over a run's nodes where both runs have as many.
 
+Runs of ``swarm_vs_solo.py --specialize`` (a heterogeneous swarm) also pair, at the same rounds, the held-out on
+each node's own family and on the others.
+
 ``--config A B`` pairs configuration A of the first folder with B of the second: issue 29's swarm against solo
 nodes run apart (``bench/gpu_swarm_vs_solo.sh``, where the solo arm runs fewer nodes).
 
@@ -108,6 +111,15 @@ def answer_flows(run: dict, last_round: int) -> tuple[int, int] | None:
     return gained, lost
 
 
+def own_and_others(run: dict, rounds: int) -> tuple[float, float] | None:
+    """A specialized run's mean over nodes of the held-out on each node's own family and on the others at ``rounds``
+    (``swarm_vs_solo.py --specialize``); None where a node has no such figure there."""
+    points = [{n: (own, other) for n, own, other in node.get("heldout_own_other", [])} for node in run["curves"]]
+    if not all(rounds in node for node in points):
+        return None
+    return (statistics.fmean(node[rounds][0] for node in points), statistics.fmean(node[rounds][1] for node in points))
+
+
 def compare(first: list[dict], second: list[dict], ci95=_paired_ci95, *, incomplete: bool = False) -> dict:
     """Runs of the same configuration by two versions, paired by seed (complete runs only, unless ``incomplete``)."""
     usable = (lambda r: len(r["heldout_by_round"]) > 1) if incomplete else (lambda r: r["complete"])
@@ -144,6 +156,17 @@ def compare(first: list[dict], second: list[dict], ci95=_paired_ci95, *, incompl
                 flow_figures[f"answers_{name}"] = {
                     "first": [a[index] for a, _ in flows], "second": [b[index] for _, b in flows],
                     "delta": deltas, "delta_mean": round(statistics.fmean(deltas), 2), "ci95": ci95(deltas)}
+    specialized = [(own_and_others(a, n), own_and_others(b, n))
+                   for a, b, n in zip(firsts, seconds, rounds_compared, strict=True)]
+    family_figures = {}
+    if all(a and b for a, b in specialized):
+        for index, name in ((0, "own_family"), (1, "other_families")):
+            deltas = [a[index] - b[index] for a, b in specialized]
+            family_figures[f"heldout_{name}"] = {
+                "first": [round(a[index], 4) for a, _ in specialized],
+                "second": [round(b[index], 4) for _, b in specialized],
+                "delta": [round(d, 4) for d in deltas], "delta_mean": round(statistics.fmean(deltas), 4),
+                "ci95": ci95(deltas)}
     return {
         "seeds": [a["seed"] for a, _ in pairs],
         "equal_rounds": {
@@ -153,6 +176,8 @@ def compare(first: list[dict], second: list[dict], ci95=_paired_ci95, *, incompl
             "delta": [round(d, 4) for d in equal_rounds],
             "delta_mean": round(statistics.fmean(equal_rounds), 4),
             "ci95": ci95(equal_rounds),
+            # with --specialize: the same rounds on each node's own family and on the others
+            **family_figures,
         },
         "equal_wall_time": {
             "training_seconds": [round(b, 1) for b in budgets],
@@ -214,6 +239,10 @@ def main() -> None:
           f"95 % interval {rounds['ci95']}")
     print(f"  at equal wall time {wall['training_seconds']} s: {wall['delta']}, mean {wall['delta_mean']}, "
           f"95 % interval {wall['ci95']}")
+    for name in ("heldout_own_family", "heldout_other_families"):
+        if name in rounds:
+            print(f"    {name.replace('_', ' ')}: {rounds[name]['delta']}, mean {rounds[name]['delta_mean']}, "
+                  f"95 % interval {rounds[name]['ci95']}")
     for name, flow in comparison.get("answer_flows", {}).items():
         print(f"  {name.replace('_', ' ')} up to those rounds: {first} {flow['first']}, {second} {flow['second']}; "
               f"difference mean {flow['delta_mean']}, 95 % interval {flow['ci95']}")

@@ -343,6 +343,10 @@ def summarize(args: argparse.Namespace, work: Path, sapo: Sapo, seed: int, outco
             if cpu_file.exists() else {}
         nodes.append({"metrics": metrics, "evaluations": evaluations, "cpu": cpu,
                       "flips": flip_totals(store.heldout_answers())})
+    # with --specialize, each node's rounds trained -> (held-out on its own family, on the others)
+    own_others = [{e.rounds_trained: own_and_other_families(e, index) for e in node["evaluations"]}
+                  if args.specialize is not None else {} for index, node in enumerate(nodes)]
+    final_own_others = [own_other[args.rounds] for own_other in own_others if args.rounds in own_other]
     evals_at = lambda n: [e for node in nodes for e in node["evaluations"] if e.rounds_trained == n]  # noqa: E731
     rounds_at = lambda i: [m for node in nodes for m in node["metrics"] if m.rounds_trained == i + 1]  # noqa: E731
     all_metrics = [m for node in nodes for m in node["metrics"]]
@@ -354,8 +358,11 @@ def summarize(args: argparse.Namespace, work: Path, sapo: Sapo, seed: int, outco
         "heldout_round0": _mean([e.accuracy_greedy for e in evals_at(0)]),
         "heldout_final": _mean([e.accuracy_greedy for e in finals]),
         "heldout_final_per_node": [e.accuracy_greedy for e in finals],
-        # With --specialize: each node's final held-out on the family it mostly samples, and on the others
-        **(_own_and_other_families(nodes, args) if args.specialize is not None else {}),
+        # With --specialize: the mean over nodes of the final held-out on the family a node mostly samples, and on
+        # the others
+        **({"heldout_final_own_family": _mean(own for own, _ in final_own_others),
+            "heldout_final_other_families": _mean(other for _, other in final_own_others)}
+           if args.specialize is not None else {}),
         # Mean over nodes at every evaluation all nodes reached: compares runs a deadline cut short at equal rounds.
         "heldout_by_round": {str(n): _mean(e.accuracy_greedy for e in evals_at(n))
                              for n in sorted({e.rounds_trained for node in nodes for e in node["evaluations"]})
@@ -388,6 +395,10 @@ def summarize(args: argparse.Namespace, work: Path, sapo: Sapo, seed: int, outco
             # held-out questions gained and lost between consecutive evaluations (bench/heldout_flips.py for the
             # families and the collapse signature): rounds before, rounds after, gained, lost
             "heldout_flips": node["flips"],
+            # with --specialize: rounds trained, held-out on the node's own family, on the others
+            **({"heldout_own_other": [[n, round(own, 4), round(other, 4)]
+                                      for n, (own, other) in own_others[index].items()]}
+               if args.specialize is not None else {}),
             # rounds trained, local reward, well-formed rate, local exact accuracy, share of trained groups with
             # spread, peer groups trained on, peer groups dropped as equal-reward, seconds
             "rounds": [[m.rounds_trained, round(m.reward_local, 4), round(m.wellformed_rate, 4),
@@ -397,19 +408,14 @@ def summarize(args: argparse.Namespace, work: Path, sapo: Sapo, seed: int, outco
     }
 
 
-def _own_and_other_families(nodes: list[dict], args: argparse.Namespace) -> dict:
-    """Mean over nodes of the final held-out accuracy on the family a node mostly samples, and on the others."""
-    own, others = [], []
-    for index, node in enumerate(nodes):
-        final = next((e for e in node["evaluations"] if e.rounds_trained == args.rounds), None)
-        if final is None:
-            continue
-        family = _own_family(index)
-        rest = [f for f in final.per_family if f != family]
-        own.append(final.per_family[family])
-        others.append(sum(final.per_family[f] * final.per_family_questions[f] for f in rest)
-                      / sum(final.per_family_questions[f] for f in rest))
-    return {"heldout_final_own_family": _mean(own), "heldout_final_other_families": _mean(others)}
+def own_and_other_families(evaluation: EvalFinished, index: int) -> tuple[float, float]:
+    """Node ``index``'s held-out accuracy on the family it mostly samples with --specialize, and on the others (each
+    family weighed by its questions)."""
+    family = _own_family(index)
+    rest = [f for f in evaluation.per_family if f != family]
+    others = sum(evaluation.per_family[f] * evaluation.per_family_questions[f] for f in rest) \
+        / sum(evaluation.per_family_questions[f] for f in rest)
+    return evaluation.per_family[family], others
 
 
 def _one_per_round(evaluations: list[EvalFinished]) -> list[EvalFinished]:

@@ -100,6 +100,23 @@ def test_runs_of_other_sizes_compare_their_answer_flows_per_node_only():
     assert flows["answers_lost_per_node"]["delta"] == [-4.0]
 
 
+def test_specialized_runs_also_pair_each_nodes_own_family_and_the_others_at_the_compared_rounds():
+    # rounds trained, held-out on the node's own family, on the others; the solo run cut short reached round 20
+    swarm = _run(0, 8.0, 25, {0: 0.2, 20: 0.4, 25: 0.5})
+    swarm["curves"][0]["heldout_own_other"] = [[0, 0.2, 0.2], [20, 0.5, 0.4], [25, 0.6, 0.5]]
+    swarm["curves"][1]["heldout_own_other"] = [[0, 0.2, 0.2], [20, 0.3, 0.2], [25, 0.6, 0.5]]
+    solo = _run(0, 10.0, 20, {0: 0.2, 20: 0.3})
+    solo["complete"] = False
+    for node in solo["curves"]:
+        node["heldout_own_other"] = [[0, 0.2, 0.2], [20, 0.5, 0.1]]
+    rounds = paired_codes.compare([swarm], [solo], lambda deltas: [min(deltas), max(deltas)],
+                                  incomplete=True)["equal_rounds"]
+    assert rounds["heldout_own_family"]["first"] == [0.4] and rounds["heldout_own_family"]["delta"] == [-0.1]
+    assert rounds["heldout_other_families"]["delta"] == [pytest.approx(0.2)]
+    plain = paired_codes.compare([_run(0, 8.0, 20, {0: 0.2, 20: 0.4})], [_run(0, 8.0, 20, {0: 0.2, 20: 0.3})])
+    assert "heldout_own_family" not in plain["equal_rounds"]
+
+
 def test_the_command_pairs_one_configuration_of_the_first_folder_with_another_of_the_second(tmp_path):
     shared = {**_run(0, 8.0, 20, {0: 0.2, 20: 0.4}), "config": "I=2,J=2"}
     solo = {**_run(0, 8.0, 20, {0: 0.2, 20: 0.3}), "config": "I=4,J=0"}

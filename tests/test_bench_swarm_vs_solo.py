@@ -229,6 +229,7 @@ def test_specialized_runs_are_compared_on_each_nodes_own_family_and_on_the_other
     assert runs[0]["heldout_final_other_families"] == pytest.approx((1 / 6 + 0.25) / 2, abs=1e-4)
     assert runs[1]["heldout_final_own_family"] == pytest.approx(0.375)
     assert runs[1]["heldout_final_other_families"] == pytest.approx(0.5)
+    assert runs[1]["curves"][1]["heldout_own_other"] == [[0, 0.25, 0.5], [2, 0.25, 0.5], [4, 0.25, 0.5]]
     [comparison] = bench.report(args, runs, 4.0)["comparisons"]
     assert comparison["heldout_final_own_family_delta"] == [pytest.approx(-0.125)]
     assert comparison["heldout_final_other_families_delta"] == [pytest.approx(0.5 - 5 / 24, abs=1e-4)]
