@@ -20,6 +20,11 @@ Each comparison pairs runs by seed: the held-out difference per seed, its mean a
 equal rounds and at equal CPU seconds per node (the runner reads each node's CPU time, its p2p daemon included, at
 every evaluation).
 
+``--specialize W`` makes the swarm heterogeneous, as in SAPO's experiments: node k mostly samples one of the demo's
+families (k mod 3; the others weigh W), in every configuration alike, so a shared node trains on peers' groups of the
+families it rarely samples itself. Its held-out set stays every family's, and each run also reports the held-out on
+each node's own family and on the others.
+
 ``--model tiny`` runs the same harness on a tiny random model in seconds (plumbing check); ``--report-only``
 redraws the curves and the summary from the results file.
 """
