@@ -627,7 +627,7 @@ def draw(result: dict, out: Path) -> list[Path]:
     rounds = result["settings"]["rounds"]
     title = f"{result['model'].split(' (')[0]}, {result['settings']['nodes']} nodes" + (
         ", 3-stage game" if result["settings"].get("game") == "multistage" else "") + (
-        ", each mostly on one family" if result["settings"].get("specialize") is not None else "")
+        "\neach node mostly on one family" if result["settings"].get("specialize") is not None else "")
     paths = []
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), gridspec_kw={"width_ratios": [3, 2]})
