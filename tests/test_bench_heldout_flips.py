@@ -160,7 +160,7 @@ def test_swarm_vs_solo_summaries_carry_each_nodes_gains_and_losses(tmp_path):
         sapo = bench.Sapo(2, 2)
         _write(tmp_path / "runs" / bench.run_name(sapo, 0, 0), _record(0, ROUND_0), _record(10, ROUND_10))
         _write(tmp_path / "runs" / bench.run_name(sapo, 0, 1), _record(0, ROUND_0))
-        args = argparse.Namespace(nodes=2, rounds=10, eval_samples=0)
+        args = argparse.Namespace(nodes=2, rounds=10, eval_samples=0, specialize=None)
         summary = bench.summarize(args, tmp_path, sapo, 0, "complete", 1.0)
     finally:
         del sys.modules[spec.name]
