@@ -171,7 +171,7 @@ def demo_round_groups(policy, tasks, number: int, *, local: int, peer: int, gene
     completion texts re-tokenized under other questions, as a peer's texts are, with rewards that alternate so every
     such group has a gradient. Round ``number`` seeds both the questions and the sampling."""
     from node.learning.grpo import TrainGroup
-    from node.tasks.source import score
+    from node.tasks.source import grade
 
     rng = random.Random(number)
     questions = tasks.sample(local, rng)
@@ -179,7 +179,7 @@ def demo_round_groups(policy, tasks, number: int, *, local: int, peer: int, gene
     generated = policy.generate(prompts, num_generations=generations, max_new_tokens=max_new_tokens,
                                 temperature=temperature, top_p=top_p, seed=number)
     groups = [
-        TrainGroup(prompt, tuple(completions), tuple(score(task, c.text) for c in completions))
+        TrainGroup(prompt, tuple(completions), tuple(grade(task, c.text, finished=c.finished).reward for c in completions))
         for task, prompt, completions in zip(questions, prompts, generated, strict=True)
     ]
     for task, completions in zip(tasks.sample(peer, rng), generated * peer, strict=False):

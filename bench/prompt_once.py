@@ -1,14 +1,22 @@
-"""Seconds and peak RSS of the GRPO training step with each group's prompt run once vs once per completion.
+"""Seconds, CPU seconds, backbone tokens and peak RSS of the GRPO training step, three ways on the same groups.
+
+- every row runs its prompt: TRL's forward, G copies of each prompt, padded to the longest completion;
+- packed, every group: each group's prompt once, followed by its completions' real tokens (no padding), every
+  group run;
+- packed, flat groups left out (the node's step): the same, without a pass for the groups whose completions all
+  scored the same (zero advantage, zero gradient without a KL term).
 
 The demo's round (:func:`node.cli.demo.demo_config`: I local questions x G completions generated here with the node's
-prompts and worked examples, J "peer" groups of the same texts re-tokenized under other questions, the demo's
-``max_new_tokens``, ``micro_batch_groups`` and float32 sampling), in one process. Each round's groups are trained
-twice, once per forward, in alternating order, so a busy machine slows both alike; the peak RSS of each step is
-sampled every few milliseconds.
+prompts and worked examples, scored by the node's grader; J "peer" groups of the same texts re-tokenized under other
+questions, with rewards that alternate, as the groups a node picks from peers have spread), its ``max_new_tokens``,
+``micro_batch_groups`` and float32 sampling, in one process. Each round's groups are trained once per way, in an order
+that rotates from round to round, so a busy machine slows all alike; the peak RSS of each step is sampled every few
+milliseconds. ``padded_layout_tokens`` is what the packed forward ran before it left the padding out: each group's
+prompt plus G slots as long as its longest completion.
 
-    MALLOC_ARENA_MAX=2 MALLOC_MMAP_THRESHOLD_=131072 python bench/prompt_once.py --rounds 3
+    MALLOC_ARENA_MAX=2 MALLOC_MMAP_THRESHOLD_=131072 python bench/prompt_once.py --rounds 4
 
-Writes bench/results/prompt_once.json and prints a markdown table.
+Writes bench/results/prompt_once.json (``--out``) and prints a markdown table.
 """
 
 from __future__ import annotations
@@ -43,6 +51,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
     add_demo_round_arguments(parser)
+    parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--no-save", action="store_true")
     args = parser.parse_args()
 
@@ -57,53 +66,75 @@ def main() -> None:
     cfg = demo_config(Path(tempfile.gettempdir()), 0, model="bundled", threads=args.threads)
     max_new_tokens, micro = cfg.training.max_new_tokens, cfg.training.micro_batch_groups
     resolved = models.resolve(models.BUNDLED)
+    adamw_8bit = models.uses_adamw_8bit(cfg.training.optimizer_states, lora=False, device="cpu")
     model, tokenizer = models.load(resolved, cache_dir=Path(args.cache_dir), dtype=torch.float32, device="cpu")
     policy = Policy(model, tokenizer, generation_dtype=torch.float32, max_prompt_tokens=1024)
     learner = GrpoLearner(
         policy, output_dir=Path(tempfile.mkdtemp(prefix="rl-swarm-prompt-once-")) / "trl", device="cpu",
         mixed_bf16=False, num_generations=args.G, max_new_tokens=max_new_tokens, learning_rate=5e-6, beta=0.0,
         epsilon=0.2, epsilon_high=0.28, loss_type="grpo", max_grad_norm=1.0, seed=0, micro_batch_groups=micro,
+        adamw_8bit=adamw_8bit,
     )
     tasks = demo_task_source(resolved.params)
-    steps, exact = [], grpo._packing_is_exact
+    exact, no_gradient = grpo._packing_is_exact, grpo._gives_no_gradient
+    ways = {"every row runs its prompt": (lambda causal_lm: False, lambda group, trainer: False),
+            "packed, every group": (exact, lambda group, trainer: False),
+            "packed, flat groups left out": (exact, no_gradient)}
+    tokens = [0]
+    model.get_input_embeddings().register_forward_hook(lambda module, inputs, output: tokens.__setitem__(
+        0, tokens[0] + inputs[0].numel()))
+    steps = []
     for number in range(args.rounds):
         groups = demo_round_groups(policy, tasks, number, local=args.I, peer=args.J, generations=args.G,
                                    max_new_tokens=max_new_tokens)
-        order = (False, True) if number % 2 == 0 else (True, False)
-        for prompt_once in order:
-            grpo._packing_is_exact = exact if prompt_once else lambda causal_lm: False
+        names = list(ways)
+        for name in names[number % 3:] + names[: number % 3]:
+            grpo._packing_is_exact, grpo._gives_no_gradient = ways[name]
             gc.collect()
             before = sampler.rss()
             sampler.take()
-            started = time.perf_counter()
+            tokens[0] = 0
+            started, cpu = time.perf_counter(), time.process_time()
             learner.step(groups)
             row = {
-                "round": number + 1, "prompt_once": prompt_once, "train_s": round(time.perf_counter() - started, 2),
+                "round": number + 1, "way": name, "train_s": round(time.perf_counter() - started, 2),
+                "cpu_s": round(time.process_time() - cpu, 2), "backbone_tokens": tokens[0],
                 "peak_rss_gb": round(sampler.take() / GB, 3), "rss_before_gb": round(before / GB, 3),
+                "flat_groups": sum(max(g.rewards) == min(g.rewards) for g in groups), "groups": len(groups),
                 "prompt_tokens": sum(len(g.prompt_ids) for g in groups),
                 "completion_tokens": sum(len(c.ids) + c.finished for g in groups for c in g.completions),
+                "padded_layout_tokens": sum(len(g.prompt_ids) + args.G * max(len(c.ids) + c.finished
+                                                                             for c in g.completions) for g in groups),
             }
             steps.append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
+    grpo._packing_is_exact, grpo._gives_no_gradient = exact, no_gradient
     sampler.close()
 
     summary = {}
-    for prompt_once, name in ((False, "prompt per completion"), (True, "prompt once per group")):
-        mine = [s for s in steps if s["prompt_once"] is prompt_once]
+    for name in ways:
+        mine = [s for s in steps if s["way"] == name]
         summary[name] = {"train_s_median": statistics.median(s["train_s"] for s in mine),
+                         "train_s_range": [min(s["train_s"] for s in mine), max(s["train_s"] for s in mine)],
+                         "cpu_s_median": statistics.median(s["cpu_s"] for s in mine),
+                         "backbone_tokens_median": statistics.median(s["backbone_tokens"] for s in mine),
                          "peak_rss_gb_max": max(s["peak_rss_gb"] for s in mine)}
     result = {
         "settings": {"I": args.I, "J": args.J, "G": args.G, "max_new_tokens": max_new_tokens,
-                     "micro_batch_groups": micro, "threads": args.threads, "rounds": args.rounds,
+                     "micro_batch_groups": micro, "adamw_8bit": adamw_8bit, "threads": args.threads,
+                     "rounds": args.rounds,
                      "malloc": {k: os.environ.get(k) for k in ("MALLOC_ARENA_MAX", "MALLOC_MMAP_THRESHOLD_")}},
         "summary": summary,
         "steps": steps,
     }
-    print("| training forward | step seconds (median) | step peak RSS GB (max) |\n|---|---|---|")
+    print("| training step | seconds (median, range) | CPU s (median) | backbone tokens (median) | peak RSS GB (max) |\n"
+          "|---|---|---|---|---|")
     for name, row in summary.items():
-        print(f"| {name} | {row['train_s_median']:.1f} | {row['peak_rss_gb_max']:.2f} |")
+        low, high = row["train_s_range"]
+        print(f"| {name} | {row['train_s_median']:.1f} ({low:.1f}-{high:.1f}) | {row['cpu_s_median']:.1f} | "
+              f"{row['backbone_tokens_median']:.0f} | {row['peak_rss_gb_max']:.2f} |")
     if not args.no_save:
-        RESULTS.write_text(json.dumps(result, indent=1) + "\n")
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -103,7 +103,7 @@ class RoundFinished(Event):
     groups_with_spread: float = 0.0  # share of trained groups whose rewards differ (the ones that give a gradient)
     mean_abs_advantage: float = 0.0
     grad_norm: float | None = None
-    entropy: float | None = None
+    entropy: float | None = None  # the policy's mean token entropy on the completions of groups with reward spread
     update_skipped: bool = False  # no trained group had reward spread: no forward/backward was run
     difficulty: dict[str, int] = field(default_factory=dict)  # curriculum level per task family
     # The game played: "sapo", or "multistage" (answer, critique, revise; see node.game), whose rounds also report

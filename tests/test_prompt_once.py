@@ -6,6 +6,7 @@ sets it up, with and without micro-batches, full and LoRA."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -19,14 +20,15 @@ QUESTIONS = ("What is 2 + 2?", "A farmer has 17 sheep and buys 5 more, then sell
              "Spell 'cat' backwards.")
 
 
-def _learner(model_dir: Path, tmp_path: Path, *, lora: bool = False, micro_batch_groups: int = 0) -> GrpoLearner:
+def _learner(model_dir: Path, tmp_path: Path, *, lora: bool = False, micro_batch_groups: int = 0,
+             loss_type: str = "grpo") -> GrpoLearner:
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     policy = Policy(model, tokenizer, generation_dtype=torch.float32, max_prompt_tokens=256)
     return GrpoLearner(
         policy, output_dir=tmp_path / "trl", device="cpu", mixed_bf16=False, num_generations=G, max_new_tokens=8,
-        learning_rate=1e-3, beta=0.0, epsilon=0.2, epsilon_high=0.28, loss_type="grpo", max_grad_norm=1.0, seed=0,
+        learning_rate=1e-3, beta=0.0, epsilon=0.2, epsilon_high=0.28, loss_type=loss_type, max_grad_norm=1.0, seed=0,
         micro_batch_groups=micro_batch_groups, lora=LoraSettings(rank=4) if lora else None,
     )
 
@@ -61,13 +63,15 @@ def _plain(monkeypatch) -> None:
     monkeypatch.setattr(grpo, "_packing_is_exact", lambda causal_lm: False)
 
 
-def _packed_tokens(order: list, width: int, keep: int, batch_size: int) -> int:
-    """Tokens of the packed forward: per chunk, each distinct prompt once, then as many completion slots as its
-    most frequent prompt has rows."""
+def _packed_tokens(order: list, prompt_lengths: list, completion_lengths: list, batch_size: int) -> int:
+    """Tokens of the packed forward: per chunk, one row per distinct prompt, as long as the longest of its prompts'
+    real tokens followed by the real tokens of that prompt's completions in the chunk (no padding of either)."""
     total = 0
     for start in range(0, len(order), batch_size):
-        chunk = order[start : start + batch_size]
-        total += len(set(chunk)) * (width + max(map(chunk.count, chunk)) * keep)
+        packed = {}
+        for row in range(start, min(start + batch_size, len(order))):
+            packed[order[row]] = packed.get(order[row], prompt_lengths[row]) + completion_lengths[row]
+        total += len(packed) * max(packed.values())
     return total
 
 
@@ -109,10 +113,15 @@ def test_prompt_once_gives_the_plain_forwards_log_probs_and_gradients(tiny_model
 
     rows, width, keep = len(order), prompt_mask.size(1), completion_mask.size(1)
     assert plain[3] == rows * (width + keep)
-    if batch_size is None:  # each prompt once, every completion once
-        assert once[3] == len(QUESTIONS) * width + rows * keep
+    # Each prompt once, every completion once, and no padding: each packed row is as long as the longest of them.
+    lengths = (prompt_mask.sum(1).tolist(), completion_mask.sum(1).tolist())
+    longest_group = max(lengths[0][i] + sum(lengths[1][j] for j in range(rows) if order[j] == order[i])
+                        for i in range(rows))
+    if batch_size is None:
+        assert once[3] == _packed_tokens(order, *lengths, rows) == len(QUESTIONS) * longest_group
+        assert longest_group < width + G * keep  # less than the padded prompt and G padded completions
     else:  # each chunk runs each of its distinct prompts once; a group split between chunks runs it in both
-        assert once[3] == _packed_tokens(order, width, keep, batch_size) < plain[3]
+        assert once[3] == _packed_tokens(order, *lengths, batch_size) < plain[3]
         assert any(len(set(order[i : i + batch_size])) > 1 for i in range(0, rows, batch_size))
     torch.testing.assert_close(once[0], plain[0], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(once[1], plain[1], atol=1e-5, rtol=1e-5)
@@ -144,6 +153,51 @@ def test_a_learner_step_accumulates_the_plain_forwards_gradient(tiny_model_dir, 
     assert len(grads[0]) == len(grads[1]) > 0
     for plain, once in zip(*grads, strict=True):
         torch.testing.assert_close(once, plain, atol=1e-6, rtol=1e-4)
+
+
+def _accumulated(learner: GrpoLearner, groups: list[TrainGroup]):
+    """The step's statistics, its gradient before the optimizer would apply it, and the tokens its passes ran."""
+    learner.optimizer.step = lambda *a, **k: None
+    learner.optimizer.zero_grad = lambda *a, **k: None
+    counter = _TokenCount(learner.model)
+    stats = learner.step(groups)
+    counter._hook.remove()
+    return stats, [p.grad.clone() for p in learner.policy.model.parameters() if p.grad is not None], counter.tokens
+
+
+@pytest.mark.parametrize(("loss_type", "micro_batch_groups", "skipped"),
+                         [("grpo", 0, True), ("dr_grpo", 1, True), ("bnpo", 0, False)])
+def test_a_group_whose_completions_all_scored_the_same_runs_no_pass_and_the_update_is_unchanged(
+        tiny_model_dir, tmp_path, monkeypatch, loss_type, micro_batch_groups, skipped):
+    runs = []
+    for leave_out in (True, False):
+        if not leave_out:
+            monkeypatch.setattr(grpo, "_gives_no_gradient", lambda group, trainer: False)
+        learner = _learner(tiny_model_dir, tmp_path / str(leave_out), micro_batch_groups=micro_batch_groups,
+                           loss_type=loss_type)
+        groups = _groups(learner.policy)
+        flat = TrainGroup(learner.policy.prompt_ids([{"role": "user", "content": "Name a colour."}]),
+                          groups[1].completions, (1.0,) * G)
+        runs.append(_accumulated(learner, [groups[0], flat, *groups[1:]]))
+        monkeypatch.undo()
+    (left_out, grads, tokens), (ran, plain_grads, plain_tokens) = runs
+    assert (tokens < plain_tokens) is skipped
+    assert len(grads) == len(plain_grads) > 0
+    for grad, plain in zip(grads, plain_grads, strict=True):
+        torch.testing.assert_close(grad, plain, atol=1e-6, rtol=1e-4)
+    assert left_out.grad_norm == pytest.approx(ran.grad_norm, rel=1e-5)  # before clipping, which hides a scale
+    assert left_out.loss == pytest.approx(ran.loss, abs=1e-6)
+    assert left_out.mean_abs_advantage == pytest.approx(ran.mean_abs_advantage)
+    assert left_out.completion_length == pytest.approx(ran.completion_length)
+
+
+def test_with_a_kl_term_or_some_spread_a_group_still_runs():
+    completions = tuple(Completion(ids=(5, 6), text="", finished=True) for _ in range(G))
+    flat, spread = (TrainGroup((1, 2, 3), completions, rewards) for rewards in ((0.5,) * G, (0.5, 0.5, 0.5, 0.6)))
+    trainer = SimpleNamespace(beta=0.0, loss_type="grpo")
+    assert grpo._gives_no_gradient(flat, trainer) and not grpo._gives_no_gradient(spread, trainer)
+    trainer.beta = 0.04  # the KL term pulls every row toward the reference, advantage or not
+    assert not grpo._gives_no_gradient(flat, trainer)
 
 
 def test_models_and_batches_it_does_not_fit_take_the_plain_forward(tiny_model_dir, tmp_path, monkeypatch):

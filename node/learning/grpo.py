@@ -110,7 +110,7 @@ class StepStats:
     completion_length: float
     seconds: float
     grad_norm: float | None = None  # before clipping
-    entropy: float | None = None  # mean per-token entropy of the policy on the trained completions
+    entropy: float | None = None  # mean per-token entropy of the policy on the completions its passes ran on
     mean_abs_advantage: float = 0.0  # over the trained completions, as TRL computed them (after the peer clamp)
 
 
@@ -612,49 +612,55 @@ def _prompt_cache(causal_lm, input_ids: torch.Tensor, attention: torch.Tensor):
 
 
 def _packed_group_states(causal_lm, ids, attention, logits_to_keep) -> torch.Tensor | None:
-    """:meth:`SapoGRPOTrainer._predicting_states` with each distinct prompt run once (packing).
+    """:meth:`SapoGRPOTrainer._predicting_states` with each distinct prompt run once (packing) and no padding run.
 
     A GRPO group is G rows with the same (left-padded) prompt. Here each distinct prompt becomes one packed row:
-    the prompt, then the completions of its rows one after another, with a mask that lets each completion see the
-    prompt and itself (causally) and nothing else, and each completion numbered from the prompt's end, so every
-    completion token attends to exactly the keys, at exactly the positions, it has in the plain forward (the
-    batch's left padding included: transformers numbers a padded row from its first column). One forward, so the
-    gradient from all G completions flows into one prompt's activations, and each weight is used once (its
-    gradient is not held back until a second pass's arrives). Rows are matched by content, not by order (TRL
-    shuffles them). Returns None where no two rows share a prompt.
+    the prompt's real tokens, then the real tokens of its rows' completions one after another, with a mask that
+    lets each completion see the prompt and itself (causally) and nothing else, and every token at the position it
+    has in the plain forward (transformers numbers a padded row from its first column, the left padding included),
+    so every completion token attends to exactly the keys, at exactly the positions, it has there. Neither the
+    prompts' left padding nor the completions' right padding (up to the batch's longest completion) is run: a round
+    whose completions are mostly short pays for its long ones only. One forward, so the gradient from all G
+    completions flows into one prompt's activations, and each weight is used once (its gradient is not held back
+    until a second pass's arrives). Rows are matched by content, not by order (TRL shuffles them). Returns None
+    where no two rows share a prompt, or a completion's mask is not a run of real tokens then padding.
     """
-    width, count = ids.size(1) - logits_to_keep, ids.size(0)
+    width, count, device = ids.size(1) - logits_to_keep, ids.size(0), ids.device
     prompts, rows = torch.unique(torch.cat([ids[:, :width], attention[:, :width].to(ids.dtype)], dim=1), dim=0,
                                  return_inverse=True)
-    if prompts.size(0) == count:
+    real = attention[:, width:].bool()
+    if prompts.size(0) == count or (real[:, 1:] & ~real[:, :-1]).any():
         return None
-    # Slot of each row in its prompt's packed row: its rank among the rows with that prompt.
-    taken = [0] * prompts.size(0)
-    slots = []
-    for prompt in rows.tolist():
-        slots.append(taken[prompt])
-        taken[prompt] += 1
-    slots = torch.tensor(slots, device=ids.device)
-    packed_ids = ids.new_zeros(prompts.size(0), max(taken), logits_to_keep)  # unused slots: masked out
-    packed_ids[rows, slots] = ids[:, width:]
-    packed_mask = attention.new_zeros(packed_ids.shape)
-    packed_mask[rows, slots] = attention[:, width:]
-    packed_ids = torch.cat([prompts[:, :width], packed_ids.flatten(1)], dim=1)
-    keys = torch.cat([prompts[:, width:], packed_mask.flatten(1)], dim=1).bool()
-    length = packed_ids.size(1)
-    column = torch.arange(length, device=ids.device)
-    segment = torch.cat([column.new_full((width,), -1),
-                         torch.arange(max(taken), device=ids.device).repeat_interleave(logits_to_keep)])
-    sees = (column[None, :] <= column[:, None]) & ((segment[None, :] == -1) | (segment[None, :] == segment[:, None]))
+    prompt_real = prompts[:, width:].bool()
+    prompt_length, completion_length = prompt_real.sum(1), real.sum(1)
+    # Where each row's completion starts in its prompt's packed row: after the prompt and the rows packed before it.
+    starts, used = [], prompt_length.tolist()
+    for prompt, length in zip(rows.tolist(), completion_length.tolist(), strict=True):
+        starts.append(used[prompt])
+        used[prompt] += length
+    starts = torch.tensor(starts, device=device)
+    shape = (prompts.size(0), max(used))
+    packed_ids, positions = ids.new_zeros(shape), torch.zeros(shape, dtype=torch.long, device=device)
+    segment = torch.full(shape, -2, device=device)  # -2: padding after a short packed row, -1: the prompt, i: row i
+    # The prompt's real tokens in order, each at its column in the plain forward.
+    packed, column = prompt_real.nonzero(as_tuple=True)
+    slot = (prompt_real.cumsum(1) - 1)[packed, column]
+    packed_ids[packed, slot], positions[packed, slot], segment[packed, slot] = prompts[packed, column], column, -1
+    row, column = real.nonzero(as_tuple=True)
+    packed, slot = rows[row], starts[row] + column
+    packed_ids[packed, slot], positions[packed, slot], segment[packed, slot] = ids[row, width + column], width + column, row
+    index = torch.arange(shape[1], device=device)
+    sees = (index[None, None, :] <= index[None, :, None]) & (
+        (segment[:, None, :] == -1) | (segment[:, None, :] == segment[:, :, None]))
     # A padding query sees itself too, so no row of the softmax is empty; no real token sees a padding key.
-    mask = (keys[:, None, None, :] & sees) | torch.eye(length, dtype=torch.bool, device=ids.device)
-    positions = torch.cat([column[:width], torch.arange(logits_to_keep, device=ids.device).repeat(max(taken)) + width])
-    hidden = causal_lm.base_model(input_ids=packed_ids, attention_mask=mask, position_ids=positions.expand(
-        prompts.size(0), -1), use_cache=False).last_hidden_state
-    # The prompt's last state predicts a completion's first token; each completion token predicts the next.
-    starts = width + slots * logits_to_keep
-    predicting = torch.cat([starts.new_full((count, 1), width - 1),
-                            starts[:, None] + torch.arange(logits_to_keep - 1, device=ids.device)], dim=1)
+    mask = (sees | torch.eye(shape[1], dtype=torch.bool, device=device))[:, None]
+    hidden = causal_lm.base_model(input_ids=packed_ids, attention_mask=mask, position_ids=positions,
+                                  use_cache=False).last_hidden_state
+    # The prompt's last state predicts a completion's first token; each completion token predicts the next. Padded
+    # targets (masked out by the caller) take any state.
+    keep = torch.arange(logits_to_keep, device=device)
+    predicting = torch.where(keep == 0, (prompt_length[rows] - 1)[:, None], starts[:, None] + keep - 1)
+    predicting = torch.where(keep < completion_length[:, None], predicting, 0)
     return hidden[rows[:, None], predicting]
 
 
@@ -807,15 +813,19 @@ class GrpoLearner:
         trainer._metrics["train"].clear()
         trainer.abs_advantages = []
         trainer.model.train()
-        size = self.micro_batch_groups or len(groups)
+        # Groups without reward spread run no pass (every group only where none has spread, as before).
+        passes = [g for g in groups if not _gives_no_gradient(g, trainer)] or groups
+        size = self.micro_batch_groups or len(passes)
         loss = 0.0
-        for start in range(0, len(groups), size):
-            chunk = groups[start : start + size]
-            # GRPO divides each pass's loss by this; weighting a pass by its share of the round's groups makes
-            # the accumulated gradient exactly the whole-batch one for grpo / dr_grpo (advantages are per
-            # group either way); bnpo / dapo token means become per-pass means, as in TRL's own accumulation.
+        for start in range(0, len(passes), size):
+            chunk = passes[start : start + size]
+            # GRPO divides each pass's loss by this; weighting a pass by its share of the round's groups (those
+            # left out included) makes the accumulated gradient exactly the whole-batch one for grpo / dr_grpo
+            # (advantages are per group either way); bnpo / dapo token means become per-pass means, as in TRL's
+            # own accumulation.
             trainer.current_gradient_accumulation_steps = len(groups) / len(chunk)
             loss += float(trainer.training_step(trainer.model, self.adapter.load(chunk), None).item())
+        trainer.abs_advantages += [0.0] * (len(groups) - len(passes)) * self.num_generations
         norm = torch.nn.utils.clip_grad_norm_(trainer.model.parameters(), trainer.args.max_grad_norm or math.inf)
         # Set from the update count rather than stepped by the scheduler, so a run resumed from a checkpoint (which
         # restores global_step) continues the decay where it stopped.
@@ -832,7 +842,7 @@ class GrpoLearner:
         return StepStats(
             loss=loss,
             kl=kl,
-            completion_length=_mean(metrics.get("completions/mean_length")) or 0.0,
+            completion_length=completion_length(groups),
             seconds=time.perf_counter() - started,
             grad_norm=float(norm) if math.isfinite(float(norm)) else None,
             entropy=_mean(metrics.get("entropy")),
@@ -853,6 +863,22 @@ class GrpoLearner:
                 start = self.starting_weights.get(parameter)
                 if start is not None:
                     parameter.lerp_(start, share)  # theta + share * (theta0 - theta)
+
+
+def _gives_no_gradient(group: TrainGroup, trainer: GRPOTrainer) -> bool:
+    """Whether ``group``'s forward and backward would add exactly nothing to the update, so need not run.
+
+    Completions that all scored the same have advantages of zero; with no KL term (beta 0) their loss is then zero
+    too, and under grpo and dr_grpo, whose passes are weighted by the round's group count (GrpoLearner.step), the
+    update is the same with or without them. bnpo and dapo divide by the tokens of a pass, which such rows add to.
+    """
+    return trainer.beta == 0.0 and trainer.loss_type in ("grpo", "dr_grpo") and max(group.rewards) == min(group.rewards)
+
+
+def completion_length(groups: Sequence[TrainGroup]) -> float:
+    """Mean tokens of the groups' completions as the update sees them: a finished one with its end-of-sequence."""
+    lengths = [len(c.ids) + c.finished for g in groups for c in g.completions]
+    return sum(lengths) / len(lengths) if lengths else 0.0
 
 
 def _refuse_anchor_on_adapters() -> None:
