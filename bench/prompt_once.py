@@ -14,7 +14,7 @@ that rotates from round to round, so a busy machine slows all alike; the peak RS
 milliseconds. ``padded_layout_tokens`` is what the packed forward ran before it left the padding out: each group's
 prompt plus G slots as long as its longest completion.
 
-    MALLOC_ARENA_MAX=2 MALLOC_MMAP_THRESHOLD_=131072 python bench/prompt_once.py --rounds 4
+    MALLOC_ARENA_MAX=2 MALLOC_MMAP_THRESHOLD_=131072 python bench/prompt_once.py --rounds 6
 
 Writes bench/results/prompt_once.json (``--out``) and prints a markdown table.
 """
