@@ -9,7 +9,7 @@ import pytest
 
 from tests.netbed import INTERNET
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 
 PUBLIC = [str(INTERNET)]  # the bed's internet: every member can reach it
 

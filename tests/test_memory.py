@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 MIB = 2**20
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc heap behaviour")
 @pytest.mark.parametrize("sampling", ["bfloat16", "float32"])
 def test_kept_rss_does_not_grow_over_fourteen_rounds(tiny_model_dir, sampling):
