@@ -100,7 +100,7 @@ def main() -> None:
                 "round": number + 1, "way": name, "train_s": round(time.perf_counter() - started, 2),
                 "cpu_s": round(time.process_time() - cpu, 2), "backbone_tokens": tokens[0],
                 "peak_rss_gb": round(sampler.take() / GB, 3), "rss_before_gb": round(before / GB, 3),
-                "flat_groups": sum(max(g.rewards) == min(g.rewards) for g in groups), "groups": len(groups),
+                "flat_groups": sum(no_gradient(g, learner.trainer) for g in groups), "groups": len(groups),
                 "prompt_tokens": sum(len(g.prompt_ids) for g in groups),
                 "completion_tokens": sum(len(c.ids) + c.finished for g in groups for c in g.completions),
                 "padded_layout_tokens": sum(len(g.prompt_ids) + args.G * max(len(c.ids) + c.finished

@@ -27,7 +27,7 @@ import pytest  # noqa: E402
 def pytest_collection_modifyitems(config, items):
     """Files with slow tests first. Under ``--dist loadfile`` (pyproject's addopts) a file is one unit of work, handed
     to the next free worker in this order: the long files start early and short ones fill in at the end, where
-    xdist's own order (most tests first) started a two-minute file last while the other worker sat idle."""
+    xdist's own order (most tests first) can start a two-minute file last while the other worker sits idle."""
     slow = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.path not in slow)  # stable: collection order within each part
 

@@ -842,7 +842,8 @@ class GrpoLearner:
         return StepStats(
             loss=loss,
             kl=kl,
-            completion_length=completion_length(groups),
+            # Over every group, those that ran no pass included; a finished completion with its end-of-sequence.
+            completion_length=_mean([len(c.ids) + c.finished for g in groups for c in g.completions]) or 0.0,
             seconds=time.perf_counter() - started,
             grad_norm=float(norm) if math.isfinite(float(norm)) else None,
             entropy=_mean(metrics.get("entropy")),
@@ -873,12 +874,6 @@ def _gives_no_gradient(group: TrainGroup, trainer: GRPOTrainer) -> bool:
     update is the same with or without them. bnpo and dapo divide by the tokens of a pass, which such rows add to.
     """
     return trainer.beta == 0.0 and trainer.loss_type in ("grpo", "dr_grpo") and max(group.rewards) == min(group.rewards)
-
-
-def completion_length(groups: Sequence[TrainGroup]) -> float:
-    """Mean tokens of the groups' completions as the update sees them: a finished one with its end-of-sequence."""
-    lengths = [len(c.ids) + c.finished for g in groups for c in g.completions]
-    return sum(lengths) / len(lengths) if lengths else 0.0
 
 
 def _refuse_anchor_on_adapters() -> None:
