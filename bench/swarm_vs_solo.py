@@ -32,6 +32,7 @@ redraws the curves and the summary from the results file.
 from __future__ import annotations
 
 import argparse
+import bisect
 import datetime as dt
 import json
 import math
@@ -100,7 +101,14 @@ def settings_of(args: argparse.Namespace) -> dict:
         "eval_samples": args.eval_samples, "eval_seed": args.eval_seed, "gather_timeout_s": args.gather_timeout,
         "threads_per_node": 1, "overrides": sorted(args.set or []),
     } | ({"game": args.game} if args.game != "sapo" else {}) \
+        | ({"solo_rounds": args.solo_rounds} if args.solo_rounds else {}) \
         | ({"specialize": args.specialize} if args.specialize is not None else {})
+
+
+def rounds_of(args: argparse.Namespace, sapo: Sapo) -> int:
+    """Rounds a run of ``sapo`` trains: ``--solo-rounds`` for the solo configuration (its curve goes on to the CPU
+    seconds a shared node spends in ``--rounds``), ``--rounds`` for every other."""
+    return args.solo_rounds if sapo.external == 0 and args.solo_rounds else args.rounds
 
 
 def node_config(args: argparse.Namespace, work: Path, sapo: Sapo, seed: int, index: int, model: str,
@@ -121,7 +129,7 @@ def node_config(args: argparse.Namespace, work: Path, sapo: Sapo, seed: int, ind
         "evaluation": {"every_rounds": args.eval_every, "questions": args.eval_questions,
                        "samples": args.eval_samples, "seed": args.eval_seed},
         # The bench stops each node after the evaluation that follows its last round (see _Run._follow).
-        "run": {"run_name": name, "threads": 1, "seed": seed, "rounds": args.rounds + 1, "checkpoint_every_rounds": 10**6,
+        "run": {"run_name": name, "threads": 1, "seed": seed, "rounds": rounds_of(args, sapo) + 1, "checkpoint_every_rounds": 10**6,
                 "identity_file": str(work / "identities" / f"{name}.key")},
     }
     for item in args.set or []:
@@ -252,7 +260,7 @@ class _Run:
                 cpu_file.write_text(json.dumps(node.cpu_at_eval), encoding="utf-8")
                 _say(f"  {run_name(self.sapo, self.seed, node.index)}: held-out {event.accuracy_greedy:.3f} "
                      f"after {event.rounds_trained} rounds ({event.seconds:.0f} s)")
-                if event.rounds_trained >= self.args.rounds:
+                if event.rounds_trained >= rounds_of(self.args, self.sapo):
                     node.done.set()
                     _send(node.process, "stop")
             elif event.kind == "error":
@@ -356,9 +364,12 @@ def summarize(args: argparse.Namespace, work: Path, sapo: Sapo, seed: int, outco
     rounds_at = lambda i: [m for node in nodes for m in node["metrics"] if m.rounds_trained == i + 1]  # noqa: E731
     all_metrics = [m for node in nodes for m in node["metrics"]]
     finals = evals_at(args.rounds)
+    last = rounds_of(args, sapo)
     return {
         "config": sapo.name, "I": sapo.local, "J": sapo.external, "seed": seed, "nodes": args.nodes,
-        "rounds": args.rounds, "outcome": outcome, "complete": outcome == "complete" and len(finals) == args.nodes,
+        # compared at ``rounds``; a solo run with --solo-rounds trains on to ``rounds_run`` (compared at equal CPU)
+        "rounds": args.rounds, "rounds_run": last, "outcome": outcome,
+        "complete": outcome == "complete" and len(finals) == args.nodes and len(evals_at(last)) == args.nodes,
         "minutes": round(minutes, 1),
         "heldout_round0": _mean([e.accuracy_greedy for e in evals_at(0)]),
         "heldout_final": _mean([e.accuracy_greedy for e in finals]),
@@ -494,17 +505,17 @@ def report(args: argparse.Namespace, runs: list[dict], minutes: float) -> dict:
                 continue
             pairs = [(solo_by_seed[r["seed"]], r) for r in complete if r["config"] == name and r["seed"] in solo_by_seed]
             deltas = [r["heldout_final"] - s["heldout_final"] for s, r in pairs]
-            budgets = [min(s["cpu_seconds"], r["cpu_seconds"]) if s.get("cpu_seconds") and r.get("cpu_seconds")
+            budgets = [min(_cpu_reached(s), _cpu_reached(r)) if s.get("cpu_seconds") and r.get("cpu_seconds")
                        else None for s, r in pairs]
-            equal_cpu = [_heldout_within(r, b) - _heldout_within(s, b) for (s, r), b in zip(pairs, budgets) if b]
+            equal_cpu = [_heldout_at_cpu(r, b) - _heldout_at_cpu(s, b) for (s, r), b in zip(pairs, budgets) if b]
             comparisons.append({
                 "shared": name, "solo": solo, "seeds": [s["seed"] for s, _ in pairs],
                 "heldout_final_delta": [round(d, 4) for d in deltas],
                 # paired by seed: the mean difference and its bootstrap 95 % interval over the seeds
                 "heldout_final_delta_mean": _mean(deltas),
                 "ci95": _paired_ci95(deltas),
-                # at equal CPU seconds per node: each run's held-out at its last evaluation within the CPU seconds
-                # the cheaper run of the pair spent in all (None where the runs have no CPU figures)
+                # at equal CPU seconds per node: each run's held-out at the CPU seconds both runs' curves reach
+                # (None where the runs have no CPU figures)
                 "cpu_seconds_budget": [round(b, 1) if b else None for b in budgets],
                 "heldout_equal_cpu_delta": [round(d, 4) for d in equal_cpu],
                 "heldout_equal_cpu_delta_mean": _mean(equal_cpu),
@@ -567,13 +578,25 @@ def report(args: argparse.Namespace, runs: list[dict], minutes: float) -> dict:
     }
 
 
-def _heldout_within(run: dict, budget: float) -> float:
-    """Mean over the run's nodes of the held-out accuracy at each node's last evaluation within ``budget`` CPU
-    seconds (round 0's where none was)."""
+def _cpu_reached(run: dict) -> float:
+    """The CPU seconds a run's nodes had spent at their last evaluation, on average."""
+    return statistics.fmean(points[-1][0] for points in run["heldout_by_cpu_per_node"])
+
+
+def _heldout_at_cpu(run: dict, budget: float) -> float:
+    """Mean over the run's nodes of the held-out accuracy at ``budget`` CPU seconds, read off each node's curve
+    between the two evaluations around it (linearly: taking the last evaluation within the budget instead would
+    charge the dearer run of a pair for up to a whole evaluation interval it did not use); a curve that ends before
+    the budget gives its last value, one that starts after it its first."""
     values = []
     for points in run["heldout_by_cpu_per_node"]:
-        within = [accuracy for cpu, accuracy in points if cpu <= budget]
-        values.append(within[-1] if within else points[0][1])
+        cpus, accuracies = [cpu for cpu, _ in points], [accuracy for _, accuracy in points]
+        after = bisect.bisect_left(cpus, budget)
+        if after == 0 or after == len(cpus):
+            values.append(accuracies[min(after, len(cpus) - 1)])
+            continue
+        share = (budget - cpus[after - 1]) / (cpus[after] - cpus[after - 1])
+        values.append(accuracies[after - 1] + share * (accuracies[after] - accuracies[after - 1]))
     return statistics.fmean(values)
 
 
@@ -610,7 +633,8 @@ COLORS = {"I=4,J=0": "#555555", "I=2,J=0": "#ff7f0e", "I=2,J=2": "#1f77b4", "I=1
 
 
 def draw(result: dict, out: Path) -> list[Path]:
-    """Two PNGs: held-out accuracy per configuration, and the per-round learning signals."""
+    """The PNGs: held-out accuracy per configuration, the per-round learning signals, and (where runs recorded CPU
+    seconds) held-out accuracy against CPU seconds."""
     try:
         import matplotlib
 
@@ -713,6 +737,29 @@ def draw(result: dict, out: Path) -> list[Path]:
     paths.append(out / "learning_signals.png")
     fig.savefig(paths[-1], dpi=110)
     plt.close(fig)
+
+    with_cpu = [r for r in finished if r.get("cpu_seconds")]
+    if with_cpu:  # held-out against CPU seconds: where the equal-CPU comparison reads each curve
+        fig, ax = plt.subplots(figsize=(7.5, 4.5))
+        for name in configs:
+            of = [r for r in with_cpu if r["config"] == name]
+            for i, r in enumerate(of):  # one line a seed: mean over its nodes at each evaluation
+                curves = r["heldout_by_cpu_per_node"]
+                length = min(len(points) for points in curves)
+                xs = [statistics.fmean(points[k][0] for points in curves) for k in range(length)]
+                ys = [statistics.fmean(points[k][1] for points in curves) for k in range(length)]
+                ax.plot(xs, ys, color=COLORS.get(name), marker="o", ms=3, lw=1.2, alpha=0.7,
+                        label=f"{name}, {r.get('rounds_run', r['rounds'])} rounds (one line a seed)" if i == 0
+                        else None)
+        ax.set_xlabel("CPU seconds per node (user + system, its p2p daemon included)")
+        ax.set_ylabel("held-out exact accuracy")
+        ax.set_title(f"Held-out accuracy against CPU spent: {title}", fontsize=10)
+        ax.legend(fontsize=8, loc="upper left")
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        paths.append(out / "learning_cpu.png")
+        fig.savefig(paths[-1], dpi=110)
+        plt.close(fig)
     return paths
 
 
@@ -768,6 +815,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="SAPO configurations; the one with J=0 is the solo baseline")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--rounds", type=int, default=20, help="rounds trained per node")
+    parser.add_argument("--solo-rounds", type=int, metavar="N",
+                        help="the solo configuration (J=0) trains on to N rounds, so that its curve reaches the CPU "
+                        "seconds a shared node spends in --rounds (compared at --rounds as before, and at equal CPU "
+                        "seconds on the longer curve)")
     parser.add_argument("--generations", type=int, default=4, help="G")
     parser.add_argument("--max-new-tokens", type=int, default=DEMO_MAX_NEW_TOKENS)
     parser.add_argument("--eval-every", type=int, default=5, help="held-out evaluation every N rounds (and at 0)")
@@ -802,6 +853,8 @@ def main(argv: list[str] | None = None) -> int:
     args.out = args.out or (RESULTS_DIR / "game" if args.game == "multistage" else RESULTS_DIR)
     if args.eval_every <= 0 or args.rounds % args.eval_every:
         parser.error("--rounds must be a multiple of --eval-every (the last round is evaluated)")
+    if args.solo_rounds is not None and (args.solo_rounds < args.rounds or args.solo_rounds % args.eval_every):
+        parser.error("--solo-rounds must be at least --rounds and a multiple of --eval-every")
     if args.specialize is not None and not 0 < args.specialize <= 1:
         parser.error("--specialize takes the other families' weight, above 0 (a node still takes peers' tasks of "
                      "them) and at most 1")

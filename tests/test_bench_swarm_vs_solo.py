@@ -36,7 +36,7 @@ def _args(bench, tmp_path: Path, **changes) -> argparse.Namespace:
     args = dict(nodes=2, configs=["I=4,J=0", "I=2,J=2"], seeds=[0, 1], rounds=4, generations=4, max_new_tokens=48,
                 eval_every=2, eval_questions=8, eval_samples=0, eval_seed=0, gather_timeout=30.0, model="bundled",
                 set=None, work=tmp_path, out=tmp_path / "out", fresh=False, argv=["--rounds", "4"], game="sapo",
-                specialize=None)
+                specialize=None, solo_rounds=None)
     args.update(changes)
     return argparse.Namespace(**args)
 
@@ -55,19 +55,19 @@ def _metrics(round_: int, reward: float, wellformed: float, *, used: int = 0, eq
 
 def _write_run(bench, args, sapo, seed: int, accuracies: list[list[float]], rewards: list[float],
                cpu: list[float] | None = None, families: list[dict[str, float]] | None = None) -> None:
-    """One run folder per node: accuracies[node] at rounds 0, 2, 4; the same local reward every round; with ``cpu``,
+    """One run folder per node: accuracies[node] at rounds 0, 2, 4 (and on); the same local reward every round; with ``cpu``,
     the node's CPU seconds at those evaluations, as the bench's runner writes them; with ``families``, each node's
     accuracy by family at every evaluation (questions: 2 of each family but 4 of chain_sum)."""
     if cpu is not None:
         for index in range(len(accuracies)):
             path = args.work / "cpu" / f"{bench.run_name(sapo, seed, index)}.json"
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(dict(zip(("0", "2", "4"), cpu))))
+            path.write_text(json.dumps({str(2 * i): seconds for i, seconds in enumerate(cpu)}))
     for index, node_accuracies in enumerate(accuracies):
         store = RunStore(args.work / "runs" / bench.run_name(sapo, seed, index))
-        for round_ in range(args.rounds + 1):  # one round more than asked: the bench's stop comes after it
+        for round_ in range(bench.rounds_of(args, sapo) + 1):  # one round more than asked: the bench's stop follows
             store.append_round(_metrics(round_, rewards[index], 0.1 * round_, used=1, equal=2), [])
-        evaluations = [*zip((0, 2, 4), node_accuracies), (2, 0.99)]  # a repeated evaluation is ignored
+        evaluations = [*zip(range(0, 2 * len(node_accuracies), 2), node_accuracies), (2, 0.99)]  # a repeat: ignored
         for n, accuracy in evaluations:
             by_family = families[index] if families else {}
             store.append_evaluation(EvalFinished(
@@ -168,6 +168,28 @@ def test_report_compares_at_equal_cpu_seconds_with_a_paired_interval(bench, tmp_
     assert -0.05 <= low < 0.0 < high <= 0.05
 
 
+def test_a_solo_run_trains_on_to_the_cpu_seconds_of_a_shared_one_and_is_read_between_its_evaluations(bench, tmp_path):
+    args = _args(bench, tmp_path, solo_rounds=6)
+    solo, shared = bench.Sapo.parse("I=4,J=0"), bench.Sapo.parse("I=2,J=2")
+    assert bench.node_config(args, tmp_path, solo, 0, 0, "bundled", []).run.rounds == 7  # then the stop
+    assert bench.node_config(args, tmp_path, shared, 0, 0, "bundled", []).run.rounds == 5
+    # Solo spends 50 CPU-s a round, shared 75: shared's 150 CPU-s after its 4 rounds fall between solo's evaluations
+    # after rounds 2 and 4 (100 and 200 CPU-s, held-out 0.3 and 0.4): solo's held-out at 150 CPU-s is 0.35.
+    _write_run(bench, args, solo, 0, [[0.1, 0.3, 0.4, 0.5]] * 2, [0.5, 0.5], [0.0, 100.0, 200.0, 300.0])
+    _write_run(bench, args, shared, 0, [[0.1, 0.3, 0.45]] * 2, [0.5, 0.5], [0.0, 75.0, 150.0])
+    runs = [bench.summarize(args, tmp_path, sapo, 0, "complete", 2.0) for sapo in (solo, shared)]
+    assert [r["complete"] for r in runs] == [True, True] and runs[0]["rounds_run"] == 6
+    assert runs[0]["heldout_final"] == pytest.approx(0.4)  # equal rounds: solo's round 4, not its round 6
+    assert runs[0]["cumulative_reward"] == pytest.approx(4.0)  # 4 rounds x 2 nodes x 0.5: the rounds compared
+    [comparison] = bench.report(args, runs, 8.0)["comparisons"]
+    assert comparison["heldout_final_delta"] == [pytest.approx(0.05)]
+    assert comparison["cpu_seconds_budget"] == [150.0]
+    assert comparison["heldout_equal_cpu_delta"] == [pytest.approx(0.1)]
+    # A solo run cut short before its extra rounds is incomplete: it cannot be compared at equal CPU.
+    _write_run(bench, args, solo, 1, [[0.1, 0.3, 0.4], [0.1, 0.3, 0.4]], [0.5, 0.5], [0.0, 100.0, 200.0])
+    assert not bench.summarize(args, tmp_path, solo, 1, "complete", 2.0)["complete"]
+
+
 def test_resume_keeps_runs_of_the_same_settings_only(bench, tmp_path):
     args = _args(bench, tmp_path)
     path = tmp_path / "learning.json"
@@ -260,7 +282,8 @@ def test_curves_are_drawn_from_finished_and_cut_short_runs(bench, tmp_path):
     for name, seed, accuracies in (("I=4,J=0", 0, [0.1, 0.2, 0.3]), ("I=2,J=2", 0, [0.1, 0.3, 0.4]),
                                    ("I=4,J=0", 1, [0.1, 0.2]), ("I=2,J=2", 1, [0.1, 0.25])):
         sapo = bench.Sapo.parse(name)
-        _write_run(bench, args, sapo, seed, [accuracies, accuracies], [0.2, 0.3])
+        cpu = [0.0, 60.0, 120.0] if seed == 0 else None  # the finished runs' curves against CPU seconds too
+        _write_run(bench, args, sapo, seed, [accuracies, accuracies], [0.2, 0.3], cpu)
         runs.append(bench.summarize(args, tmp_path, sapo, seed, "complete" if seed == 0 else "out_of_time", 2.0))
     result = bench.report(args, runs, 8.0)
     assert [(r["seed"], r["config"]) for r in result["swarm_vs_solo"]] == [(0, "I=4,J=0"), (0, "I=2,J=2")]
@@ -268,5 +291,5 @@ def test_curves_are_drawn_from_finished_and_cut_short_runs(bench, tmp_path):
     assert (partial["seed"], partial["rounds"]) == (1, 2)
     assert partial["heldout_shared"] == pytest.approx(0.25) and partial["heldout_solo"] == pytest.approx(0.2)
     paths = bench.draw(result, tmp_path)
-    assert [p.name for p in paths] == ["learning_heldout.png", "learning_signals.png"]
+    assert [p.name for p in paths] == ["learning_heldout.png", "learning_signals.png", "learning_cpu.png"]
     assert all(p.stat().st_size > 10_000 for p in paths)
