@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from node.errors import NodeError
-from node.learning import ort_decoding
+from node.learning import hardware
 from node.learning.hardware import (
     PROMPT_TOKENS, GpuInfo, HardwareInfo, catalog_fits, cpu_bf16_units, detect, recommend, sequences_per_pass,
 )
@@ -103,6 +103,15 @@ def test_detect_without_visible_gpus_reports_a_cpu_machine():
     assert "GiB RAM" in out
 
 
+def test_the_hardware_query_of_the_wizard_loads_no_sampler_and_no_model_classes():
+    # The wizard's hardware page waits for `node hardware`: torch's device checks and the catalog, seconds less
+    # than with the samplers and transformers' model classes (both of which a training node imports anyway).
+    out = run_python("import sys; from node.cli.main import main; code = main(['hardware']); "
+                     "print(code, sorted(m for m in ('transformers', 'node.learning.decoding') if m in sys.modules))")
+    assert out.startswith("CPU: ") or out.startswith("CUDA: ") or out.startswith("Apple GPU")
+    assert out.strip().splitlines()[-1] == "0 []"
+
+
 def test_describe_names_the_gpu():
     assert "NVIDIA GeForce RTX 4090 (24.0 GiB, compute 8.9)" in RTX_4090.describe()
     assert "MPS" in MAC_16.describe()
@@ -132,9 +141,9 @@ def test_a_cpu_with_native_bf16_samples_in_bf16_and_says_so(monkeypatch):
     assert recommend(CPU_LAPTOP).generation_dtype == "float32"
     assert "no native bfloat16: samples completions in float32" in CPU_LAPTOP.describe()
     # and with what: ONNX Runtime where it is installed (training.sampler = "auto")
-    monkeypatch.setattr(ort_decoding, "available", lambda: True)
+    monkeypatch.setattr(hardware, "onnxruntime_installed", lambda: True)
     assert "in float32, with ONNX Runtime where the model allows" in CPU_LAPTOP.describe()
-    monkeypatch.setattr(ort_decoding, "available", lambda: False)
+    monkeypatch.setattr(hardware, "onnxruntime_installed", lambda: False)
     assert "in float32, with torch (onnxruntime is not installed)" in CPU_LAPTOP.describe()
     # the GPU decides where there is one: a pre-Ampere GPU samples in float32, MPS keeps float32
     for hw in (GTX_1060, MAC_16):

