@@ -17,8 +17,10 @@ skips the runs already in it::
         --deadline 11:55
 
 Each comparison pairs runs by seed: the held-out difference per seed, its mean and a bootstrap 95 % interval, at
-equal rounds and at equal CPU seconds per node (the runner reads each node's CPU time, its p2p daemon included, at
-every evaluation).
+equal rounds and at equal CPU seconds per node spent training (the runner reads each node's CPU time, its p2p
+daemon included, at the end of every round and of every evaluation; start-up and evaluations are left out, see
+training_cpu). With ``--solo-rounds`` the solo configuration trains on past ``--rounds``, so that its curve reaches
+the CPU seconds a shared node spent; each curve is read between its evaluations at the pair's budget.
 
 ``--specialize W`` makes the swarm heterogeneous, as in SAPO's experiments: node k mostly samples one of the demo's
 families (k mod 3; the others weigh W), in every configuration alike, so a shared node trains on peers' groups of the
@@ -178,6 +180,7 @@ class _Node:
     last_eval: float | None = None
     error: str = ""
     cpu_at_eval: dict[int, float] = field(default_factory=dict)  # rounds trained -> CPU seconds of the node so far
+    cpu_at_round: dict[int, float] = field(default_factory=dict)  # the same at the end of each round (before its eval)
 
 
 class _Run:
@@ -252,12 +255,14 @@ class _Run:
                 node.started.set()
             elif event.kind == "round_finished":
                 node.rounds = event.rounds_trained
+                node.cpu_at_round[event.rounds_trained] = _cpu_seconds(node.process.pid)
             elif event.kind == "eval_finished":
                 node.last_eval = event.accuracy_greedy
                 node.cpu_at_eval[event.rounds_trained] = _cpu_seconds(node.process.pid)
                 cpu_file = self.work / "cpu" / f"{run_name(self.sapo, self.seed, node.index)}.json"
                 cpu_file.parent.mkdir(parents=True, exist_ok=True)
-                cpu_file.write_text(json.dumps(node.cpu_at_eval), encoding="utf-8")
+                cpu_file.write_text(json.dumps({"at_eval": node.cpu_at_eval, "at_round_end": node.cpu_at_round}),
+                                    encoding="utf-8")
                 _say(f"  {run_name(self.sapo, self.seed, node.index)}: held-out {event.accuracy_greedy:.3f} "
                      f"after {event.rounds_trained} rounds ({event.seconds:.0f} s)")
                 if event.rounds_trained >= rounds_of(self.args, self.sapo):
@@ -352,8 +357,7 @@ def summarize(args: argparse.Namespace, work: Path, sapo: Sapo, seed: int, outco
         metrics = [m for m in store.metrics() if m.rounds_trained <= args.rounds]
         evaluations = _one_per_round(store.evaluations())
         cpu_file = work / "cpu" / f"{run_name(sapo, seed, index)}.json"
-        cpu = {int(k): v for k, v in json.loads(cpu_file.read_text(encoding="utf-8")).items()} \
-            if cpu_file.exists() else {}
+        cpu = training_cpu(json.loads(cpu_file.read_text(encoding="utf-8"))) if cpu_file.exists() else {}
         nodes.append({"metrics": metrics, "evaluations": evaluations, "cpu": cpu,
                       "flips": flip_totals(store.heldout_answers())})
     # with --specialize, each node's rounds trained -> (held-out on its own family, on the others)
@@ -391,8 +395,9 @@ def summarize(args: argparse.Namespace, work: Path, sapo: Sapo, seed: int, outco
                                      if len(evals_at(n)) == args.nodes} if args.eval_samples else None,
         "heldout_score_final": _mean([e.score_mean for e in finals]) if args.eval_samples else None,
         "heldout_wellformed_final": _mean([e.wellformed_rate for e in finals]),
-        # CPU seconds (user + system, its p2p daemon included) each node had spent at each of its evaluations: a
-        # shared node generates fewer completions a round, so runs are also compared at equal CPU seconds
+        # CPU seconds (user + system, its p2p daemon included) each node had spent training at each of its
+        # evaluations (training_cpu): a shared node generates fewer completions a round and trains on more groups
+        # with spread, so runs are also compared at equal CPU seconds
         "cpu_seconds": _mean([node["cpu"][args.rounds] for node in nodes])
         if all(args.rounds in node["cpu"] for node in nodes) else None,
         "heldout_by_cpu_per_node": [[[node["cpu"][e.rounds_trained], e.accuracy_greedy] for e in node["evaluations"]
@@ -422,6 +427,27 @@ def summarize(args: argparse.Namespace, work: Path, sapo: Sapo, seed: int, outco
                         m.groups_zero_advantage, round(m.seconds_total, 1)] for m in node["metrics"]],
         } for index, node in enumerate(nodes)],
     }
+
+
+def training_cpu(recorded: dict) -> dict[int, float]:
+    """A node's CPU seconds spent on its rounds, at each evaluation (rounds trained -> seconds): what it had spent at
+    the end of that round, less its start-up and round-0 evaluation and every evaluation since. An evaluation costs
+    as much as several rounds and comes at the same rounds in every configuration, so counting it would dilute the
+    difference between them; and a solo run that trains on (--solo-rounds) evaluates once more. Files written
+    before the ends of rounds were recorded hold the CPU seconds at each evaluation, which are returned as they are."""
+    if "at_eval" not in recorded:
+        return {int(k): v for k, v in recorded.items()}
+    at_eval = {int(k): v for k, v in recorded["at_eval"].items()}
+    at_round_end = {int(k): v for k, v in recorded["at_round_end"].items()}
+    if 0 not in at_eval:
+        return {}
+    spent, evaluations = {0: 0.0}, 0.0  # evaluations: CPU seconds of the evaluations after round 0 so far
+    for n in sorted(k for k in at_eval if k > 0):
+        if n not in at_round_end:
+            break
+        spent[n] = round(at_round_end[n] - at_eval[0] - evaluations, 1)
+        evaluations += at_eval[n] - at_round_end[n]
+    return spent
 
 
 def own_and_other_families(evaluation: EvalFinished, index: int) -> tuple[float, float]:
@@ -751,7 +777,7 @@ def draw(result: dict, out: Path) -> list[Path]:
                 ax.plot(xs, ys, color=COLORS.get(name), marker="o", ms=3, lw=1.2, alpha=0.7,
                         label=f"{name}, {r.get('rounds_run', r['rounds'])} rounds (one line a seed)" if i == 0
                         else None)
-        ax.set_xlabel("CPU seconds per node (user + system, its p2p daemon included)")
+        ax.set_xlabel("CPU seconds per node spent training (user + system, its p2p daemon included)")
         ax.set_ylabel("held-out exact accuracy")
         ax.set_title(f"Held-out accuracy against CPU spent: {title}", fontsize=10)
         ax.legend(fontsize=8, loc="upper left")
@@ -782,6 +808,14 @@ def load_previous(path: Path, args: argparse.Namespace) -> tuple[list[dict], flo
         _say(f"{path} holds runs with other settings: starting a new sweep (its file will be replaced)")
         return [], 0.0
     return list(previous.get("runs", [])), float(previous.get("minutes", 0.0))
+
+
+def _recorded_command(path: Path) -> str | None:
+    """The sweep command a results file records (None without one)."""
+    try:
+        return json.loads(path.read_text()).get("command")
+    except (OSError, json.JSONDecodeError):
+        return None
 
 
 def resolve_model(args: argparse.Namespace, work: Path) -> str:
@@ -877,6 +911,9 @@ def main(argv: list[str] | None = None) -> int:
                 took = (last - began) / 60
                 runs.append(summarize(args, args.work, sapo, seed, "partial: read from its run folders", took))
         result = report(args, runs, minutes)
+        measured_by = _recorded_command(results_path)
+        if measured_by:  # the command that ran the sweep stays the file's command: it regenerates the runs
+            result["command"], result["reported_by"] = measured_by, result["command"]
         save(results_path, result)
         draw(result, args.out)
         _print_summary(result)

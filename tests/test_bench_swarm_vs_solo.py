@@ -168,6 +168,25 @@ def test_report_compares_at_equal_cpu_seconds_with_a_paired_interval(bench, tmp_
     assert -0.05 <= low < 0.0 < high <= 0.05
 
 
+def test_cpu_seconds_count_the_rounds_not_the_start_up_and_the_evaluations(bench, tmp_path):
+    # As the runner records them: CPU seconds at each evaluation and at the end of each round (before its evaluation).
+    # Start-up and the round-0 evaluation take 80 s, rounds 30 s, the evaluation after round 2 60 s.
+    recorded = {"at_eval": {"0": 80.0, "2": 200.0, "4": 320.0},
+                "at_round_end": {"1": 110.0, "2": 140.0, "3": 230.0, "4": 260.0}}
+    assert bench.training_cpu(recorded) == {0: 0.0, 2: 60.0, 4: 120.0}
+    assert bench.training_cpu({"2": 200.0, "0": 80.0}) == {2: 200.0, 0: 80.0}  # an older file: as recorded
+    args = _args(bench, tmp_path)
+    sapo = bench.Sapo.parse("I=2,J=2")
+    _write_run(bench, args, sapo, 0, [[0.1, 0.2, 0.3]] * 2, [0.5, 0.5])
+    for index in range(2):
+        path = args.work / "cpu" / f"{bench.run_name(sapo, 0, index)}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(recorded))
+    summary = bench.summarize(args, tmp_path, sapo, 0, "complete", 2.0)
+    assert summary["cpu_seconds"] == pytest.approx(120.0)
+    assert summary["heldout_by_cpu_per_node"][0] == [[0.0, 0.1], [60.0, 0.2], [120.0, 0.3]]
+
+
 def test_a_solo_run_trains_on_to_the_cpu_seconds_of_a_shared_one_and_is_read_between_its_evaluations(bench, tmp_path):
     args = _args(bench, tmp_path, solo_rounds=6)
     solo, shared = bench.Sapo.parse("I=4,J=0"), bench.Sapo.parse("I=2,J=2")
@@ -200,6 +219,24 @@ def test_resume_keeps_runs_of_the_same_settings_only(bench, tmp_path):
     assert [r["seed"] for r in runs] == [0] and minutes == 5.0
     assert bench.load_previous(path, _args(bench, tmp_path, rounds=6)) == ([], 0.0)
     assert bench.load_previous(path, _args(bench, tmp_path, fresh=True)) == ([], 0.0)
+
+
+def test_a_report_redrawn_from_the_results_file_keeps_the_command_that_measured_it(bench, tmp_path):
+    args = _args(bench, tmp_path)
+    runs = []
+    for name in ("I=4,J=0", "I=2,J=2"):
+        sapo = bench.Sapo.parse(name)
+        _write_run(bench, args, sapo, 0, [[0.1, 0.2, 0.3]] * 2, [0.5, 0.5], [0.0, 50.0, 100.0])
+        runs.append(bench.summarize(args, tmp_path, sapo, 0, "complete", 2.0))
+    out = tmp_path / "out"
+    out.mkdir()
+    bench.save(out / "learning.json", bench.report(args, runs, 4.0))  # measured by "... --rounds 4"
+    assert bench.main(["--nodes", "2", "--rounds", "4", "--eval-every", "2", "--eval-questions", "8",
+                       "--eval-samples", "0", "--work", str(tmp_path), "--out", str(out), "--report-only"]) == 0
+    saved = json.loads((out / "learning.json").read_text())
+    assert len(saved["runs"]) == 2  # the same settings: the saved runs are reported again
+    assert saved["command"] == "python bench/swarm_vs_solo.py --rounds 4"
+    assert saved["reported_by"].endswith("--report-only")
 
 
 def test_node_settings_differ_between_configurations_only_in_i_and_j(bench, tmp_path):
