@@ -422,6 +422,7 @@ def test_a_stage_without_reward_spread_runs_no_update():
     metrics = driver.play_round(None, 0).metrics
     assert learner.steps == [] and metrics.update_skipped and metrics.groups_with_spread == 0.0
     assert list(metrics.stage_rewards) == ["answer"] and questions
+    assert metrics.completion_length == 4  # 3 tokens and the end-of-sequence, as an update counts them
 
 
 def test_stop_during_a_round_cancels_it():

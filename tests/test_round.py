@@ -232,10 +232,21 @@ def test_a_round_without_reward_spread_skips_the_update(tiny_model_dir, tmp_path
     board = InMemoryBoard()
     solo = _parts(tiny_model_dir, tmp_path, board, "QmSolo", seed=3)  # real verifier: a random model scores 0
     solo.settings = dataclasses.replace(SETTINGS, external_groups=0)
+    generate, generated = solo.policy.generate, []
+
+    def half_finished(*args, **kwargs):  # as if every other completion had ended with end-of-sequence
+        groups = [[dataclasses.replace(c, finished=i % 2 == 0) for i, c in enumerate(g)]
+                  for g in generate(*args, **kwargs)]
+        generated.extend(c for g in groups for c in g)
+        return groups
+
+    solo.policy.generate = half_finished
     results: dict = {}
     _play(solo, 0, results, [])
     m = results["QmSolo"].metrics
     assert m.update_skipped and solo.learner.global_step == 0 and m.grad_norm is None
+    # the length an update would have reported: a finished completion's end-of-sequence token counted
+    assert m.completion_length == pytest.approx(sum(len(c.ids) + c.finished for c in generated) / len(generated))
     assert m.reward_local == 0.0 and m.groups_with_spread == 0.0 and m.accuracy_local == 0.0
     # Nothing was trained on, and the gossip view must not say otherwise.
     assert all(s.fate == "update_skipped" and s.reason in ("no_answer_block", "cut_at_token_limit", "wrong_value")

@@ -427,7 +427,7 @@ class GameDriver:
             state.lengths.append(stats.completion_length)
             state.updates += 1
         else:
-            state.lengths.append(sum(len(c.ids) for group in completions for c in group) / sum(map(len, completions)))
+            state.lengths.append(sum(c.length for group in completions for c in group) / sum(map(len, completions)))
         state.played.append(STAGES[stage - 1])
         state.rewards[STAGES[stage - 1]] = [x for r in rewards for x in r]
         return any(spread)

@@ -69,6 +69,12 @@ class Completion:
     text: str
     finished: bool  # ended with end-of-sequence (False: cut at max_new_tokens)
 
+    @property
+    def length(self) -> int:
+        """Its tokens as the update sees them: the end-of-sequence token included where it finished (the length
+        every round reports)."""
+        return len(self.ids) + self.finished
+
 
 @dataclass(frozen=True)
 class TrainGroup:
@@ -843,7 +849,7 @@ class GrpoLearner:
             loss=loss,
             kl=kl,
             # Over every group, those that ran no pass included; a finished completion with its end-of-sequence.
-            completion_length=_mean([len(c.ids) + c.finished for g in groups for c in g.completions]) or 0.0,
+            completion_length=_mean([c.length for g in groups for c in g.completions]) or 0.0,
             seconds=time.perf_counter() - started,
             grad_norm=float(norm) if math.isfinite(float(norm)) else None,
             entropy=_mean(metrics.get("entropy")),

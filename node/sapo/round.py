@@ -194,7 +194,7 @@ def play_round(
         train_groups += [parts.to_train_group(g) for g in chosen]
         stats = parts.learner.step(train_groups)
     else:
-        stats = StepStats(loss=0.0, kl=None, completion_length=_mean([len(c.ids) for cs in generated for c in cs]),
+        stats = StepStats(loss=0.0, kl=None, completion_length=_mean([c.length for cs in generated for c in cs]),
                           seconds=0.0)
 
     # 6. curriculum, metrics, samples
