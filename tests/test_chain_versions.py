@@ -289,6 +289,14 @@ def test_a_check_that_reverts_is_unknown_and_retried_never_failed(devchain, tmp_
     p = ChainParticipant(config, PEER_A, bus, account=wallet)
     p.start()
     wait_until(lambda: settled(config, target.coordinator, ("register", -1, 0)), what="registration")
+    p.stop()
+    # The row of "an earlier attempt was made" is written while no participant runs: a running one could pick it up
+    # between its insert and the update of its attempts, and send it as a first attempt (no check).
+    q = SubmissionQueue(queue_path(config))
+    q.add(target.coordinator, PEER_A, "reward", 0, {"reward": 640})
+    q._db.execute("UPDATE submissions SET attempts = 1 WHERE kind = 'reward'")
+    q.close()
+    p = ChainParticipant(config, PEER_A, bus, account=wallet)  # the node restarted
     real = p.client.reward_submitted
     reverts = {"left": 2}
 
@@ -298,13 +306,8 @@ def test_a_check_that_reverts_is_unknown_and_retried_never_failed(devchain, tmp_
             raise ChainRevert(None, "check the reward")
         return real(*args, **kwargs)
 
-    # In place before the row exists: the participant may pick the row up before it is woken.
     monkeypatch.setattr(p.client, "reward_submitted", flaky)
-    q = SubmissionQueue(queue_path(config))
-    q.add(target.coordinator, PEER_A, "reward", 0, {"reward": 640})
-    q._db.execute("UPDATE submissions SET attempts = 1 WHERE kind = 'reward'")  # "an earlier attempt was made"
-    q.close()
-    p._wake.set()
+    p.start()
     wait_until(lambda: settled(config, target.coordinator, ("reward", 0, 0)), what="the reward", timeout=30)
     p.stop()
     row = rows_of(config, target.coordinator)[("reward", 0, 0)]
