@@ -8,6 +8,7 @@ other's groups.
 
 import asyncio
 import math
+import threading
 import time
 
 import pytest
@@ -167,25 +168,31 @@ def test_a_group_that_lands_after_its_pointer_is_fetched_and_one_that_never_come
                     encode_pointer(Pointer(peer, round_, groups, ())))
 
         group = GroupRecord(late, round_, 0, record(late, round_, groups=1, completions=2, completion_chars=50).groups[0])
+        # The storing peer lives across both stores on a loop of its own: the group must land within the feed's
+        # few retries, and starting a peer for it takes longer than that on a loaded machine.
+        loop = asyncio.new_event_loop()
+        threading.Thread(target=loop.run_forever, daemon=True).start()
+        node, _ = asyncio.run_coroutine_threadsafe(raw_node(a), loop).result(60)
 
-        async def store(entries_of):
-            node, _ = await raw_node(a)
-            try:
+        def store(entries_of):
+            async def each():
                 for key, entries in entries_of:
                     assert all(await store_as(node, key, [a, b], entries))
-            finally:
-                await node.shutdown()
+            asyncio.run_coroutine_threadsafe(each(), loop).result(60)
 
-        asyncio.run(store([(late_key, [pointer(late, 1)]), (never_key, [pointer(never, 8)])]))
-        sink = Sink()
-        a.start_feed(sink, clock, poll_s=0.2)
-        state = a._round_state(round_)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and (late, 0) not in state.missing and not state.retried[late]:
-            time.sleep(0.05)  # until its lookup came back empty
-        assert not sink.groups
-        asyncio.run(store([(late_key, [(f"{ns}/g/{round_}/{late}/0", f"|g/{round_}/0".encode(),
-                                        encode_group_record(group))])]))
+        try:
+            store([(late_key, [pointer(late, 1)]), (never_key, [pointer(never, 8)])])
+            sink = Sink()
+            a.start_feed(sink, clock, poll_s=0.5)
+            state = a._round_state(round_)
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and (late, 0) not in state.missing and not state.retried[late]:
+                time.sleep(0.05)  # until its lookup came back empty
+            assert not sink.groups
+            store([(late_key, [(f"{ns}/g/{round_}/{late}/0", f"|g/{round_}/0".encode(), encode_group_record(group))])])
+        finally:
+            asyncio.run_coroutine_threadsafe(node.shutdown(), loop).result(60)
+            loop.call_soon_threadsafe(loop.stop)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and not sink.groups:
             time.sleep(0.05)
