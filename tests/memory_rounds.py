@@ -44,7 +44,7 @@ def main() -> None:
     policy = Policy(model, tokenizer, generation_dtype=generation_dtype, max_prompt_tokens=256)
     learner = GrpoLearner(
         policy, output_dir=Path(tempfile.mkdtemp()) / "trl", device="cpu", mixed_bf16=False, num_generations=4,
-        max_new_tokens=48, learning_rate=1e-4, beta=0.0, epsilon=0.2, epsilon_high=0.28, loss_type="grpo",
+        max_new_tokens=32, learning_rate=1e-4, beta=0.0, epsilon=0.2, epsilon_high=0.28, loss_type="grpo",
         max_grad_norm=1.0, seed=0,
     )
     process = psutil.Process()
@@ -55,7 +55,7 @@ def main() -> None:
             policy.prompt_ids([{"role": "user", "content": f"round {number} question {q}: " + "x " * (20 * q + number)}])
             for q in range(4)
         ]
-        groups = policy.generate(prompts, num_generations=4, max_new_tokens=48, temperature=1.0, top_p=1.0,
+        groups = policy.generate(prompts, num_generations=4, max_new_tokens=32, temperature=1.0, top_p=1.0,
                                  seed=number)
         learner.step([
             TrainGroup(prompt, tuple(group), tuple(float(i % 2) for i in range(4)))
