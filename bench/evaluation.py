@@ -95,7 +95,7 @@ def main() -> None:
                 seconds, cpu_seconds = marks[n]
                 row = {"repeat": number + 1, "questions": n, "path": path, "seconds": round(seconds, 2),
                        "cpu_seconds": round(cpu_seconds, 2),
-                       "new_tokens": sum(len(c.ids) + c.finished for c in answers[:n])}
+                       "new_tokens": sum(c.length for c in answers[:n])}
                 runs.append(row)
                 print(json.dumps(row), file=sys.stderr, flush=True)
         _save(args, runs, completions, prompts, number + 1)  # after every repetition: a cut-short run keeps its part

@@ -202,7 +202,7 @@ def main() -> None:
                 synchronized()
                 seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
             completions[workload, name, number] = groups
-            lengths = [len(c.ids) + c.finished for group in groups for c in group]  # the end token counts
+            lengths = [c.length for group in groups for c in group]  # the end token counts
             row = {"round": number + 1, "workload": workload, "sampler": name, "tokens": sum(lengths),
                    "lengths": lengths, "seconds": round(seconds, 3), "cpu_seconds": round(cpu, 3),
                    "tokens_per_cpu_s": round(sum(lengths) / cpu, 2), "tokens_per_s": round(sum(lengths) / seconds, 2)}

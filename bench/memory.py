@@ -138,7 +138,7 @@ def child(model_ref: str, mode: str, rounds: int, args: argparse.Namespace) -> N
         emit(
             phase="round", round=number + 1, generate_peak_gb=generate_peak / GB, train_peak_gb=train_peak / GB,
             kept_gb=sampler.rss() / GB, generate_s=generate_s, train_s=train_s,
-            trained_tokens=sum(len(c.ids) + c.finished for g in groups for c in g.completions),
+            trained_tokens=sum(c.length for g in groups for c in g.completions),
             prompt_tokens=sum(len(g.prompt_ids) * len(g.completions) for g in groups),
         )
     sampler.close()

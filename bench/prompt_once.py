@@ -102,9 +102,9 @@ def main() -> None:
                 "peak_rss_gb": round(sampler.take() / GB, 3), "rss_before_gb": round(before / GB, 3),
                 "flat_groups": sum(no_gradient(g, learner.trainer) for g in groups), "groups": len(groups),
                 "prompt_tokens": sum(len(g.prompt_ids) for g in groups),
-                "completion_tokens": sum(len(c.ids) + c.finished for g in groups for c in g.completions),
-                "padded_layout_tokens": sum(len(g.prompt_ids) + args.G * max(len(c.ids) + c.finished
-                                                                             for c in g.completions) for g in groups),
+                "completion_tokens": sum(c.length for g in groups for c in g.completions),
+                "padded_layout_tokens": sum(len(g.prompt_ids) + args.G * max(c.length for c in g.completions)
+                                            for g in groups),
             }
             steps.append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
