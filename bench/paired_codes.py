@@ -1,4 +1,4 @@
-"""Two versions of the code, one sweep: held-out accuracy paired by seed, at equal rounds and at equal wall time.
+"""Two versions of the code, one sweep: held-out accuracy paired by seed, at equal rounds, wall time and CPU.
 
 ``swarm_vs_solo.py`` compares SAPO configurations within one version of the code. This compares one configuration
 across two versions: each version's own ``swarm_vs_solo.py`` runs the same sweep (same nodes, configuration, seeds,
@@ -18,6 +18,9 @@ At **equal rounds** the runs are compared at the last evaluation both reached. A
 held-out accuracy is read at the training seconds the slower run of the pair spent in all (the sum of its rounds'
 wall times, evaluations left out because both versions evaluate the same way), interpolated linearly between that
 node's evaluations; the faster version runs more rounds (``--rounds 25`` above) so its curve reaches that time.
+Where both sweeps recorded each node's training CPU seconds (``swarm_vs_solo.py`` does), it also pairs them at
+**equal CPU**: each run read at the CPU seconds both runs reached, between its evaluations, as ``swarm_vs_solo.py``
+compares its own configurations.
 Each difference (first folder minus second) comes with its mean over seeds and a bootstrap 95 % interval
 (``swarm_vs_solo._paired_ci95``). Per version it also reports where the round's time went: seconds per round,
 the share spent waiting for peers, rounds per hour of training time.
@@ -54,7 +57,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench.swarm_vs_solo import _paired_ci95  # noqa: E402
+from bench.swarm_vs_solo import _cpu_reached, _heldout_at_cpu, _paired_ci95  # noqa: E402
 
 
 def training_seconds(node_curve: dict) -> dict[int, float]:
@@ -138,6 +141,14 @@ def compare(first: list[dict], second: list[dict], ci95=_paired_ci95, *, incompl
         equal_time.append(statistics.fmean(heldout_at_seconds(n, budget) for n in a["curves"])
                           - statistics.fmean(heldout_at_seconds(n, budget) for n in b["curves"]))
     firsts, seconds = [a for a, _ in pairs], [b for _, b in pairs]
+    cpu_figures = {}
+    if all(run.get("heldout_by_cpu_per_node") for pair in pairs for run in pair):
+        cpu_budgets = [min(_cpu_reached(a), _cpu_reached(b)) for a, b in pairs]
+        equal_cpu = [_heldout_at_cpu(a, budget) - _heldout_at_cpu(b, budget)
+                     for (a, b), budget in zip(pairs, cpu_budgets, strict=True)]
+        cpu_figures = {"equal_cpu": {
+            "cpu_seconds": [round(b, 1) for b in cpu_budgets], "delta": [round(d, 4) for d in equal_cpu],
+            "delta_mean": round(statistics.fmean(equal_cpu), 4), "ci95": ci95(equal_cpu)}}
     flows = [(answer_flows(a, n), answer_flows(b, n)) for a, b, n in zip(firsts, seconds, rounds_compared, strict=True)]
     flow_figures = {}
     if all(a and b for a, b in flows):
@@ -185,6 +196,8 @@ def compare(first: list[dict], second: list[dict], ci95=_paired_ci95, *, incompl
             "delta_mean": round(statistics.fmean(equal_time), 4),
             "ci95": ci95(equal_time),
         },
+        # at equal training CPU seconds per node, where both sweeps recorded them (swarm_vs_solo's reading)
+        **cpu_figures,
         **({"answer_flows": flow_figures} if flow_figures else {}),
         "time_first": time_split(firsts),
         "time_second": time_split(seconds),
@@ -239,6 +252,10 @@ def main() -> None:
           f"95 % interval {rounds['ci95']}")
     print(f"  at equal wall time {wall['training_seconds']} s: {wall['delta']}, mean {wall['delta_mean']}, "
           f"95 % interval {wall['ci95']}")
+    if "equal_cpu" in comparison:
+        cpu = comparison["equal_cpu"]
+        print(f"  at equal training CPU {cpu['cpu_seconds']} s: {cpu['delta']}, mean {cpu['delta_mean']}, "
+              f"95 % interval {cpu['ci95']}")
     for name in ("heldout_own_family", "heldout_other_families"):
         if name in rounds:
             print(f"    {name.replace('_', ' ')}: {rounds[name]['delta']}, mean {rounds[name]['delta_mean']}, "

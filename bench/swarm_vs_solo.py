@@ -27,6 +27,11 @@ families (k mod 3; the others weigh W), in every configuration alike, so a share
 families it rarely samples itself. Its held-out set stays every family's, and each run also reports the held-out on
 each node's own family and on the others.
 
+``--node-models`` gives each node a model of its own (issue 29's stronger peer beside the bundled model): node k
+runs the k-th in every configuration, so each node is compared with itself alone (``bench/stronger_peer.py`` reads
+both directions). Every run records each node's held-out per family and, per family, its own groups with reward
+spread and the peers' groups with spread it trained on.
+
 ``--model tiny`` runs the same harness on a tiny random model in seconds (plumbing check); ``--report-only``
 redraws the curves and the summary from the results file.
 """
@@ -103,6 +108,7 @@ def settings_of(args: argparse.Namespace) -> dict:
         "eval_samples": args.eval_samples, "eval_seed": args.eval_seed, "gather_timeout_s": args.gather_timeout,
         "threads_per_node": 1, "overrides": sorted(args.set or []),
     } | ({"game": args.game} if args.game != "sapo" else {}) \
+        | ({"node_models": args.node_models} if args.node_models else {}) \
         | ({"solo_rounds": args.solo_rounds} if args.solo_rounds else {}) \
         | ({"specialize": args.specialize} if args.specialize is not None else {})
 
@@ -186,9 +192,9 @@ class _Node:
 class _Run:
     """K nodes of one (configuration, seed), started in order, each stopped after its final evaluation."""
 
-    def __init__(self, args: argparse.Namespace, work: Path, sapo: Sapo, seed: int, model: str,
+    def __init__(self, args: argparse.Namespace, work: Path, sapo: Sapo, seed: int, models: list[str],
                  stop_at: float) -> None:
-        self.args, self.work, self.sapo, self.seed, self.model, self.stop_at = args, work, sapo, seed, model, stop_at
+        self.args, self.work, self.sapo, self.seed, self.models, self.stop_at = args, work, sapo, seed, models, stop_at
         self.nodes: list[_Node] = []
         self.outcome = "complete"
         self.cancelled = threading.Event()
@@ -221,8 +227,11 @@ class _Run:
         finally:
             stop_processes([n.process for n in self.nodes], STOP_TIMEOUT_S)
 
+    def config_of(self, index: int, *, join: list[str]) -> NodeConfig:
+        return node_config(self.args, self.work, self.sapo, self.seed, index, self.models[index], join)
+
     def _spawn(self, index: int, *, join: list[str]) -> _Node:
-        config = node_config(self.args, self.work, self.sapo, self.seed, index, self.model, join)
+        config = self.config_of(index, join=join)
         path = self.work / "configs" / f"{run_name(self.sapo, self.seed, index)}.toml"
         config.save(path)
         stderr_path = self.work / "logs" / f"{run_name(self.sapo, self.seed, index)}.log"
@@ -359,7 +368,8 @@ def summarize(args: argparse.Namespace, work: Path, sapo: Sapo, seed: int, outco
         cpu_file = work / "cpu" / f"{run_name(sapo, seed, index)}.json"
         cpu = training_cpu(json.loads(cpu_file.read_text(encoding="utf-8"))) if cpu_file.exists() else {}
         nodes.append({"metrics": metrics, "evaluations": evaluations, "cpu": cpu,
-                      "flips": flip_totals(store.heldout_answers())})
+                      "flips": flip_totals(store.heldout_answers()),
+                      "groups": groups_by_family(s for s in store.samples() if s.round <= _last_round(metrics))})
     # with --specialize, each node's rounds trained -> (held-out on its own family, on the others)
     own_others = [{e.rounds_trained: own_and_other_families(e, index) for e in node["evaluations"]}
                   if args.specialize is not None else {} for index, node in enumerate(nodes)]
@@ -416,6 +426,12 @@ def summarize(args: argparse.Namespace, work: Path, sapo: Sapo, seed: int, outco
             # held-out questions gained and lost between consecutive evaluations (bench/heldout_flips.py for the
             # families and the collapse signature): rounds before, rounds after, gained, lost
             "heldout_flips": node["flips"],
+            # rounds trained, greedy held-out accuracy of each family
+            "heldout_per_family": [[e.rounds_trained, {f: round(a, 4) for f, a in e.per_family.items()}]
+                                   for e in node["evaluations"]],
+            # per family, over the rounds compared: the node's own groups and those with reward spread, and the
+            # peers' groups its updates trained on with spread
+            "groups_by_family": node["groups"],
             # with --specialize: rounds trained, held-out on the node's own family, on the others
             **({"heldout_own_other": [[n, round(own, 4), round(other, 4)]
                                       for n, (own, other) in own_others[index].items()]}
@@ -427,6 +443,32 @@ def summarize(args: argparse.Namespace, work: Path, sapo: Sapo, seed: int, outco
                         m.groups_zero_advantage, round(m.seconds_total, 1)] for m in node["metrics"]],
         } for index, node in enumerate(nodes)],
     }
+
+
+def _last_round(metrics: list[RoundFinished]) -> int:
+    """The swarm round of a node's last round within the compared ones (samples are keyed by swarm round)."""
+    return max((m.round for m in metrics), default=-1)
+
+
+def groups_by_family(samples) -> dict[str, dict[str, int]]:
+    """Per task family, from a node's rollout samples (one a group given to its updates): its own groups, those of
+    them with reward spread (the only ones that give GRPO a gradient), and the peers' groups it trained on with
+    spread. Where a node's own groups of a family seldom have spread, what it learns there comes from peers."""
+    from node.sapo.scoring import TRAINED  # here: the module loads reasoning-gym, seconds this file's users need not
+
+    counts: dict[str, dict[str, int]] = {}
+    for sample in samples:
+        # a group given to an update is "trained" where its rewards differ (and "no_signal" or "update_skipped"
+        # where they do not); a peer group may also have been dropped or rejected before it
+        if not sample.local and sample.fate != TRAINED:
+            continue
+        family = counts.setdefault(sample.family, {"own": 0, "own_with_spread": 0, "peer_with_spread": 0})
+        if sample.local:
+            family["own"] += 1
+            family["own_with_spread"] += sample.fate == TRAINED
+        else:
+            family["peer_with_spread"] += 1
+    return counts
 
 
 def training_cpu(recorded: dict) -> dict[int, float]:
@@ -573,7 +615,7 @@ def report(args: argparse.Namespace, runs: list[dict], minutes: float) -> dict:
     of_headline = [r for r in complete if r["config"] == headline]
     return {
         "schema": SCHEMA,
-        "model": _model_label(args.model),
+        "model": " + ".join(_model_label(m) for m in args.node_models) if args.node_models else _model_label(args.model),
         "machine": _machine(),
         "generated_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "command": "python bench/swarm_vs_solo.py " + " ".join(args.argv),
@@ -818,9 +860,9 @@ def _recorded_command(path: Path) -> str | None:
         return None
 
 
-def resolve_model(args: argparse.Namespace, work: Path) -> str:
-    if args.model != "tiny":
-        return args.model
+def resolve_model(name: str, work: Path) -> str:
+    if name != "tiny":
+        return name
     target = work / "tiny-model"
     if not (target / "config.json").exists():
         from node.learning import models  # torch loads in this process only for the tiny model
@@ -863,6 +905,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval-seed", type=int, default=0)
     parser.add_argument("--gather-timeout", type=float, default=30.0)
     parser.add_argument("--model", default="bundled", help="'bundled', 'tiny' (plumbing check), or any node model")
+    parser.add_argument("--node-models", nargs="+", metavar="MODEL",
+                        help="a swarm of different models: node k runs the k-th (one per node; default --model for "
+                        "every node), in every configuration alike")
     parser.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="extra node setting")
     parser.add_argument("--specialize", type=float, metavar="W",
                         help="a heterogeneous swarm: node k mostly samples the demo's family k mod 3 (weight 1, the "
@@ -889,6 +934,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--rounds must be a multiple of --eval-every (the last round is evaluated)")
     if args.solo_rounds is not None and (args.solo_rounds < args.rounds or args.solo_rounds % args.eval_every):
         parser.error("--solo-rounds must be at least --rounds and a multiple of --eval-every")
+    if args.node_models and len(args.node_models) != args.nodes:
+        parser.error(f"--node-models takes one model per node: {args.nodes} for --nodes {args.nodes}")
     if args.specialize is not None and not 0 < args.specialize <= 1:
         parser.error("--specialize takes the other families' weight, above 0 (a node still takes peers' tasks of "
                      "them) and at most 1")
@@ -920,7 +967,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     args.work.mkdir(parents=True, exist_ok=True)
-    model = resolve_model(args, args.work)
+    models = [resolve_model(name, args.work) for name in args.node_models or [args.model] * args.nodes]
 
     def interrupt(signum, frame) -> None:  # SIGTERM too: the running nodes are stopped in order, then we exit
         raise KeyboardInterrupt
@@ -929,7 +976,7 @@ def main(argv: list[str] | None = None) -> int:
     stop_at = deadline_of(args)
     todo = [(seed, sapo) for seed in args.seeds for sapo in sapos
             if not any(r["complete"] and r["config"] == sapo.name and r["seed"] == seed for r in runs)]
-    _say(f"{len(todo)} runs to do ({args.nodes} nodes x {args.rounds} rounds each); results in {results_path}")
+    _say(f"{len(todo)} runs to do ({args.nodes} nodes each); results in {results_path}")
     # With --parallel the configurations of one seed run side by side: they share the machine's load exactly.
     batches = [[(seed, sapo) for s, sapo in todo if s == seed] for seed in dict.fromkeys(s for s, _ in todo)]
     if not args.parallel:
@@ -949,15 +996,15 @@ def main(argv: list[str] | None = None) -> int:
                 available = psutil.virtual_memory().available / 2**30
             if available < needed:
                 break
-        plays = [_Run(args, args.work, sapo, seed, model, stop_at) for seed, sapo in batch]
+        plays = [_Run(args, args.work, sapo, seed, models, stop_at) for seed, sapo in batch]
         outcomes: dict[int, tuple[str, float]] = {}
 
         def play(i: int, run: _Run) -> None:
             began = time.monotonic()
             outcomes[i] = (run.play(), (time.monotonic() - began) / 60)
 
-        _say(", ".join(f"run {sapo.name} seed {seed}" for seed, sapo in batch)
-             + f": {args.nodes} nodes each, {args.rounds} rounds")
+        _say(", ".join(f"run {sapo.name} seed {seed} ({rounds_of(args, sapo)} rounds)" for seed, sapo in batch)
+             + f": {args.nodes} nodes each")
         started = time.monotonic()
         threads = [threading.Thread(target=play, args=(i, run)) for i, run in enumerate(plays)]
         for thread in threads:

@@ -146,3 +146,17 @@ def test_a_folder_of_per_seed_folders_is_one_sweep(tmp_path):
     assert merged["command"] == ["sweep seed 0", "sweep seed 1"]
     with pytest.raises(SystemExit):
         paired_codes.load_results(tmp_path)  # neither a learning.json nor subfolders with one
+
+
+def test_sweeps_with_cpu_seconds_also_pair_at_the_cpu_both_runs_reached():
+    # a swarm of 20 rounds that reached 400 CPU s, against solo nodes trained on to round 30 at 300 CPU s
+    swarm = _run(0, 8.0, 20, {0: 0.2, 10: 0.3, 20: 0.4})
+    swarm["heldout_by_cpu_per_node"] = [[[0.0, 0.2], [200.0, 0.3], [400.0, 0.4]]] * 2
+    solo = _run(0, 8.0, 30, {0: 0.2, 10: 0.25, 20: 0.3, 30: 0.35})
+    solo["heldout_by_cpu_per_node"] = [[[0.0, 0.2], [100.0, 0.25], [200.0, 0.3], [300.0, 0.35]]] * 2
+    result = paired_codes.compare([swarm], [solo], lambda deltas: [min(deltas), max(deltas)])
+    assert result["equal_rounds"]["delta"] == [pytest.approx(0.1)]  # both at round 20
+    # at 300 s: the swarm between its 200 s (0.3) and 400 s (0.4) evaluations, solo at its last
+    assert result["equal_cpu"]["cpu_seconds"] == [300.0]
+    assert result["equal_cpu"]["delta"] == [pytest.approx(0.0)]
+    assert "equal_cpu" not in paired_codes.compare([_run(0, 8.0, 20, {0: 0.2, 20: 0.4})], [solo])

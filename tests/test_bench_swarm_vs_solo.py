@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from node.events import EvalFinished, RoundFinished
+from node.events import EvalFinished, RolloutSample, RoundFinished
 from node.runstore import RunStore
 
 REPO = Path(__file__).resolve().parents[1]
@@ -36,7 +36,7 @@ def _args(bench, tmp_path: Path, **changes) -> argparse.Namespace:
     args = dict(nodes=2, configs=["I=4,J=0", "I=2,J=2"], seeds=[0, 1], rounds=4, generations=4, max_new_tokens=48,
                 eval_every=2, eval_questions=8, eval_samples=0, eval_seed=0, gather_timeout=30.0, model="bundled",
                 set=None, work=tmp_path, out=tmp_path / "out", fresh=False, argv=["--rounds", "4"], game="sapo",
-                specialize=None, solo_rounds=None)
+                specialize=None, solo_rounds=None, node_models=None)
     args.update(changes)
     return argparse.Namespace(**args)
 
@@ -54,10 +54,12 @@ def _metrics(round_: int, reward: float, wellformed: float, *, used: int = 0, eq
 
 
 def _write_run(bench, args, sapo, seed: int, accuracies: list[list[float]], rewards: list[float],
-               cpu: list[float] | None = None, families: list[dict[str, float]] | None = None) -> None:
+               cpu: list[float] | None = None, families: list[dict[str, float]] | None = None,
+               samples: dict[int, list[RolloutSample]] | None = None) -> None:
     """One run folder per node: accuracies[node] at rounds 0, 2, 4 (and on); the same local reward every round; with ``cpu``,
     the node's CPU seconds at those evaluations, as the bench's runner writes them; with ``families``, each node's
-    accuracy by family at every evaluation (questions: 2 of each family but 4 of chain_sum)."""
+    accuracy by family at every evaluation (questions: 2 of each family but 4 of chain_sum); with ``samples``, every
+    node's rollout samples of each round (by swarm round)."""
     if cpu is not None:
         for index in range(len(accuracies)):
             path = args.work / "cpu" / f"{bench.run_name(sapo, seed, index)}.json"
@@ -66,7 +68,8 @@ def _write_run(bench, args, sapo, seed: int, accuracies: list[list[float]], rewa
     for index, node_accuracies in enumerate(accuracies):
         store = RunStore(args.work / "runs" / bench.run_name(sapo, seed, index))
         for round_ in range(bench.rounds_of(args, sapo) + 1):  # one round more than asked: the bench's stop follows
-            store.append_round(_metrics(round_, rewards[index], 0.1 * round_, used=1, equal=2), [])
+            store.append_round(_metrics(round_, rewards[index], 0.1 * round_, used=1, equal=2),
+                               (samples or {}).get(round_, []))
         evaluations = [*zip(range(0, 2 * len(node_accuracies), 2), node_accuracies), (2, 0.99)]  # a repeat: ignored
         for n, accuracy in evaluations:
             by_family = families[index] if families else {}
@@ -330,3 +333,41 @@ def test_curves_are_drawn_from_finished_and_cut_short_runs(bench, tmp_path):
     paths = bench.draw(result, tmp_path)
     assert [p.name for p in paths] == ["learning_heldout.png", "learning_signals.png", "learning_cpu.png"]
     assert all(p.stat().st_size > 10_000 for p in paths)
+
+
+def _sample(round_: int, family: str, *, local: bool, fate: str) -> RolloutSample:
+    rewards = [0.0, 1.0] if fate == "trained" else [0.0, 0.0]
+    return RolloutSample(round=round_, source_peer="me" if local else "peer", source_name="x", local=local,
+                         family=family, question="q", completion="c", reward=max(rewards), fate=fate,
+                         group_rewards=rewards)
+
+
+def test_a_summary_counts_each_nodes_groups_with_spread_and_its_held_out_by_family(bench, tmp_path):
+    args = _args(bench, tmp_path)
+    sapo = bench.Sapo.parse("I=2,J=2")
+    samples = {
+        0: [_sample(0, "products", local=True, fate="no_signal"), _sample(0, "products", local=True, fate="trained"),
+            _sample(0, "products", local=False, fate="trained"),
+            _sample(0, "chain_sum", local=False, fate="dropped_equal_rewards"),
+            _sample(0, "chain_sum", local=False, fate="rejected:bad_prompt")],
+        1: [_sample(1, "chain_sum", local=True, fate="update_skipped"),
+            _sample(1, "chain_sum", local=False, fate="no_signal")],
+        4: [_sample(4, "products", local=True, fate="trained")],  # the round past the compared ones
+    }
+    families = [{"chain_sum": 0.25, "products": 0.5}] * 2
+    _write_run(bench, args, sapo, 0, [[0.1, 0.2, 0.3]] * 2, [0.5, 0.5], families=families, samples=samples)
+    curve = bench.summarize(args, tmp_path, sapo, 0, "complete", 2.0)["curves"][0]
+    assert curve["groups_by_family"] == {"products": {"own": 2, "own_with_spread": 1, "peer_with_spread": 1},
+                                         "chain_sum": {"own": 1, "own_with_spread": 0, "peer_with_spread": 0}}
+    assert curve["heldout_per_family"][-1] == [4, {"chain_sum": 0.25, "products": 0.5}]
+
+
+def test_each_node_of_a_swarm_of_models_runs_its_own_and_the_settings_record_them(bench, tmp_path, capsys):
+    args = _args(bench, tmp_path, node_models=["bundled", "/models/stronger"])
+    assert bench.settings_of(args)["node_models"] == ["bundled", "/models/stronger"]
+    assert "node_models" not in bench.settings_of(_args(bench, tmp_path))
+    run = bench._Run(args, tmp_path, bench.Sapo(2, 2), 0, ["bundled", "/models/stronger"], stop_at=0.0)
+    assert [run.config_of(i, join=[]).training.model for i in range(2)] == ["bundled", "/models/stronger"]
+    with pytest.raises(SystemExit):
+        bench.main(["--nodes", "2", "--node-models", "bundled", "--out", str(tmp_path / "out")])
+    assert "one model per node" in capsys.readouterr().err
