@@ -1,18 +1,22 @@
-"""Seconds, CPU seconds, backbone tokens and peak RSS of the GRPO training step, three ways on the same groups.
+"""Seconds, CPU seconds, backbone tokens and peak RSS of the GRPO training step, five ways on the same groups.
 
 - every row runs its prompt: TRL's forward, G copies of each prompt, padded to the longest completion;
 - packed, every group: each group's prompt once, followed by its completions' real tokens (no padding), every
-  group run;
-- packed, flat groups left out (the node's step): the same, without a pass for the groups whose completions all
-  scored the same (zero advantage, zero gradient without a KL term).
+  group run, one prompt a packed row;
+- packed, flat groups left out: the same, without a pass for the groups whose completions all scored the same (zero
+  advantage, zero gradient without a KL term);
+- packed, one pass: the same groups left out, the rest in one forward/backward (``micro_batch_groups`` 0), one
+  prompt a packed row;
+- shared heads, one pass: the same, with the prompts in one packed row that runs the head they have in common (chat
+  template, worked example) once (the node's step; the demo's setting).
 
 The demo's round (:func:`node.cli.demo.demo_config`: I local questions x G completions generated here with the node's
 prompts and worked examples, scored by the node's grader; J "peer" groups of the same texts re-tokenized under other
 questions, with rewards that alternate, as the groups a node picks from peers have spread), its ``max_new_tokens``,
-``micro_batch_groups`` and float32 sampling, in one process. Each round's groups are trained once per way, in an order
-that rotates from round to round, so a busy machine slows all alike; the peak RSS of each step is sampled every few
-milliseconds. ``padded_layout_tokens`` is what the packed forward ran before it left the padding out: each group's
-prompt plus G slots as long as its longest completion.
+and float32 sampling, in one process (the first three ways with ``micro_batch_groups`` 1, a group a pass). Each
+round's groups are trained once per way, in an order that rotates from round to round, so a busy machine slows all
+alike; the peak RSS of each step is sampled every few milliseconds. ``padded_layout_tokens`` is what the packed
+forward ran before it left the padding out: each group's prompt plus G slots as long as its longest completion.
 
     MALLOC_ARENA_MAX=2 MALLOC_MMAP_THRESHOLD_=131072 python bench/prompt_once.py --rounds 6
 
@@ -64,7 +68,7 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     cfg = demo_config(Path(tempfile.gettempdir()), 0, model="bundled", threads=args.threads)
-    max_new_tokens, micro = cfg.training.max_new_tokens, cfg.training.micro_batch_groups
+    max_new_tokens = cfg.training.max_new_tokens
     resolved = models.resolve(models.BUNDLED)
     adamw_8bit = models.uses_adamw_8bit(cfg.training.optimizer_states, lora=False, device="cpu")
     model, tokenizer = models.load(resolved, cache_dir=Path(args.cache_dir), dtype=torch.float32, device="cpu")
@@ -72,14 +76,17 @@ def main() -> None:
     learner = GrpoLearner(
         policy, output_dir=Path(tempfile.mkdtemp(prefix="rl-swarm-prompt-once-")) / "trl", device="cpu",
         mixed_bf16=False, num_generations=args.G, max_new_tokens=max_new_tokens, learning_rate=5e-6, beta=0.0,
-        epsilon=0.2, epsilon_high=0.28, loss_type="grpo", max_grad_norm=1.0, seed=0, micro_batch_groups=micro,
+        epsilon=0.2, epsilon_high=0.28, loss_type="grpo", max_grad_norm=1.0, seed=0,
         adamw_8bit=adamw_8bit,
     )
     tasks = demo_task_source(resolved.params)
-    exact, no_gradient = grpo._packing_is_exact, grpo._gives_no_gradient
-    ways = {"every row runs its prompt": (lambda causal_lm: False, lambda group, trainer: False),
-            "packed, every group": (exact, lambda group, trainer: False),
-            "packed, flat groups left out": (exact, no_gradient)}
+    exact, no_gradient, renumber = grpo._packing_is_exact, grpo._gives_no_gradient, grpo._renumbering_is_exact
+    never = lambda *args: False  # noqa: E731
+    ways = {"every row runs its prompt": (never, never, never, 1),
+            "packed, every group": (exact, never, never, 1),
+            "packed, flat groups left out": (exact, no_gradient, never, 1),
+            "packed, one pass": (exact, no_gradient, never, 0),
+            "shared heads, one pass": (exact, no_gradient, renumber, 0)}
     tokens = [0]
     model.get_input_embeddings().register_forward_hook(lambda module, inputs, output: tokens.__setitem__(
         0, tokens[0] + inputs[0].numel()))
@@ -88,8 +95,9 @@ def main() -> None:
         groups = demo_round_groups(policy, tasks, number, local=args.I, peer=args.J, generations=args.G,
                                    max_new_tokens=max_new_tokens)
         names = list(ways)
-        for name in names[number % 3:] + names[: number % 3]:
-            grpo._packing_is_exact, grpo._gives_no_gradient = ways[name]
+        for name in names[number % len(names):] + names[: number % len(names)]:
+            grpo._packing_is_exact, grpo._gives_no_gradient, grpo._renumbering_is_exact, learner.micro_batch_groups = (
+                ways[name])
             gc.collect()
             before = sampler.rss()
             sampler.take()
@@ -108,7 +116,7 @@ def main() -> None:
             }
             steps.append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
-    grpo._packing_is_exact, grpo._gives_no_gradient = exact, no_gradient
+    grpo._packing_is_exact, grpo._gives_no_gradient, grpo._renumbering_is_exact = exact, no_gradient, renumber
     sampler.close()
 
     summary = {}
@@ -121,7 +129,7 @@ def main() -> None:
                          "peak_rss_gb_max": max(s["peak_rss_gb"] for s in mine)}
     result = {
         "settings": {"I": args.I, "J": args.J, "G": args.G, "max_new_tokens": max_new_tokens,
-                     "micro_batch_groups": micro, "adamw_8bit": adamw_8bit, "threads": args.threads,
+                     "micro_batch_groups": {name: way[3] for name, way in ways.items()}, "adamw_8bit": adamw_8bit, "threads": args.threads,
                      "rounds": args.rounds,
                      "malloc": {k: os.environ.get(k) for k in ("MALLOC_ARENA_MAX", "MALLOC_MMAP_THRESHOLD_")}},
         "summary": summary,

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, LlamaConfig
 
 from node.learning import grpo
 from node.learning.grpo import Completion, GrpoLearner, LoraSettings, Policy, TrainGroup
@@ -63,15 +63,34 @@ def _plain(monkeypatch) -> None:
     monkeypatch.setattr(grpo, "_packing_is_exact", lambda causal_lm: False)
 
 
+def _unshared(monkeypatch) -> None:
+    """Each prompt in a packed row of its own, at its plain positions (as for a model with absolute positions)."""
+    monkeypatch.setattr(grpo, "_renumbering_is_exact", lambda causal_lm: False)
+
+
 def _packed_tokens(order: list, prompt_lengths: list, completion_lengths: list, batch_size: int) -> int:
-    """Tokens of the packed forward: per chunk, one row per distinct prompt, as long as the longest of its prompts'
-    real tokens followed by the real tokens of that prompt's completions in the chunk (no padding of either)."""
+    """Tokens of the packed forward, one prompt a row: per chunk, one row per distinct prompt, as long as the longest
+    of its prompts' real tokens followed by the real tokens of that prompt's completions in the chunk (no padding)."""
     total = 0
     for start in range(0, len(order), batch_size):
         packed = {}
         for row in range(start, min(start + batch_size, len(order))):
             packed[order[row]] = packed.get(order[row], prompt_lengths[row]) + completion_lengths[row]
         total += len(packed) * max(packed.values())
+    return total
+
+
+def _shared_head_tokens(prompts: list, completion_lengths: list, batch_size: int) -> int:
+    """Tokens of the packed forward with shared heads (short prompts: one row a chunk): per chunk, the leading tokens
+    all its distinct prompts have in common once, the rest of each distinct prompt once, every completion once."""
+    total = 0
+    for start in range(0, len(prompts), batch_size):
+        chunk = range(start, min(start + batch_size, len(prompts)))
+        distinct = list({prompts[row]: None for row in chunk})
+        head = min(len(p) for p in distinct) - 1
+        while any(p[:head] != distinct[0][:head] for p in distinct):
+            head -= 1
+        total += head + sum(len(p) - head for p in distinct) + sum(completion_lengths[row] for row in chunk)
     return total
 
 
@@ -91,10 +110,16 @@ def _logps_and_grads(learner: GrpoLearner, inputs, *, batch_size: int | None):
     return logps.detach(), entropies.detach(), grads, counter.tokens
 
 
-@pytest.mark.parametrize(("lora", "batch_size"), [(False, None), (False, 5), (True, None)])
-def test_prompt_once_gives_the_plain_forwards_log_probs_and_gradients(tiny_model_dir, tmp_path, lora, batch_size):
+@pytest.mark.parametrize(("lora", "batch_size", "share_heads"),
+                         [(False, None, True), (False, 5, True), (True, None, True), (False, None, False),
+                          (False, 5, False)])
+def test_prompt_once_gives_the_plain_forwards_log_probs_and_gradients(tiny_model_dir, tmp_path, lora, batch_size,
+                                                                      share_heads, monkeypatch):
     learner = _learner(tiny_model_dir, tmp_path, lora=lora)
     assert learner.model.is_activation_checkpointing
+    assert grpo._renumbering_is_exact(learner.model.get_base_model() if lora else learner.model)
+    if not share_heads:
+        _unshared(monkeypatch)
     groups = _groups(learner.policy)
     learner.model.train()
     inputs = learner.trainer._prepare_inputs(learner.adapter.load(groups))
@@ -113,11 +138,15 @@ def test_prompt_once_gives_the_plain_forwards_log_probs_and_gradients(tiny_model
 
     rows, width, keep = len(order), prompt_mask.size(1), completion_mask.size(1)
     assert plain[3] == rows * (width + keep)
-    # Each prompt once, every completion once, and no padding: each packed row is as long as the longest of them.
     lengths = (prompt_mask.sum(1).tolist(), completion_mask.sum(1).tolist())
-    longest_group = max(lengths[0][i] + sum(lengths[1][j] for j in range(rows) if order[j] == order[i])
-                        for i in range(rows))
-    if batch_size is None:
+    if share_heads:  # the chat template's head once for all prompts of a chunk, then each prompt's own tokens once
+        real = [tuple(t for t, m in zip(row, mask, strict=True) if m)
+                for row, mask in zip(inputs["prompt_ids"].tolist(), prompt_mask.tolist(), strict=True)]
+        assert once[3] == _shared_head_tokens(real, lengths[1], batch_size or rows) < _packed_tokens(
+            order, *lengths, batch_size or rows)
+    elif batch_size is None:  # each prompt once, every completion once, no padding: rows as long as the longest
+        longest_group = max(lengths[0][i] + sum(lengths[1][j] for j in range(rows) if order[j] == order[i])
+                            for i in range(rows))
         assert once[3] == _packed_tokens(order, *lengths, rows) == len(QUESTIONS) * longest_group
         assert longest_group < width + G * keep  # less than the padded prompt and G padded completions
     else:  # each chunk runs each of its distinct prompts once; a group split between chunks runs it in both
@@ -219,9 +248,34 @@ def test_models_and_batches_it_does_not_fit_take_the_plain_forward(tiny_model_di
     assert tokens() == plain_tokens
     learner.policy.model.set_attn_implementation("sdpa")
     assert tokens() < plain_tokens
-    # No two rows share a prompt: nothing to save.
+    # Rotary frequencies that change with the positions seen: prompts keep their plain positions, one a row.
+    shared = tokens()
+    rope = dict(config.rope_parameters)
+    monkeypatch.setattr(config, "rope_parameters", {**rope, "rope_type": "dynamic", "factor": 2.0})
+    assert shared < tokens() < plain_tokens
+    monkeypatch.setattr(config, "rope_parameters", rope)
+    assert tokens() == shared
+    # No two rows share a prompt, nor a head (they differ from the first token): nothing to save.
     single = learner.trainer._prepare_inputs(learner.adapter.load(groups[:1]))
     single = {**single, "prompt_ids": single["prompt_ids"].clone()}
     single["prompt_ids"][:, -1] = torch.arange(G)
     width = single["prompt_ids"].size(1) + single["completion_ids"].size(1)
+    assert _logps_and_grads(learner, single, batch_size=None)[3] < G * width  # the head shared
+    single["prompt_ids"][:, 0] = torch.arange(G)
     assert _logps_and_grads(learner, single, batch_size=None)[3] == G * width
+
+
+def test_shared_heads_need_relative_positions_only_and_rows_of_bounded_length(monkeypatch):
+    llama = AutoModelForCausalLM.from_config(LlamaConfig(
+        vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2))
+    gpt2 = AutoModelForCausalLM.from_config(GPT2Config(vocab_size=64, n_embd=16, n_layer=1, n_head=2))
+    assert grpo._renumbering_is_exact(llama) and not grpo._renumbering_is_exact(gpt2)  # GPT-2 adds wpe[position]
+    llama.config.rope_parameters = {**llama.config.rope_parameters, "rope_type": "longrope"}
+    assert not grpo._renumbering_is_exact(llama)
+    # Prompts join the row before them while it stays within the bound; each keeps its last token of its own.
+    prompts = [[1, 2, 3, 4], [1, 2, 3, 5, 6], [1, 2, 7], [8, 9]]
+    assert grpo._pack_prompts(prompts, [10, 10, 10, 10], share_heads=True) == [([0, 1, 2], 2), ([3], 1)]
+    assert grpo._pack_prompts(prompts[:2], [10, 10], share_heads=False) == [([0], 3), ([1], 4)]
+    assert grpo._pack_prompts([[1, 2, 3], [1, 2, 3]], [1, 1], share_heads=True) == [([0, 1], 2)]
+    monkeypatch.setattr(grpo, "PACKED_ROW_TOKENS", 2 + 2 + 10 + 3 + 10)
+    assert grpo._pack_prompts(prompts, [10, 10, 10, 10], share_heads=True) == [([0, 1], 3), ([2], 2), ([3], 1)]

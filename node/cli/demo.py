@@ -118,8 +118,9 @@ def demo_config(data_dir: Path, index: int, *, model: str, threads: int,
         # learning the format.
         # Sampling in float32: with the worked example a prompt is ~130 tokens, and a bfloat16 prefill on a CPU
         # without native bfloat16 matmuls is several times slower than float32.
-        # One group per forward/backward pass: the same update (exact for the grpo loss) at a fraction of the peak
-        # memory, which the worked example's longer prompts would otherwise double.
+        # The round's groups in one forward/backward pass (micro_batch_groups 0), so the head every prompt starts with
+        # (template and worked example, about half of each) runs once for all of them: less CPU than a pass per group,
+        # the more groups a round trains the more, at no higher peak (docs/performance.md, "Prompt tokens once").
         # Twice the default learning rate: the demo has only minutes to show learning; decaying from there, because at
         # a constant 1e-5 held-out accuracy dipped after round 10 in most runs, and with the decay it rose from round
         # 5 on in all three seeds measured (the README's learning section). A higher start rate did worse.
@@ -134,7 +135,7 @@ def demo_config(data_dir: Path, index: int, *, model: str, threads: int,
         "training": {"model": model, "max_new_tokens": max_new_tokens, "format_reward_weight": 0.2,
                      "learning_rate": 1e-5, "lr_decay_rounds": 5, "peer_advantages": "positive",
                      "scale_rewards": "none",
-                     "temperature": 1.0, "generation_dtype": "float32", "micro_batch_groups": 1},
+                     "temperature": 1.0, "generation_dtype": "float32", "micro_batch_groups": 0},
         "swarm": {"swarm_name": "demo", "host": "127.0.0.1", "gather_timeout_s": 30.0, "initial_peers": list(join)},
         "evaluation": {"every_rounds": DEMO_EVAL_EVERY, "samples": DEMO_EVAL_SAMPLES},
         "run": {"data_dir": str(data_dir), "run_name": f"node-{index + 1}", "threads": threads,

@@ -620,54 +620,125 @@ def _prompt_cache(causal_lm, input_ids: torch.Tensor, attention: torch.Tensor):
 def _packed_group_states(causal_lm, ids, attention, logits_to_keep) -> torch.Tensor | None:
     """:meth:`SapoGRPOTrainer._predicting_states` with each distinct prompt run once (packing) and no padding run.
 
-    A GRPO group is G rows with the same (left-padded) prompt. Here each distinct prompt becomes one packed row:
-    the prompt's real tokens, then the real tokens of its rows' completions one after another, with a mask that
-    lets each completion see the prompt and itself (causally) and nothing else, and every token at the position it
-    has in the plain forward (transformers numbers a padded row from its first column, the left padding included),
-    so every completion token attends to exactly the keys, at exactly the positions, it has there. Neither the
-    prompts' left padding nor the completions' right padding (up to the batch's longest completion) is run: a round
-    whose completions are mostly short pays for its long ones only. One forward, so the gradient from all G
-    completions flows into one prompt's activations, and each weight is used once (its gradient is not held back
-    until a second pass's arrives). Rows are matched by content, not by order (TRL shuffles them). Returns None
-    where no two rows share a prompt, or a completion's mask is not a run of real tokens then padding.
+    A GRPO group is G rows with the same (left-padded) prompt. Here each distinct prompt is run once in a packed row,
+    followed by the real tokens of its rows' completions one after another, with a mask that lets each completion see
+    its prompt and itself (causally) and nothing else. Neither the prompts' left padding nor the completions' right
+    padding (up to the batch's longest completion) is run: a round whose completions are mostly short pays for its long
+    ones only. One forward, so the gradient from all G completions flows into one prompt's activations, and each
+    weight is used once (its gradient is not held back until a second pass's arrives). Rows are matched by content,
+    not by order (TRL shuffles them).
+
+    Where only relative positions matter (:func:`_renumbering_is_exact`), prompts also share a packed row, and the
+    head their real tokens have in common (the chat template, system prompt and worked example, often half a prompt)
+    runs once for all of them; every token is then numbered from its prompt's first real token, so each pair of query
+    and key is as far apart as in the plain forward. Elsewhere every token keeps the position it has in the plain
+    forward (transformers numbers a padded row from its first column, the left padding included), one prompt a row.
+    Returns None where no row shares its prompt or its head with another, or a completion's mask is not a run of real
+    tokens then padding.
     """
-    width, count, device = ids.size(1) - logits_to_keep, ids.size(0), ids.device
+    width, device = ids.size(1) - logits_to_keep, ids.device
     prompts, rows = torch.unique(torch.cat([ids[:, :width], attention[:, :width].to(ids.dtype)], dim=1), dim=0,
                                  return_inverse=True)
     real = attention[:, width:].bool()
-    if prompts.size(0) == count or (real[:, 1:] & ~real[:, :-1]).any():
+    if (real[:, 1:] & ~real[:, :-1]).any():
         return None
-    prompt_real = prompts[:, width:].bool()
-    prompt_length, completion_length = prompt_real.sum(1), real.sum(1)
-    # Where each row's completion starts in its prompt's packed row: after the prompt and the rows packed before it.
-    starts, used = [], prompt_length.tolist()
-    for prompt, length in zip(rows.tolist(), completion_length.tolist(), strict=True):
-        starts.append(used[prompt])
-        used[prompt] += length
-    starts = torch.tensor(starts, device=device)
-    shape = (prompts.size(0), max(used))
-    packed_ids, positions = ids.new_zeros(shape), torch.zeros(shape, dtype=torch.long, device=device)
-    segment = torch.full(shape, -2, device=device)  # -2: padding after a short packed row, -1: the prompt, i: row i
-    # The prompt's real tokens in order, each at its column in the plain forward.
-    packed, column = prompt_real.nonzero(as_tuple=True)
-    slot = (prompt_real.cumsum(1) - 1)[packed, column]
-    packed_ids[packed, slot], positions[packed, slot], segment[packed, slot] = prompts[packed, column], column, -1
-    row, column = real.nonzero(as_tuple=True)
-    packed, slot = rows[row], starts[row] + column
-    packed_ids[packed, slot], positions[packed, slot], segment[packed, slot] = ids[row, width + column], width + column, row
-    index = torch.arange(shape[1], device=device)
+    prompt_tokens = [prompt[:width][prompt[width:].bool()].tolist() for prompt in prompts]
+    rows, completion_length = rows.tolist(), real.sum(1).tolist()
+    renumber = _renumbering_is_exact(causal_lm)
+    packing = _pack_prompts(prompt_tokens, [sum(n for r, n in zip(rows, completion_length, strict=True) if r == p)
+                                            for p in range(len(prompt_tokens))], share_heads=renumber)
+    if len(packing) == len(rows):  # a packed row per row: nothing shared
+        return None
+    # Per packed row, per token: id, position, segment (-1: the shared head, -3 - p: prompt p's own tokens, i: row
+    # i's completion) and the prompt it belongs to (-1: the head, which every prompt of the row sees).
+    columns = {name: [[] for _ in packing] for name in ("ids", "positions", "segment", "prompt")}
+    last_prompt_slot, completion_start, packed_row_of = {}, {}, {}
+
+    def put(packed: int, token: int, position: int, segment: int, prompt: int) -> int:
+        for name, value in zip(columns, (token, position, segment, prompt), strict=True):
+            columns[name][packed].append(value)
+        return len(columns["ids"][packed]) - 1
+
+    for packed, (members, head) in enumerate(packing):
+        first = width - len(prompt_tokens[members[0]])  # where a lone prompt's real tokens start in the plain forward
+        for position, token in enumerate(prompt_tokens[members[0]][:head]):
+            put(packed, token, position if renumber else first + position, -1, -1)
+        for p in members:
+            base = 0 if renumber else width - len(prompt_tokens[p])
+            for position in range(head, len(prompt_tokens[p])):
+                last_prompt_slot[p] = put(packed, prompt_tokens[p][position], base + position, -3 - p, p)
+            packed_row_of[p] = packed
+        for row, p in enumerate(rows):
+            if packed_row_of.get(p) != packed:
+                continue
+            base = len(prompt_tokens[p]) if renumber else width
+            completion_start[row] = len(columns["ids"][packed])
+            for offset, token in enumerate(ids[row, width : width + completion_length[row]].tolist()):
+                put(packed, token, base + offset, row, p)
+    longest = max(len(tokens) for tokens in columns["ids"])
+    padding = {"ids": 0, "positions": 0, "segment": -2, "prompt": -2}  # -2: padding after a short packed row
+    packed_ids, positions, segment, owner = (
+        torch.tensor([values + [padding[name]] * (longest - len(values)) for values in columns[name]], device=device)
+        for name in columns)
+    index = torch.arange(longest, device=device)
     sees = (index[None, None, :] <= index[None, :, None]) & (
-        (segment[:, None, :] == -1) | (segment[:, None, :] == segment[:, :, None]))
+        (segment[:, None, :] == -1) | (segment[:, None, :] == segment[:, :, None])
+        | ((segment[:, None, :] <= -3) & (owner[:, None, :] == owner[:, :, None])))
     # A padding query sees itself too, so no row of the softmax is empty; no real token sees a padding key.
-    mask = (sees | torch.eye(shape[1], dtype=torch.bool, device=device))[:, None]
-    hidden = causal_lm.base_model(input_ids=packed_ids, attention_mask=mask, position_ids=positions,
+    mask = (sees | torch.eye(longest, dtype=torch.bool, device=device))[:, None]
+    hidden = causal_lm.base_model(input_ids=packed_ids.to(ids.dtype), attention_mask=mask, position_ids=positions,
                                   use_cache=False).last_hidden_state
     # The prompt's last state predicts a completion's first token; each completion token predicts the next. Padded
     # targets (masked out by the caller) take any state.
     keep = torch.arange(logits_to_keep, device=device)
-    predicting = torch.where(keep == 0, (prompt_length[rows] - 1)[:, None], starts[:, None] + keep - 1)
-    predicting = torch.where(keep < completion_length[:, None], predicting, 0)
-    return hidden[rows[:, None], predicting]
+    first_target = torch.tensor([last_prompt_slot[p] for p in rows], device=device)
+    starts = torch.tensor([completion_start[row] for row in range(len(rows))], device=device)
+    predicting = torch.where(keep == 0, first_target[:, None], starts[:, None] + keep - 1)
+    predicting = torch.where(keep < torch.tensor(completion_length, device=device)[:, None], predicting, 0)
+    return hidden[torch.tensor([packed_row_of[p] for p in rows], device=device)[:, None], predicting]
+
+
+# Tokens a packed row grows to by taking in more prompts: every query is scored against every key of its row (the
+# mask only zeroes what it may not see), so past this the attention spent on other prompts' keys outgrows what their
+# shared head saves. A single prompt with its completions may be longer.
+PACKED_ROW_TOKENS = 1024
+
+
+def _pack_prompts(prompt_tokens: list[list[int]], completion_tokens: list[int], *,
+                  share_heads: bool) -> list[tuple[list[int], int]]:
+    """Which prompts share a packed row, and how many leading tokens of theirs (the head) it runs once: in order,
+    each prompt joins the row before it while their common head keeps the row within :data:`PACKED_ROW_TOKENS`.
+    Every prompt keeps at least its last token of its own, whose state predicts its completions' first tokens."""
+    packing: list[tuple[list[int], int]] = []
+    for p, tokens in enumerate(prompt_tokens):
+        alone = ([p], len(tokens) - 1)
+        if share_heads and packing:
+            members, head = packing[-1]
+            head = min(head, _common_head(prompt_tokens[members[0]], tokens), len(tokens) - 1)
+            length = head + sum(len(prompt_tokens[m]) - head + completion_tokens[m] for m in [*members, p])
+            if head > 0 and length <= PACKED_ROW_TOKENS:
+                packing[-1] = ([*members, p], head)
+                continue
+        packing.append(alone)
+    return packing
+
+
+def _common_head(first: list[int], second: list[int]) -> int:
+    """How many leading tokens two prompts have in common."""
+    return next((i for i, (a, b) in enumerate(zip(first, second, strict=False)) if a != b), min(len(first), len(second)))
+
+
+def _renumbering_is_exact(causal_lm) -> bool:
+    """Whether the model sees positions only relative to each other, so a token may be numbered from its prompt's
+    first real token rather than its padded row's first column: rotary embeddings whose frequencies do not change with
+    the positions seen (dynamic NTK and longrope rescale past a length) and no absolute position embedding."""
+    base = causal_lm.base_model
+    config = causal_lm.config.get_text_config()
+    rope = getattr(config, "rope_parameters", None) or {}
+    kinds = {rope.get("rope_type")} | {value.get("rope_type") for value in rope.values() if isinstance(value, dict)}
+    absolute = any(isinstance(module, torch.nn.Embedding) and module is not base.get_input_embeddings()
+                   for module in base.modules())
+    return hasattr(base, "rotary_emb") and not absolute and not kinds & {"dynamic", "longrope"}
 
 
 def _tiled_logprobs(causal_lm, hidden: torch.Tensor, targets: torch.Tensor, temperature: float,
