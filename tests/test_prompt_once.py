@@ -1,7 +1,8 @@
-"""The training forward runs each GRPO group's prompt once: same log-probs, entropies and gradients as running the
-prompt again for every completion, on a batch shaped like a real round (TRL's shuffled rows, left-padded prompts of
-different lengths, right-padded completions of different lengths), with activation checkpointing as the learner
-sets it up, with and without micro-batches, full and LoRA."""
+"""The training forward runs each GRPO group's prompt once, and the head all prompts share once: same log-probs,
+entropies and gradients as running the prompt again for every completion, on a batch shaped like a real round (TRL's
+shuffled rows, left-padded prompts of different lengths, right-padded completions of different lengths), with
+activation checkpointing as the learner sets it up, with and without micro-batches, full and LoRA; one prompt a
+packed row at its plain positions where a model's positions are not only relative."""
 
 from __future__ import annotations
 
