@@ -668,13 +668,11 @@ def _packed_group_states(causal_lm, ids, attention, logits_to_keep) -> torch.Ten
             for position in range(head, len(prompt_tokens[p])):
                 last_prompt_slot[p] = put(packed, prompt_tokens[p][position], base + position, -3 - p, p)
             packed_row_of[p] = packed
-        for row, p in enumerate(rows):
-            if packed_row_of.get(p) != packed:
-                continue
-            base = len(prompt_tokens[p]) if renumber else width
-            completion_start[row] = len(columns["ids"][packed])
-            for offset, token in enumerate(ids[row, width : width + completion_length[row]].tolist()):
-                put(packed, token, base + offset, row, p)
+    for row, p in enumerate(rows):  # each completion after the prompts of its packed row
+        packed, base = packed_row_of[p], len(prompt_tokens[p]) if renumber else width
+        completion_start[row] = len(columns["ids"][packed])
+        for offset, token in enumerate(ids[row, width : width + completion_length[row]].tolist()):
+            put(packed, token, base + offset, row, p)
     longest = max(len(tokens) for tokens in columns["ids"])
     padding = {"ids": 0, "positions": 0, "segment": -2, "prompt": -2}  # -2: padding after a short packed row
     packed_ids, positions, segment, owner = (
@@ -713,19 +711,14 @@ def _pack_prompts(prompt_tokens: list[list[int]], completion_tokens: list[int], 
     for p, tokens in enumerate(prompt_tokens):
         alone = ([p], len(tokens) - 1)
         if share_heads and packing:
-            members, head = packing[-1]
-            head = min(head, _common_head(prompt_tokens[members[0]], tokens), len(tokens) - 1)
+            members = packing[-1][0]
+            head = len(decoding.shared_prefix([prompt_tokens[m] for m in [*members, p]]))
             length = head + sum(len(prompt_tokens[m]) - head + completion_tokens[m] for m in [*members, p])
             if head > 0 and length <= PACKED_ROW_TOKENS:
                 packing[-1] = ([*members, p], head)
                 continue
         packing.append(alone)
     return packing
-
-
-def _common_head(first: list[int], second: list[int]) -> int:
-    """How many leading tokens two prompts have in common."""
-    return next((i for i, (a, b) in enumerate(zip(first, second, strict=False)) if a != b), min(len(first), len(second)))
 
 
 def _renumbering_is_exact(causal_lm) -> bool:
