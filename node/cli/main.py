@@ -51,8 +51,11 @@ def main(argv: list[str] | None = None) -> int:
 def _cmd_run(args: argparse.Namespace) -> int:
     from node.control_socket import ControlServer
     from node.events import EventBus, JsonLinesWriter, NodeStarted
+    from node.import_gc import collector_off_while_importing
     from node.logs import setup_logging
-    from node.runner import SwarmNode
+
+    with collector_off_while_importing():  # torch, transformers, TRL, reasoning-gym: kept for the node's life
+        from node.runner import SwarmNode
 
     config = keep_last_port(config_from_args(args))
     log_path = setup_logging(config.run_dir, verbose=args.verbose)
