@@ -3,8 +3,8 @@
 torch, transformers, TRL, datasets, reasoning-gym and hivemind make millions of objects at import, nearly all of
 which live as long as the process. With the collector on, every collection of the oldest generation that the
 import triggers walks all of them again, a large share of a node's start-up CPU time on a slow machine
-(docs/performance.md, "A node's start-up imports"). Imported with the collector off and frozen afterwards (``gc.freeze``),
-they are walked by no collection at all; what the process allocates later is collected as usual.
+(docs/performance.md, "A node's start-up imports"). Imported with the collector off and frozen afterwards
+(``gc.freeze``), they are walked by no collection at all; what the process allocates later is collected as usual.
 """
 
 from __future__ import annotations
