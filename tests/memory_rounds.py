@@ -27,11 +27,15 @@ def main() -> None:
     import tempfile
 
     import psutil
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from node.learning import grpo
-    from node.learning.grpo import GrpoLearner, Policy, TrainGroup
+    from node.import_gc import collector_off_while_importing
+
+    with collector_off_while_importing():  # as `node run` imports its stack
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from node.learning import grpo
+        from node.learning.grpo import GrpoLearner, Policy, TrainGroup
 
     if "--prompt-width-step" in sys.argv:
         grpo.PROMPT_WIDTH_STEP = int(sys.argv[sys.argv.index("--prompt-width-step") + 1])

@@ -18,13 +18,16 @@ import threading
 import time
 from pathlib import Path
 
-from node.clock import SwarmClock
-from node.sapo.peer_buffer import PeerGroupBuffer
-from node.sapo.scoring import ScoredGroup, Verification
-from node.swarm.dht import DhtExchange
-from node.swarm.identity import load_or_create
-from node.swarm.records import RoundRecord, SharedGroup
-from node.tasks.taskref import TaskRef
+from node.import_gc import collector_off_while_importing
+
+with collector_off_while_importing():  # hivemind brings torch: imported as a node process imports it (node run)
+    from node.clock import SwarmClock
+    from node.sapo.peer_buffer import PeerGroupBuffer
+    from node.sapo.scoring import ScoredGroup, Verification
+    from node.swarm.dht import DhtExchange
+    from node.swarm.identity import load_or_create
+    from node.swarm.records import RoundRecord, SharedGroup
+    from node.tasks.taskref import TaskRef
 
 
 def make_record(peer_id: str, round_: int, groups: int) -> RoundRecord:
