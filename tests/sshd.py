@@ -99,11 +99,11 @@ class LoopbackSshd:
         self.process.kill()
         self.process.wait(10)
         for session in sessions:
-            if session.name().startswith("sshd"):
-                try:
+            try:
+                if session.name().startswith("sshd"):
                     session.kill()
-                except psutil.NoSuchProcess:
-                    pass
+            except psutil.NoSuchProcess:  # it ended with its server
+                pass
         self.process = None
 
     def log(self) -> str:

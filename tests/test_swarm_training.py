@@ -125,6 +125,19 @@ def test_resume_after_sigkill_continues_rounds_and_metrics(tiny_model_dir, tmp_p
     assert history[:2] == before[:2]
 
 
+def _named(processes: list[psutil.Process], name: str) -> list[psutil.Process]:
+    """The processes of ``processes`` called ``name``; one that ended since it was listed (a node starts short-lived
+    helpers too) is not among them."""
+    found = []
+    for process in processes:
+        try:
+            if process.name() == name:
+                found.append(process)
+        except psutil.NoSuchProcess:
+            pass
+    return found
+
+
 def test_ctrl_c_stops_cleanly_with_a_checkpoint_and_no_daemon_left(tiny_model_dir, tmp_path):
     import signal
 
@@ -132,7 +145,7 @@ def test_ctrl_c_stops_cleanly_with_a_checkpoint_and_no_daemon_left(tiny_model_di
     node = NodeProcess(config, name="ctrl-c")
     try:
         node.wait_for(lambda e: e.kind == "round_finished")
-        daemons = [p for p in psutil.Process(node.process.pid).children(recursive=True) if p.name() == "p2pd"]
+        daemons = _named(psutil.Process(node.process.pid).children(recursive=True), "p2pd")
         assert daemons
         node.process.send_signal(signal.SIGINT)
         assert node.finish(timeout=120) == 0, node.stderr()
