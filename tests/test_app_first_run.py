@@ -23,7 +23,7 @@ from app.main import main
 from app.main_window import MainWindow
 from app.settings_dialog import SettingsDialog
 from node.config import NodeConfig
-from tests.test_app_private_swarm import InstantQuery
+from tests.test_app_wizard import InstantQuery
 from tests.wizard_clicks import FINISH, NEXT, Script, click, open_wizard, shown_buttons, type_into
 
 FIRST_ROUND_S = 900  # a fresh home: the bundled model is converted once, then one round on a shared 2-core machine

@@ -22,19 +22,12 @@ from tests.conftest import STORE_PASSPHRASE
 from node.swarm import admission as swarm_secret
 from node.swarm.invite import format_invite, parse_invite
 from tests.apphelpers import make_window
-from tests.test_app_wizard import CPU_LAPTOP, PEER
+from tests.test_app_wizard import PEER, InstantQuery
 from tests.wizard_clicks import click, press_finish, type_into, walk_to
 
 ADDRESS = f"/ip4/192.168.1.7/tcp/31337/p2p/{PEER}"
 SECRET = "kq3V+a/b=c&d?e%f-team-secret"  # characters a URL query must escape
 PASSPHRASE = STORE_PASSPHRASE  # the conftest fixture `unlocked` sets it
-
-
-class InstantQuery:
-    """``rl-swarm-node identity|hardware --json`` answered without a child process."""
-
-    def __init__(self, args, done, failed, parent=None) -> None:
-        done({"name": "calm-fox", "peer_id": PEER, "path": "swarm.key"} if args[0] == "identity" else CPU_LAPTOP)
 
 
 @pytest.fixture(autouse=True)

@@ -1,11 +1,16 @@
-"""The first-run wizard, offscreen, asking the real node CLI for identity and hardware, driven by clicks on its
-buttons as a user drives it (tests/wizard_clicks.py)."""
+"""The first-run wizard, offscreen, driven by clicks on its buttons as a user drives it (tests/wizard_clicks.py).
+
+It asks the real node CLI for identity and hardware in test_wizard_joins_a_swarm_with_a_model_that_fits (and in the
+first run, tests/test_app_first_run.py); the other tests, about what the wizard does with the answers, have them
+answered at once (each real pair of queries is a child process that imports torch)."""
 
 from __future__ import annotations
 
+import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel
 
+from app import wizard as wizard_module
 from app.saved_swarms import load_networks
 from app.wizard import SetupWizard
 from app.wizard_flow import NUMBERS, STEP_COUNT, Step, every_choice, path
@@ -35,6 +40,18 @@ CPU_LAPTOP = {
          "download_bytes": GIB // 4, "required_bytes": 3 * GIB, "label": "fits"},
     ],
 }
+
+
+class InstantQuery:
+    """``rl-swarm-node identity|hardware --json`` answered without a child process."""
+
+    def __init__(self, args, done, failed, parent=None) -> None:
+        done({"name": "calm-fox", "peer_id": PEER, "path": "swarm.key"} if args[0] == "identity" else CPU_LAPTOP)
+
+
+@pytest.fixture
+def answered_at_once(monkeypatch):
+    monkeypatch.setattr(wizard_module, "NodeQuery", InstantQuery)
 
 
 def welcome(qtbot, tmp_path, config_changes: dict | None = None) -> SetupWizard:
@@ -69,6 +86,7 @@ def test_every_path_through_the_wizard_ends_on_the_swarm_step_with_finish():
     assert {step for choices in every_choice() for step in path(choices)} == set(Step)
 
 
+@pytest.mark.usefixtures("answered_at_once")
 def test_the_wizard_keeps_its_size_on_every_page(qtbot, tmp_path):
     wizard = welcome(qtbot, tmp_path)
     size = wizard.size()
@@ -83,6 +101,7 @@ def test_the_wizard_keeps_its_size_on_every_page(qtbot, tmp_path):
         assert wizard.size() == size, f"{wizard.currentPage().title()}: {wizard.size()} after {size}"
 
 
+@pytest.mark.usefixtures("answered_at_once")
 def test_the_last_page_shows_finish_and_pressing_it_saves_and_closes(qtbot, tmp_path):
     wizard = open_wizard(qtbot, tmp_path)
     for page in (wizard.identity_page, wizard.hardware_page, wizard.model_page):
@@ -141,6 +160,7 @@ def test_wizard_joins_a_swarm_with_a_model_that_fits(qtbot, tmp_path):
     assert saved and saved[0].initial_peers == config.swarm.initial_peers
 
 
+@pytest.mark.usefixtures("answered_at_once")
 def test_wizard_starts_a_new_swarm_on_a_fixed_port(qtbot, tmp_path):
     wizard = open_wizard(qtbot, tmp_path)
     walk_to(qtbot, wizard, wizard.swarm_page)
@@ -154,6 +174,7 @@ def test_wizard_starts_a_new_swarm_on_a_fixed_port(qtbot, tmp_path):
     assert wizard.result_config.training.local_questions == wizard.hardware_page.data.recommendation.local_questions
 
 
+@pytest.mark.usefixtures("answered_at_once")
 def test_wizard_offers_the_saved_networks(qtbot, tmp_path):
     wizard = open_wizard(qtbot, tmp_path)
     walk_to(qtbot, wizard, wizard.swarm_page)
@@ -179,6 +200,7 @@ def _model_page(qtbot, tmp_path, config_changes: dict | None = None):
     return wizard, wizard.model_page
 
 
+@pytest.mark.usefixtures("answered_at_once")
 def test_the_model_step_shows_all_weights_and_an_adapter_side_by_side(qtbot, tmp_path):
     wizard, models = _model_page(qtbot, tmp_path)
     header = [models.table.horizontalHeaderItem(c).text() for c in range(4)]
@@ -199,6 +221,7 @@ def test_the_model_step_shows_all_weights_and_an_adapter_side_by_side(qtbot, tmp
     assert config.training.learning_rate == 10 * default
 
 
+@pytest.mark.usefixtures("answered_at_once")
 def test_the_training_choice_lands_in_the_config_and_is_shown_again(qtbot, tmp_path):
     wizard, models = _model_page(qtbot, tmp_path)
     click(models.lora)  # the bundled model fits either way: the user's choice stands

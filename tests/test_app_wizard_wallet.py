@@ -16,7 +16,7 @@ from app.wizard_flow import Step
 from node.chain.wallet import WalletStore, new_wallet
 from node.config import NodeConfig
 from node.secret_store import PASSPHRASE_ENV
-from tests.test_app_private_swarm import InstantQuery
+from tests.test_app_wizard import InstantQuery
 from tests.wizard_clicks import NEXT, button_named, choose, click, press_finish, press_next, type_into, walk_to
 
 PASSPHRASE = "correct horse battery"
