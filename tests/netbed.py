@@ -16,9 +16,11 @@ new bed first deletes the namespaces of beds whose test process died.
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import ipaddress
 import json
+import multiprocessing
 import os
 import queue
 import shutil
@@ -64,20 +66,23 @@ class Host:
 class Member:
     """A :mod:`tests.netbed_peer` process: each call sends one command and waits for its answer, with a deadline."""
 
-    def __init__(self, name: str, host: Host, process: subprocess.Popen, log: Path, identity: Path) -> None:
+    def __init__(self, name: str, host: Host, process: multiprocessing.Process, channel: socket.socket, log: Path,
+                 identity: Path) -> None:
         self.name, self.host, self.process, self.log, self.identity = name, host, process, log, identity
         self.peer_id: str | None = None
         self.invite: list[str] = []
         self._answers: queue.Queue[str] = queue.Queue()
+        self._reader, self._writer = channel.makefile("rb"), channel.makefile("wb")
+        channel.close()  # the two files hold the socket
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
-        for line in self.process.stdout:
+        for line in self._reader:
             self._answers.put(line.decode())
 
     def call(self, op: str, timeout: float = 60, **args) -> object:
-        self.process.stdin.write((json.dumps({"op": op, **args}) + "\n").encode())
-        self.process.stdin.flush()
+        self._writer.write((json.dumps({"op": op, **args}) + "\n").encode())
+        self._writer.flush()
         try:
             answer = json.loads(self._answers.get(timeout=timeout))
         except queue.Empty:
@@ -95,11 +100,12 @@ class Member:
         return self.call("state")
 
     def stop(self) -> None:
-        if self.process.poll() is None:
+        if self.process.is_alive():
             try:
                 self.call("stop", timeout=30)
             except (AssertionError, BrokenPipeError, OSError):
                 pass
+        self._writer.close()
 
     def tail(self, chars: int = 4000) -> str:
         try:
@@ -254,12 +260,16 @@ class Netbed:
 
     # ------------------------------------------------------------------------------------------- running
     def member(self, host: Host, name: str) -> Member:
-        """A swarm member (a real DhtExchange, :mod:`tests.netbed_peer`) running on ``host``."""
-        log = open(self.workdir / f"{name}.log", "wb")
-        process = self.spawn(host.netns, [sys.executable, "-m", "tests.netbed_peer"], cwd=_ROOT,
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                             env={**os.environ, "PYTHONPATH": str(_ROOT)})
-        member = Member(name, host, process, self.workdir / f"{name}.log", self.workdir / f"{name}.key")
+        """A swarm member (a real DhtExchange, :mod:`tests.netbed_peer`) running on ``host``.
+
+        Members are forked from one server process that has already imported what a member runs: those imports
+        (torch, through hivemind) cost seconds of CPU a process, and the tests start dozens of members."""
+        ours, theirs = socket.socketpair()
+        log = self.workdir / f"{name}.log"
+        process = _MEMBERS.Process(target=_serve_member, args=(host.netns, theirs, str(log)), name=name, daemon=True)
+        process.start()
+        theirs.close()
+        member = Member(name, host, process, ours, log, self.workdir / f"{name}.key")
         self._members.append(member)
         return member
 
@@ -285,6 +295,12 @@ class Netbed:
     def close(self) -> None:
         for member in self._members:  # a clean stop first: p2pd removes its sockets under /tmp
             member.stop()
+        for member in self._members:  # each member leads its own session (p2pd with it)
+            if member.process.is_alive():
+                try:
+                    os.killpg(member.process.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
         for process in self._processes:
             if process.poll() is None:
                 try:
@@ -301,6 +317,11 @@ class Netbed:
                 except ProcessLookupError:
                     pass
                 process.wait(5)
+        for member in self._members:
+            member.process.join(max(0.1, deadline - time.monotonic()))
+            if member.process.is_alive():
+                member.process.kill()
+                member.process.join(5)
         for netns in reversed(self._namespaces):
             _delete_namespace(netns)
         self._namespaces.clear()
@@ -335,6 +356,35 @@ class Netbed:
         done = subprocess.run(["ip", "-n", netns, *args], capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(f"ip -n {netns} {' '.join(args)}: {done.stderr.strip()}")
+
+
+_MEMBERS = multiprocessing.get_context("forkserver")
+_MEMBERS.set_forkserver_preload(["tests.netbed_peer"])
+_CLONE_NEWNET = 0x40000000  # linux/sched.h
+
+
+def _serve_member(netns: str, channel: socket.socket, log: str) -> None:
+    """A member's process, forked from the preloaded server: in its own session (stopped as a group with its p2pd),
+    inside the host's namespace (what ``ip netns exec`` does for a command), answering on ``channel``."""
+    os.setsid()
+    namespace = os.open(f"/run/netns/{netns}", os.O_RDONLY)
+    try:
+        if ctypes.CDLL(None, use_errno=True).setns(namespace, _CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), f"cannot enter the network namespace {netns}")
+    finally:
+        os.close(namespace)
+    stderr = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(stderr, 2)
+    os.close(stderr)
+    os.dup2(channel.fileno(), 0)
+    os.dup2(channel.fileno(), 1)
+    channel.close()
+    sys.stdin = open(0, encoding="utf-8", closefd=False)
+    sys.stdout = open(1, "w", encoding="utf-8", buffering=1, closefd=False)
+    sys.stderr = open(2, "w", encoding="utf-8", buffering=1, closefd=False)
+    from tests import netbed_peer
+
+    netbed_peer.main()
 
 
 def _run_in(netns: str, argv: list[str], check: bool = True, **kwargs) -> subprocess.CompletedProcess:

@@ -135,3 +135,30 @@ def test_an_identity_below_2048_bits_is_refused(tmp_path):
     path.write_bytes(crypto_pb2.PrivateKey(key_type=crypto_pb2.KeyType.RSA, data=der).SerializeToString())
     with pytest.raises(NodeError, match="1024 bits"):
         load_or_create(path)
+
+
+def test_a_key_file_written_by_hivemind_loads_as_the_same_peer(tmp_path):
+    from hivemind.proto import crypto_pb2
+    from hivemind.utils.crypto import RSAPrivateKey
+
+    key = RSAPrivateKey()
+    path = tmp_path / "identity.key"
+    path.write_bytes(crypto_pb2.PrivateKey(key_type=crypto_pb2.KeyType.RSA, data=key.to_bytes()).SerializeToString())
+    identity = load_or_create(path)
+    assert identity.peer_id == PeerID.from_identity(path.read_bytes()).to_base58()
+    assert identity.private_key.to_bytes() == key.to_bytes()
+    assert crypto_pb2.PrivateKey.FromString(path.read_bytes()).data == key.to_bytes()  # left as it was
+
+
+def test_reading_and_creating_an_identity_imports_neither_hivemind_nor_torch(tmp_path):
+    # the wizard asks `rl-swarm-node identity` for the peer's name: an import of torch would make the user wait seconds
+    import subprocess
+    import sys
+
+    code = ("import sys; from node.swarm.identity import load_or_create; "
+            f"print(load_or_create(__import__('pathlib').Path({str(tmp_path / 'identity.key')!r})).name); "
+            "print(','.join(m for m in ('torch', 'hivemind') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    name, imported = result.stdout.splitlines()
+    assert name == load_or_create(tmp_path / "identity.key").name and imported == ""

@@ -6,6 +6,10 @@ network and the owner of a record are provably the same node (see :func:`peer_id
 
 Losing the file means losing the peer id (and everything the swarm associates with it), hence backup/restore and
 the care taken to never leave a half-written or world-readable key on disk.
+
+Reading, creating and naming an identity needs neither hivemind nor torch (``rl-swarm-node identity`` answers the
+app's wizard at once): the two libp2p messages are built here from their schema, and hivemind's key type is made
+only when the DHT asks for it (:attr:`Identity.private_key`).
 """
 
 from __future__ import annotations
@@ -17,15 +21,19 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
+import base58
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
-from hivemind.p2p import PeerID
-from hivemind.proto import crypto_pb2
-from hivemind.utils.crypto import RSAPrivateKey, RSAPublicKey
 
 from node.errors import NodeError
+
+if TYPE_CHECKING:
+    from hivemind.utils.crypto import RSAPrivateKey, RSAPublicKey
 
 logger = logging.getLogger(__name__)
 
@@ -65,12 +73,43 @@ ANIMALS = (
 )  # fmt: skip
 
 
+def _libp2p_key_messages() -> tuple[type, type, int]:
+    """libp2p's ``crypto.proto`` (proto2; the schema hivemind ships): ``PublicKey`` and ``PrivateKey``, each a
+    required key type and the key's bytes. Returns both message classes and the RSA key type's number."""
+    schema = descriptor_pb2.FileDescriptorProto(name="rl_swarm/libp2p_crypto.proto", package="rl_swarm.crypto.pb",
+                                                syntax="proto2")
+    schema.enum_type.add(name="KeyType").value.add(name="RSA", number=0)
+    for name in ("PublicKey", "PrivateKey"):
+        message = schema.message_type.add(name=name)
+        message.field.add(name="key_type", number=1, label=descriptor_pb2.FieldDescriptorProto.LABEL_REQUIRED,
+                          type=descriptor_pb2.FieldDescriptorProto.TYPE_ENUM, type_name=".rl_swarm.crypto.pb.KeyType")
+        message.field.add(name="data", number=2, label=descriptor_pb2.FieldDescriptorProto.LABEL_REQUIRED,
+                          type=descriptor_pb2.FieldDescriptorProto.TYPE_BYTES)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(schema)
+    public, private = (message_factory.GetMessageClass(pool.FindMessageTypeByName(f"rl_swarm.crypto.pb.{name}"))
+                       for name in ("PublicKey", "PrivateKey"))
+    return public, private, 0
+
+
+_PublicKeyMessage, _PrivateKeyMessage, _RSA = _libp2p_key_messages()
+
+
 @dataclass
 class Identity:
     path: Path
     peer_id: str  # libp2p peer id, base58
     name: str  # readable alias of peer_id, e.g. "swift-amber-otter"
-    private_key: RSAPrivateKey = field(repr=False)  # the libp2p identity key; also signs our DHT records
+    der: bytes = field(repr=False)  # the libp2p identity key (DER, PKCS#1 RSA); also signs our DHT records
+
+    @property
+    def private_key(self) -> RSAPrivateKey:
+        """The key as hivemind's signer takes it (imports hivemind, hence torch: only the DHT asks)."""
+        from hivemind.utils.crypto import RSAPrivateKey
+
+        private_key = RSAPrivateKey.__new__(RSAPrivateKey)  # __init__ would generate a fresh key
+        private_key.__setstate__({"_private_key": self.der})
+        return private_key
 
 
 def load_or_create(path: Path) -> Identity:
@@ -135,11 +174,16 @@ def peer_name(peer_id: str) -> str:
 
 
 def peer_id_from_public_key(public_key: RSAPublicKey) -> str:
-    """The libp2p peer id of an RSA key: base58 of the sha2-256 multihash of the protobuf-wrapped DER key."""
-    key = serialization.load_ssh_public_key(public_key.to_bytes())
+    """The libp2p peer id of a peer's RSA key, as hivemind hands it over (a record's signer)."""
+    return _peer_id(serialization.load_ssh_public_key(public_key.to_bytes()))
+
+
+def _peer_id(key: rsa.RSAPublicKey) -> str:
+    """base58 of the sha2-256 multihash of the protobuf-wrapped DER key (libp2p's peer-id spec, for keys whose
+    wrapped form is over 42 bytes: every RSA key)."""
     der = key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
-    wrapped = crypto_pb2.PublicKey(key_type=crypto_pb2.KeyType.RSA, data=der).SerializeToString()
-    return PeerID(_SHA2_256_MULTIHASH_PREFIX + hashlib.sha256(wrapped).digest()).to_base58()
+    wrapped = _PublicKeyMessage(key_type=_RSA, data=der).SerializeToString()
+    return base58.b58encode(_SHA2_256_MULTIHASH_PREFIX + hashlib.sha256(wrapped).digest()).decode()
 
 
 def acceptable_key_size(public_key: RSAPublicKey) -> bool:
@@ -149,16 +193,19 @@ def acceptable_key_size(public_key: RSAPublicKey) -> bool:
 
 def _generate_identity_bytes() -> bytes:
     # Same format as hivemind's P2P.generate_identity, which we do not call: it writes the key with the default
-    # umask (briefly readable by others) and then makes it read-only, which breaks restoring over it.
-    key = RSAPrivateKey()
-    return crypto_pb2.PrivateKey(key_type=crypto_pb2.KeyType.RSA, data=key.to_bytes()).SerializeToString()
+    # umask (briefly readable by others) and then makes it read-only, which breaks restoring over it. The key is
+    # hivemind's RSAPrivateKey's: 2048 bits, public exponent 65537, DER in the traditional (PKCS#1) format.
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    der = key.private_bytes(serialization.Encoding.DER, serialization.PrivateFormat.TraditionalOpenSSL,
+                            serialization.NoEncryption())
+    return _PrivateKeyMessage(key_type=_RSA, data=der).SerializeToString()
 
 
 def _load(path: Path) -> Identity:
     data = _read(path)
-    private_key = _parse(data, path)
-    peer_id = PeerID.from_identity(data).to_base58()
-    return Identity(path=path, peer_id=peer_id, name=peer_name(peer_id), private_key=private_key)
+    der, key = _parse(data, path)
+    peer_id = _peer_id(key.public_key())
+    return Identity(path=path, peer_id=peer_id, name=peer_name(peer_id), der=der)
 
 
 def _read(path: Path) -> bytes:
@@ -174,10 +221,11 @@ def _read(path: Path) -> bytes:
         ) from e
 
 
-def _parse(data: bytes, path: Path) -> RSAPrivateKey:
+def _parse(data: bytes, path: Path) -> tuple[bytes, rsa.RSAPrivateKey]:
+    """The key's DER bytes and the key, from an identity file's bytes."""
     try:
-        wrapped = crypto_pb2.PrivateKey.FromString(data)
-        if wrapped.key_type != crypto_pb2.KeyType.RSA:
+        wrapped = _PrivateKeyMessage.FromString(data)
+        if wrapped.key_type != _RSA:
             raise ValueError("not an RSA key")
         der = wrapped.data
         key = serialization.load_der_private_key(der, password=None)
@@ -194,9 +242,7 @@ def _parse(data: bytes, path: Path) -> RSAPrivateKey:
             ),
             code="identity_corrupt",
         ) from e
-    private_key = RSAPrivateKey.__new__(RSAPrivateKey)  # __init__ would generate a fresh key
-    private_key.__setstate__({"_private_key": der})
-    return private_key
+    return der, key
 
 
 def _tighten_permissions(path: Path) -> None:
