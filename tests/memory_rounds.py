@@ -46,8 +46,9 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     generation_dtype = torch.float32 if "--sample-float32" in sys.argv else torch.bfloat16
     policy = Policy(model, tokenizer, generation_dtype=generation_dtype, max_prompt_tokens=256)
+    scratch = tempfile.TemporaryDirectory(prefix="rl-swarm-memory-rounds-")  # removed at exit
     learner = GrpoLearner(
-        policy, output_dir=Path(tempfile.mkdtemp()) / "trl", device="cpu", mixed_bf16=False, num_generations=4,
+        policy, output_dir=Path(scratch.name) / "trl", device="cpu", mixed_bf16=False, num_generations=4,
         max_new_tokens=32, learning_rate=1e-4, beta=0.0, epsilon=0.2, epsilon_high=0.28, loss_type="grpo",
         max_grad_norm=1.0, seed=0,
     )

@@ -2,8 +2,9 @@
 
 One JSON command per line in, one JSON answer per line out (``{"ok": ...}`` or ``{"error": ...}``). Commands:
 ``start`` (the exchange's options), ``publish`` / ``gather`` (a round), ``feed`` (rounds as a node plays them, in
-the background: see :class:`Rounds`), ``report`` (what the rounds recorded), ``state``, ``stop``. Started by
-:class:`tests.netbed.Netbed` with ``ip netns exec``, so every connection it makes goes through the bed's network.
+the background: see :class:`Rounds`), ``report`` (what the rounds recorded), ``state``, ``stop``. Forked by
+:meth:`tests.netbed.Netbed.member` into its host's network namespace, so every connection it makes goes through the
+bed's network.
 """
 
 from __future__ import annotations
