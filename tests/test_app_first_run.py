@@ -17,13 +17,12 @@ from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QMenu, QPushButton, QToolBar
 
-from app import wizard as wizard_module
 from app.gui import DesktopApp
 from app.main import main
 from app.main_window import MainWindow
 from app.settings_dialog import SettingsDialog
 from node.config import NodeConfig
-from tests.test_app_wizard import InstantQuery
+from tests.test_app_wizard import answered_at_once  # noqa: F401 - fixture
 from tests.wizard_clicks import FINISH, NEXT, Script, click, open_wizard, shown_buttons, type_into
 
 FIRST_ROUND_S = 900  # a fresh home: the bundled model is converted once, then one round on a shared 2-core machine
@@ -70,8 +69,8 @@ def app_state(monkeypatch):
     signal.signal(signal.SIGINT, sigint)
 
 
-def test_the_wizard_re_run_from_settings_finishes_and_applies_the_new_swarm(qtbot, tmp_path, monkeypatch):
-    monkeypatch.setattr(wizard_module, "NodeQuery", InstantQuery)
+@pytest.mark.usefixtures("answered_at_once")
+def test_the_wizard_re_run_from_settings_finishes_and_applies_the_new_swarm(qtbot, tmp_path):
     config_path = tmp_path / "config" / "config.toml"
     NodeConfig.build({"run": {"data_dir": str(tmp_path / "data")},
                       "desktop": {"start_training_on_launch": False}}).save(config_path)

@@ -22,7 +22,7 @@ from tests.conftest import STORE_PASSPHRASE
 from node.swarm import admission as swarm_secret
 from node.swarm.invite import format_invite, parse_invite
 from tests.apphelpers import make_window
-from tests.test_app_wizard import PEER, InstantQuery
+from tests.test_app_wizard import PEER, answered_at_once  # noqa: F401 - fixture
 from tests.wizard_clicks import click, press_finish, type_into, walk_to
 
 ADDRESS = f"/ip4/192.168.1.7/tcp/31337/p2p/{PEER}"
@@ -30,9 +30,7 @@ SECRET = "kq3V+a/b=c&d?e%f-team-secret"  # characters a URL query must escape
 PASSPHRASE = STORE_PASSPHRASE  # the conftest fixture `unlocked` sets it
 
 
-@pytest.fixture(autouse=True)
-def no_child_processes(monkeypatch):
-    monkeypatch.setattr(wizard_module, "NodeQuery", InstantQuery)
+pytestmark = pytest.mark.usefixtures("answered_at_once")
 
 
 def config_in(folder: Path, **swarm) -> NodeConfig:

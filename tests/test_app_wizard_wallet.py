@@ -16,16 +16,18 @@ from app.wizard_flow import Step
 from node.chain.wallet import WalletStore, new_wallet
 from node.config import NodeConfig
 from node.secret_store import PASSPHRASE_ENV
-from tests.test_app_wizard import InstantQuery
+from tests.test_app_wizard import answered_at_once  # noqa: F401 - fixture
 from tests.wizard_clicks import NEXT, button_named, choose, click, press_finish, press_next, type_into, walk_to
 
 PASSPHRASE = "correct horse battery"
 KNOWN_PHRASE = "test test test test test test test test test test test junk"  # hardhat's public dev phrase
 
 
+pytestmark = pytest.mark.usefixtures("answered_at_once")
+
+
 @pytest.fixture(autouse=True)
-def instant_node(monkeypatch):
-    monkeypatch.setattr(wizard_module, "NodeQuery", InstantQuery)
+def no_passphrase_in_the_environment(monkeypatch):
     monkeypatch.delenv(PASSPHRASE_ENV, raising=False)
 
 
