@@ -20,7 +20,6 @@ import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 import base58
@@ -73,12 +72,12 @@ ANIMALS = (
 )  # fmt: skip
 
 
-def _libp2p_key_messages() -> tuple[type, type, int]:
+def _libp2p_key_messages() -> tuple[type, type]:
     """libp2p's ``crypto.proto`` (proto2; the schema hivemind ships): ``PublicKey`` and ``PrivateKey``, each a
-    required key type and the key's bytes. Returns both message classes and the RSA key type's number."""
+    required key type and the key's bytes."""
     schema = descriptor_pb2.FileDescriptorProto(name="rl_swarm/libp2p_crypto.proto", package="rl_swarm.crypto.pb",
                                                 syntax="proto2")
-    schema.enum_type.add(name="KeyType").value.add(name="RSA", number=0)
+    schema.enum_type.add(name="KeyType").value.add(name="RSA", number=_RSA)
     for name in ("PublicKey", "PrivateKey"):
         message = schema.message_type.add(name=name)
         message.field.add(name="key_type", number=1, label=descriptor_pb2.FieldDescriptorProto.LABEL_REQUIRED,
@@ -89,10 +88,11 @@ def _libp2p_key_messages() -> tuple[type, type, int]:
     pool.Add(schema)
     public, private = (message_factory.GetMessageClass(pool.FindMessageTypeByName(f"rl_swarm.crypto.pb.{name}"))
                        for name in ("PublicKey", "PrivateKey"))
-    return public, private, 0
+    return public, private
 
 
-_PublicKeyMessage, _PrivateKeyMessage, _RSA = _libp2p_key_messages()
+_RSA = 0  # KeyType.RSA
+_PublicKeyMessage, _PrivateKeyMessage = _libp2p_key_messages()
 
 
 @dataclass
