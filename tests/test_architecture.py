@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
+
+from tests.fresh_imports import run_and_list_imports
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -19,14 +20,10 @@ def test_import_contracts_node_never_imports_qt_and_app_only_the_seam():
 
 def test_the_gui_process_never_imports_the_training_stack():
     """torch, hivemind and friends live in the node process; the GUI stays small and starts fast."""
-    code = (
-        "import sys; import app.main, app.gui, app.main_window, app.wizard, app.supervisor, app.dashboard; "
-        "print(','.join(m for m in ('torch', 'hivemind', 'transformers', 'trl', 'reasoning_gym') if m in sys.modules))"
-    )
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                            env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == ""
+    _, imported = run_and_list_imports(
+        "import app.main, app.gui, app.main_window, app.wizard, app.supervisor, app.dashboard",
+        ("torch", "hivemind", "transformers", "trl", "reasoning_gym"), QT_QPA_PLATFORM="offscreen")
+    assert imported == []
 
 
 # What app/ may import from node/: the torch-free seam and read-only helpers. Everything else in node/ (the training

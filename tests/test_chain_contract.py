@@ -172,11 +172,8 @@ def test_cli_deploy_register_and_status(devchain, tmp_path):  # noqa: F811
 
 
 def test_the_gui_facing_chain_api_does_not_import_the_training_stack():
-    import subprocess
-    import sys
+    from tests.fresh_imports import run_and_list_imports
 
-    code = ("import sys, node.chain.wallet, node.chain.account, node.chain.networks, node.chain.coordinator; "
-            "print(','.join(m for m in ('torch', 'hivemind', 'transformers', 'trl', 'PySide6') if m in sys.modules))")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == ""
+    _, imported = run_and_list_imports("import node.chain.wallet, node.chain.account, node.chain.networks, "
+                                       "node.chain.coordinator", ("torch", "hivemind", "transformers", "trl", "PySide6"))
+    assert imported == []

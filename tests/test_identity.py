@@ -152,13 +152,9 @@ def test_a_key_file_written_by_hivemind_loads_as_the_same_peer(tmp_path):
 
 def test_reading_and_creating_an_identity_imports_neither_hivemind_nor_torch(tmp_path):
     # the wizard asks `rl-swarm-node identity` for the peer's name: an import of torch would make the user wait seconds
-    import subprocess
-    import sys
+    from tests.fresh_imports import run_and_list_imports
 
-    code = ("import sys; from node.swarm.identity import load_or_create; "
-            f"print(load_or_create(__import__('pathlib').Path({str(tmp_path / 'identity.key')!r})).name); "
-            "print(','.join(m for m in ('torch', 'hivemind') if m in sys.modules))")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    name, imported = result.stdout.splitlines()
-    assert name == load_or_create(tmp_path / "identity.key").name and imported == ""
+    printed, imported = run_and_list_imports(
+        "from pathlib import Path; from node.swarm.identity import load_or_create; "
+        f"print(load_or_create(Path({str(tmp_path / 'identity.key')!r})).name)", ("torch", "hivemind"))
+    assert printed == [load_or_create(tmp_path / "identity.key").name] and imported == []
