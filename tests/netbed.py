@@ -297,30 +297,21 @@ class Netbed:
             member.stop()
         for member in self._members:  # each member leads its own session (p2pd with it)
             if member.process.is_alive():
-                try:
-                    os.killpg(member.process.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
+                _signal_session(member.process.pid, signal.SIGTERM)
         for process in self._processes:
             if process.poll() is None:
-                try:
-                    os.killpg(process.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
+                _signal_session(process.pid, signal.SIGTERM)
         deadline = time.monotonic() + 5
         for process in self._processes:
             try:
                 process.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                try:
-                    os.killpg(process.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+                _signal_session(process.pid, signal.SIGKILL)
                 process.wait(5)
         for member in self._members:
             member.process.join(max(0.1, deadline - time.monotonic()))
             if member.process.is_alive():
-                member.process.kill()
+                _signal_session(member.process.pid, signal.SIGKILL)
                 member.process.join(5)
         for netns in reversed(self._namespaces):
             _delete_namespace(netns)
@@ -420,6 +411,14 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _signal_session(pid: int, sig: int) -> None:
+    """Signal the session ``pid`` leads (a helper or member and the p2pd it started), if it still runs."""
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        pass
 
 
 def serve_stun(host: str = STUN_IP, port: int = STUN_PORT) -> None:

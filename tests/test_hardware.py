@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 import torch
@@ -30,16 +28,7 @@ from node.learning.models import (
     resolve,
     uses_adamw_8bit,
 )
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def run_python(code: str, **env: str) -> str:
-    result = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, env={**os.environ, **env}, capture_output=True, text=True, timeout=120
-    )
-    assert result.returncode == 0, result.stderr
-    return result.stdout
+from tests.fresh_imports import run_and_list_imports, run_fresh
 
 
 def machine(
@@ -97,7 +86,7 @@ def test_detect_describes_this_machine():
 
 @pytest.mark.skipif(sys.platform == "darwin", reason="MPS does not follow CUDA_VISIBLE_DEVICES")
 def test_detect_without_visible_gpus_reports_a_cpu_machine():
-    out = run_python("from node.learning.hardware import detect; print(detect().describe())", CUDA_VISIBLE_DEVICES="")
+    out = run_fresh("from node.learning.hardware import detect; print(detect().describe())", CUDA_VISIBLE_DEVICES="")
     assert out.startswith("CPU: ")
     assert "no GPU visible to torch" in out
     assert "GiB RAM" in out
@@ -106,10 +95,11 @@ def test_detect_without_visible_gpus_reports_a_cpu_machine():
 def test_the_hardware_query_of_the_wizard_loads_no_sampler_and_no_model_classes():
     # The wizard's hardware page waits for `node hardware`: torch's device checks and the catalog, seconds less
     # than with the samplers and transformers' model classes (both of which a training node imports anyway).
-    out = run_python("import sys; from node.cli.main import main; code = main(['hardware']); "
-                     "print(code, sorted(m for m in ('transformers', 'node.learning.decoding') if m in sys.modules))")
-    assert out.startswith("CPU: ") or out.startswith("CUDA: ") or out.startswith("Apple GPU")
-    assert out.strip().splitlines()[-1] == "0 []"
+    printed, imported = run_and_list_imports("from node.cli.main import main; print(main(['hardware']))",
+                                             ("transformers", "node.learning.decoding"))
+    assert printed[0].startswith(("CPU: ", "CUDA: ", "Apple GPU"))
+    assert printed[-1] == "0"
+    assert imported == []
 
 
 def test_describe_names_the_gpu():
@@ -300,7 +290,7 @@ def test_hardware_json_lists_the_catalog_with_fit_labels():
 
 def test_apply_resource_limits_sets_torch_threads():
     # In a child process: torch's inter-op pool can be sized only once per process.
-    out = run_python(
+    out = run_fresh(
         "import json, os, psutil, torch\n"
         "from node.learning.limits import apply_resource_limits\n"
         "default = apply_resource_limits(threads=None, gpu_memory_fraction=None, device='cpu')\n"

@@ -64,6 +64,35 @@ class Sink:
         return 3
 
 
+class PacedSink(Sink):
+    """A sink that sets the feed's pace: a short wait after its first poll, then a long one; notes each poll."""
+
+    def __init__(self, first_s, then_s):
+        super().__init__()
+        self.paces, self.polls = (first_s, then_s), []
+
+    def poll_interval_s(self):
+        self.polls.append(time.monotonic())
+        return self.paces[len(self.polls) > 1]
+
+
+@pytest.mark.timeout(120)
+def test_without_a_fixed_pace_the_feed_polls_as_often_as_its_sink_asks(tmp_path):
+    # The buffer paces the feed by this node's round time (PeerGroupBuffer.poll_interval_s): each poll reads the
+    # directory through peers, so a feed polling faster than its rounds need spends their CPU and ours for nothing.
+    clock = SwarmClock(epoch=time.time() - 1000.0, round_seconds=600.0)
+    with swarms(tmp_path, 1) as (a,):
+        sink = PacedSink(0.2, 2.0)
+        a.start_feed(sink, clock)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(sink.polls) < 4:
+            time.sleep(0.05)
+        gaps = [later - earlier for earlier, later in zip(sink.polls, sink.polls[1:])]
+        assert len(gaps) >= 3, sink.polls
+        assert gaps[0] < 1.5  # the first, short wait
+        assert all(gap > 1.5 for gap in gaps[1:]), gaps  # then the long one, every time
+
+
 @pytest.mark.timeout(300)
 def test_ten_identities_cannot_move_the_clock_nor_cut_two_honest_nodes_apart(tmp_path):
     clock = SwarmClock(epoch=time.time() - 1000.0, round_seconds=5.0)

@@ -40,6 +40,10 @@ DEFAULT_MAX_BYTES = 16 * 1024**2
 DEFAULT_MAX_PER_PEER = 8
 MIN_AUTO_AGE_S = 120.0  # automatic freshness: at least two minutes...
 AUTO_AGE_ROUNDS = 3  # ...or three of this node's own rounds, whichever is longer
+# How often the feed looks for peers' new groups: a few times in each of this node's rounds (a round takes its groups
+# once), within these bounds. Each look reads the swarm directory through peers, on their CPU and ours
+FEED_POLLS_PER_ROUND = 8
+FEED_POLL_BOUNDS_S = (1.0, 10.0)
 
 Verify = Callable[[RoundRecord], Verification]
 Keep = Callable[[ScoredGroup], str]  # "" to keep a group, else the reason it is refused
@@ -121,8 +125,17 @@ class PeerGroupBuffer:
         return self.clock.rounds_within(self.max_age_s)
 
     def round_took(self, seconds: float) -> None:
-        """This node's last round took ``seconds`` (the automatic freshness follows it)."""
+        """This node's last round took ``seconds`` (the automatic freshness and the feed's pace follow it)."""
         self._round_seconds = seconds
+
+    def poll_interval_s(self) -> float:
+        """How long the feed waits between two looks for new groups: a :data:`FEED_POLLS_PER_ROUND`-th of this
+        node's last round (a group published meanwhile waits at most that long for a take that comes once a round),
+        within :data:`FEED_POLL_BOUNDS_S`; the shortest before the first round has ended."""
+        shortest, longest = FEED_POLL_BOUNDS_S
+        if not self._round_seconds:
+            return shortest
+        return min(longest, max(shortest, self._round_seconds / FEED_POLLS_PER_ROUND))
 
     def _fresh(self, item: Buffered, now: float, round_now: int) -> bool:
         return (now - item.published_at <= self.max_age_s

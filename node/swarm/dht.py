@@ -16,8 +16,9 @@ Layout (protocol v2) for a swarm ``S`` with ``D`` directory shards; a peer's sha
   shard, rewritten as the peer publishes more groups in that round.
 
 Nothing is agreed on: there is no clock to read or to hijack. A node's background feed (:meth:`DhtExchange.start_feed`)
-reads the directory of the current and previous swarm round every second or so, on the DHT loop, while the node
-generates and trains, and fetches up to 2 J new groups a poll, one per peer in turn (peers in uniform random order,
+reads the directory of the current and previous swarm round several times in each of the node's rounds (every 1 to
+10 s, :meth:`node.sapo.peer_buffer.PeerGroupBuffer.poll_interval_s`), on the DHT loop, while the node generates and
+trains, and fetches up to 2 J new groups a poll, one per peer in turn (peers in uniform random order,
 groups claiming reward spread and the newest first), as long as its buffer wants more: what it fetches follows what
 the node consumes (about J groups a round) plus a few pointers a poll, whatever the swarm size.
 
@@ -125,10 +126,9 @@ _IN_FLIGHT_S = 1.0  # a held entry younger than this is still in its own first s
 # ours was just confirmed (the network is back); without a feed, "fresh" is the buffer's automatic freshness
 _RETRY_EVERY_S = 3.0
 _UNFED_FRESH_S = 120.0
-# The background feed (start_feed): how often it polls, and its fetch budget per swarm round, above a gather's: a peer
-# may publish several times in one swarm round and we may play several rounds in it. Its directory reads are bounded
-# per poll instead (_feed_reread), so that a long swarm round is read to its end
-FEED_POLL_S = 1.0
+# The background feed (start_feed): its fetch budget per swarm round, above a gather's: a peer may publish several times
+# in one swarm round and we may play several rounds in it. Its directory reads are bounded per poll instead
+# (_feed_reread), so that a long swarm round is read to its end; how often it polls, its sink says (poll_interval_s)
 _FEED_FETCHES = 64
 _MAPPING_WAIT_S = 8.0  # how long a node without a reachable address waits for its router to map a port
 _RECHECK_EVERY_S = 20.0
@@ -554,9 +554,10 @@ class DhtExchange:
         return GatherResult(records=records, rejected=state.rejected.copy(), peers=frozenset(state.tried_peers),
                             published=len(state.pool), exhausted=self._spent(state))
 
-    def start_feed(self, sink: GroupSink, clock: SwarmClock, *, poll_s: float = FEED_POLL_S) -> None:
+    def start_feed(self, sink: GroupSink, clock: SwarmClock, *, poll_s: float | None = None) -> None:
         """Fetch peers' groups of the recent swarm rounds in the background, on the DHT loop, into ``sink`` (a
-        :class:`node.sapo.peer_buffer.PeerGroupBuffer`), until shutdown. Costs the caller's threads nothing."""
+        :class:`node.sapo.peer_buffer.PeerGroupBuffer`), until shutdown, every ``poll_s`` or, without it, as often as
+        ``sink.poll_interval_s()`` says each time. Costs the caller's threads nothing."""
         self._feed_clock, self._feed_sink = clock, sink
         loop = self._loop
         if loop is None or self._node is None:
@@ -567,8 +568,8 @@ class DhtExchange:
 
         loop.call_soon_threadsafe(create)
 
-    async def _feed_loop(self, sink: GroupSink, clock: SwarmClock, poll_s: float) -> None:
-        """Every ``poll_s``: read the directory of the current and previous swarm round (older rounds of the window
+    async def _feed_loop(self, sink: GroupSink, clock: SwarmClock, poll_s: float | None) -> None:
+        """Every poll: read the directory of the current and previous swarm round (older rounds of the window
         once), and fetch the new groups peers announced there, as many as ``sink`` still wants of each peer."""
         while True:
             started = time.monotonic()
@@ -585,7 +586,8 @@ class DhtExchange:
                 raise
             except Exception:
                 logger.warning("Swarm feed: a poll failed", exc_info=True)
-            await asyncio.sleep(max(0.0, poll_s - (time.monotonic() - started)))
+            interval = sink.poll_interval_s() if poll_s is None else poll_s
+            await asyncio.sleep(max(0.0, interval - (time.monotonic() - started)))
 
     async def _feed_once(self, node: DHTNode, sink: GroupSink, clock: SwarmClock) -> None:
         now = clock.now()

@@ -36,6 +36,8 @@ class GroupSink(Protocol):
 
     def max_age_rounds(self) -> int: ...
 
+    def poll_interval_s(self) -> float: ...
+
 
 class Exchange(Protocol):
     """Publish our groups; feed peers' groups into a buffer in the background; gather one round on demand."""
