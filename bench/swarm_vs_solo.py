@@ -187,6 +187,8 @@ class _Node:
     error: str = ""
     cpu_at_eval: dict[int, float] = field(default_factory=dict)  # rounds trained -> CPU seconds of the node so far
     cpu_at_round: dict[int, float] = field(default_factory=dict)  # the same at the end of each round (before its eval)
+    parts_at_eval: dict[int, dict[str, float]] = field(default_factory=dict)  # the same split by _cpu_parts
+    parts_at_round: dict[int, dict[str, float]] = field(default_factory=dict)
 
 
 class _Run:
@@ -265,13 +267,16 @@ class _Run:
             elif event.kind == "round_finished":
                 node.rounds = event.rounds_trained
                 node.cpu_at_round[event.rounds_trained] = _cpu_seconds(node.process.pid)
+                node.parts_at_round[event.rounds_trained] = _cpu_parts(node.process.pid)
             elif event.kind == "eval_finished":
                 node.last_eval = event.accuracy_greedy
                 node.cpu_at_eval[event.rounds_trained] = _cpu_seconds(node.process.pid)
+                node.parts_at_eval[event.rounds_trained] = _cpu_parts(node.process.pid)
                 cpu_file = self.work / "cpu" / f"{run_name(self.sapo, self.seed, node.index)}.json"
                 cpu_file.parent.mkdir(parents=True, exist_ok=True)
-                cpu_file.write_text(json.dumps({"at_eval": node.cpu_at_eval, "at_round_end": node.cpu_at_round}),
-                                    encoding="utf-8")
+                cpu_file.write_text(json.dumps({"at_eval": node.cpu_at_eval, "at_round_end": node.cpu_at_round,
+                                                "parts_at_eval": node.parts_at_eval,
+                                                "parts_at_round_end": node.parts_at_round}), encoding="utf-8")
                 _say(f"  {run_name(self.sapo, self.seed, node.index)}: held-out {event.accuracy_greedy:.3f} "
                      f"after {event.rounds_trained} rounds ({event.seconds:.0f} s)")
                 if event.rounds_trained >= rounds_of(self.args, self.sapo):
@@ -345,6 +350,29 @@ def _cpu_seconds(pid: int) -> float:
     return round(total, 1)
 
 
+CPU_PARTS = ("main_thread", "other_threads", "children")
+
+
+def _cpu_parts(pid: int) -> dict[str, float]:
+    """The same seconds split where they were spent: the node's main thread (generation, updates, evaluations), its
+    other threads (the DHT's event loop, checking peer groups, the control socket) and its children (p2pd)."""
+    try:
+        root = psutil.Process(pid)
+        times, threads, children = root.cpu_times(), root.threads(), root.children(recursive=True)
+    except psutil.Error:
+        return {}
+    main = sum(t.user_time + t.system_time for t in threads if t.id == pid)
+    others = times.user + times.system - main  # threads that already ended count here too
+    daemons = 0.0
+    for child in children:
+        try:
+            times = child.cpu_times()
+        except psutil.Error:
+            continue
+        daemons += times.user + times.system
+    return dict(zip(CPU_PARTS, (round(main, 1), round(others, 1), round(daemons, 1)), strict=True))
+
+
 def _send(process: subprocess.Popen, line: str) -> None:
     try:
         process.stdin.write(line + "\n")
@@ -366,8 +394,9 @@ def summarize(args: argparse.Namespace, work: Path, sapo: Sapo, seed: int, outco
         metrics = [m for m in store.metrics() if m.rounds_trained <= args.rounds]
         evaluations = _one_per_round(store.evaluations())
         cpu_file = work / "cpu" / f"{run_name(sapo, seed, index)}.json"
-        cpu = training_cpu(json.loads(cpu_file.read_text(encoding="utf-8"))) if cpu_file.exists() else {}
-        nodes.append({"metrics": metrics, "evaluations": evaluations, "cpu": cpu,
+        recorded = json.loads(cpu_file.read_text(encoding="utf-8")) if cpu_file.exists() else {}
+        nodes.append({"metrics": metrics, "evaluations": evaluations, "cpu": training_cpu(recorded) if recorded else {},
+                      "cpu_parts": training_cpu_parts(recorded),
                       "flips": flip_totals(store.heldout_answers()),
                       "groups": groups_by_family(s for s in store.samples() if s.round <= _last_round(metrics))})
     # with --specialize, each node's rounds trained -> (held-out on its own family, on the others)
@@ -410,6 +439,10 @@ def summarize(args: argparse.Namespace, work: Path, sapo: Sapo, seed: int, outco
         # with spread, so runs are also compared at equal CPU seconds
         "cpu_seconds": _mean([node["cpu"][args.rounds] for node in nodes])
         if all(args.rounds in node["cpu"] for node in nodes) else None,
+        # the same at ``rounds``, split by where it was spent (_cpu_parts), mean over nodes
+        "cpu_seconds_parts": {part: _mean([node["cpu_parts"][part][args.rounds] for node in nodes])
+                              for part in CPU_PARTS if all(args.rounds in node["cpu_parts"].get(part, {})
+                                                           for node in nodes)},
         "heldout_by_cpu_per_node": [[[node["cpu"][e.rounds_trained], e.accuracy_greedy] for e in node["evaluations"]
                                      if e.rounds_trained in node["cpu"]] for node in nodes],
         # SAPO's cumulative reward: summed over nodes and rounds (mean reward of each round's own completions).
@@ -469,6 +502,16 @@ def groups_by_family(samples) -> dict[str, dict[str, int]]:
         else:
             family["peer_with_spread"] += 1
     return counts
+
+
+def training_cpu_parts(recorded: dict) -> dict[str, dict[int, float]]:
+    """training_cpu for each part of _cpu_parts (empty for files written before the parts were recorded)."""
+    if "parts_at_eval" not in recorded:
+        return {}
+    return {part: training_cpu({"at_eval": {k: v[part] for k, v in recorded["parts_at_eval"].items() if part in v},
+                                "at_round_end": {k: v[part] for k, v in recorded["parts_at_round_end"].items()
+                                                 if part in v}})
+            for part in CPU_PARTS}
 
 
 def training_cpu(recorded: dict) -> dict[int, float]:

@@ -67,7 +67,7 @@ def test_the_automatic_freshness_follows_this_nodes_round_time():
 def test_the_feed_looks_for_groups_a_few_times_in_each_of_this_nodes_rounds():
     buf, _ = buffer()
     assert buf.poll_interval_s() == 1.0  # before a round ended: peers' first groups as soon as they come
-    buf.round_took(40.0)  # a round on a laptop's CPU: one take every 40 s, a look every 5 s is soon enough
+    buf.round_took(20.0)  # a round on a laptop's CPU: one take every 20 s, a look every 5 s is soon enough
     assert buf.poll_interval_s() == 5.0
     buf.round_took(0.3)  # a fast GPU round: still not more than a look a second
     assert buf.poll_interval_s() == 1.0

@@ -263,6 +263,37 @@ def test_publishing_twice_in_one_swarm_round_adds_groups_after_the_first(trio):
         a.publish(record(b.peer_id, 150, groups=1))
 
 
+def test_later_polls_of_the_feed_read_the_shards_of_known_peers_and_one_other(trio):
+    """Each directory read asks every replica of a shard, on peers' CPU too: after the first read of a round, a poll
+    reads the shards of the peers it knows (and still sees their new groups) and one other shard in turn, not every
+    empty shard of a small swarm."""
+    a, b, c = trio
+    assert a.publish(record(a.peer_id, 160, groups=1))
+    state = b._round_state(160)
+
+    def poll() -> int:
+        before = b.traffic["lookups"]
+        asyncio.run_coroutine_threadsafe(b._read_directory(b._node, 160, state, b._feed_reread, None),
+                                         b._loop).result(30)
+        return b.traffic["lookups"] - before
+
+    deadline = time.monotonic() + 60
+    while a.peer_id not in state.pool and time.monotonic() < deadline:
+        poll()
+    assert a.peer_id in state.pool
+    assert a.publish(record(a.peer_id, 160, groups=1, seed=3))
+    known = {shard_of(a.peer_id, b._shards), shard_of(c.peer_id, b._shards)}
+    reads = []
+    while state.pool[a.peer_id].groups < 2 and time.monotonic() < deadline:
+        reads.append(poll())
+    assert state.pool[a.peer_id].groups == 2
+    assert max(reads) <= len(known) + 1 < b._shards
+    in_turn = set()
+    for _ in range(2 * b._shards):  # a full turn of the shards, wherever the last one stopped
+        in_turn |= set(b._feed_reread(state)) - known
+    assert in_turn == set(range(b._shards)) - known  # a peer we know nothing of is found within a few polls
+
+
 def test_a_peer_cannot_overwrite_another_peers_entry(trio):
     a, b, c = trio
     original = record(a.peer_id, 20, groups=1)

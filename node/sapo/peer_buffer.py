@@ -42,7 +42,7 @@ MIN_AUTO_AGE_S = 120.0  # automatic freshness: at least two minutes...
 AUTO_AGE_ROUNDS = 3  # ...or three of this node's own rounds, whichever is longer
 # How often the feed looks for peers' new groups: a few times in each of this node's rounds (a round takes its groups
 # once), within these bounds. Each look reads the swarm directory through peers, on their CPU and ours
-FEED_POLLS_PER_ROUND = 8
+FEED_POLLS_PER_ROUND = 4
 FEED_POLL_BOUNDS_S = (1.0, 10.0)
 
 Verify = Callable[[RoundRecord], Verification]

@@ -638,10 +638,12 @@ class DhtExchange:
         return first
 
     def _feed_reread(self, state: _RoundGather) -> list[int]:
-        """Shards the feed reads again each poll, a first read's worth at most: those of the peers it knows in this
-        round (their pointers grow as they publish more), of the peers that published in the other rounds it keeps
-        and of the peers it is connected to (members that will publish: a peer that published after our first read
-        of the round is found at the next poll, not when its shard's turn comes), then others in turn."""
+        """Shards the feed reads again each poll: those of the peers it knows in this round (their pointers grow as
+        they publish more), of the peers that published in the other rounds it keeps and of the peers it is
+        connected to (members that will publish: a peer that published after our first read of the round is found
+        at the next poll, not when its shard's turn comes), a first read's worth at most, and one other in turn,
+        for peers it knows nothing of yet. The empty shards of a small swarm are not read every poll: each read
+        costs a request to every replica, served by peers that are training too."""
         node = self._node
         connected = node.protocol.routing_table.uid_to_peer_id.values() if node is not None else ()
         with self._lock:
@@ -649,12 +651,13 @@ class DhtExchange:
         wanted = {shard_of(peer, self._shards) for peer in recent}
         wanted |= {shard_of(peer.to_base58(), self._shards) for peer in connected}
         most = _FIRST_READ_SHARDS[1]
-        if len(wanted) >= most:
-            return self._rng.sample(sorted(wanted), most - 1) + [self._gather_reread(state)[0]]
-        others = []
-        while len(wanted) + len(others) < min(most, self._shards):
-            others += [s for s in self._gather_reread(state) if s not in wanted and s not in others]
-        return sorted(wanted) + others
+        chosen = self._rng.sample(sorted(wanted), most - 1) if len(wanted) >= most else sorted(wanted)
+        if len(chosen) < self._shards:
+            in_turn = self._gather_reread(state)[0]
+            while in_turn in chosen:
+                in_turn = self._gather_reread(state)[0]
+            chosen.append(in_turn)
+        return chosen
 
     async def _read_directory(self, node: DHTNode, round: int, state: _RoundGather,
                               reread: Callable[[_RoundGather], list[int]],
