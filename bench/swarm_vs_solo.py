@@ -266,12 +266,12 @@ class _Run:
                 node.started.set()
             elif event.kind == "round_finished":
                 node.rounds = event.rounds_trained
-                node.cpu_at_round[event.rounds_trained] = _cpu_seconds(node.process.pid)
-                node.parts_at_round[event.rounds_trained] = _cpu_parts(node.process.pid)
+                parts = node.parts_at_round[event.rounds_trained] = _cpu_parts(node.process.pid)
+                node.cpu_at_round[event.rounds_trained] = _cpu_seconds(parts)
             elif event.kind == "eval_finished":
                 node.last_eval = event.accuracy_greedy
-                node.cpu_at_eval[event.rounds_trained] = _cpu_seconds(node.process.pid)
-                node.parts_at_eval[event.rounds_trained] = _cpu_parts(node.process.pid)
+                parts = node.parts_at_eval[event.rounds_trained] = _cpu_parts(node.process.pid)
+                node.cpu_at_eval[event.rounds_trained] = _cpu_seconds(parts)
                 cpu_file = self.work / "cpu" / f"{run_name(self.sapo, self.seed, node.index)}.json"
                 cpu_file.parent.mkdir(parents=True, exist_ok=True)
                 cpu_file.write_text(json.dumps({"at_eval": node.cpu_at_eval, "at_round_end": node.cpu_at_round,
@@ -333,29 +333,13 @@ def stop_processes(processes: list[subprocess.Popen], timeout_s: float) -> None:
             kill_tree(process.pid)
 
 
-def _cpu_seconds(pid: int) -> float:
-    """User and system seconds of a node process and its children (its p2p daemon) so far."""
-    try:
-        root = psutil.Process(pid)
-        processes = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return math.nan
-    total = 0.0
-    for process in processes:
-        try:
-            times = process.cpu_times()
-        except psutil.Error:
-            continue
-        total += times.user + times.system
-    return round(total, 1)
-
-
 CPU_PARTS = ("main_thread", "other_threads", "children")
 
 
 def _cpu_parts(pid: int) -> dict[str, float]:
-    """The same seconds split where they were spent: the node's main thread (generation, updates, evaluations), its
-    other threads (the DHT's event loop, checking peer groups, the control socket) and its children (p2pd)."""
+    """User and system seconds of a node process so far, split where they were spent: its main thread (generation,
+    updates, evaluations), its other threads (the DHT's event loop, checking peer groups, the control socket) and its
+    children (its p2p daemon). Empty once the process is gone."""
     try:
         root = psutil.Process(pid)
         times, threads, children = root.cpu_times(), root.threads(), root.children(recursive=True)
@@ -366,11 +350,16 @@ def _cpu_parts(pid: int) -> dict[str, float]:
     daemons = 0.0
     for child in children:
         try:
-            times = child.cpu_times()
+            child_times = child.cpu_times()
         except psutil.Error:
             continue
-        daemons += times.user + times.system
+        daemons += child_times.user + child_times.system
     return dict(zip(CPU_PARTS, (round(main, 1), round(others, 1), round(daemons, 1)), strict=True))
+
+
+def _cpu_seconds(parts: dict[str, float]) -> float:
+    """All of a node's CPU seconds, its p2p daemon's included."""
+    return round(sum(parts.values()), 1) if parts else math.nan
 
 
 def _send(process: subprocess.Popen, line: str) -> None:

@@ -171,13 +171,24 @@ def test_report_compares_at_equal_cpu_seconds_with_a_paired_interval(bench, tmp_
     assert -0.05 <= low < 0.0 < high <= 0.05
 
 
+def _parts(main, threads, children):
+    return {"main_thread": main, "other_threads": threads, "children": children}
+
+
 def test_cpu_seconds_count_the_rounds_not_the_start_up_and_the_evaluations(bench, tmp_path):
     # As the runner records them: CPU seconds at each evaluation and at the end of each round (before its evaluation).
-    # Start-up and the round-0 evaluation take 80 s, rounds 30 s, the evaluation after round 2 60 s.
+    # Start-up and the round-0 evaluation take 80 s, rounds 30 s, the evaluation after round 2 60 s. The same seconds
+    # split as _cpu_parts reads them: the main thread trains and evaluates; the DHT's thread and p2pd serve peers
+    # during evaluations too (left out with them).
     recorded = {"at_eval": {"0": 80.0, "2": 200.0, "4": 320.0},
-                "at_round_end": {"1": 110.0, "2": 140.0, "3": 230.0, "4": 260.0}}
+                "at_round_end": {"1": 110.0, "2": 140.0, "3": 230.0, "4": 260.0},
+                "parts_at_eval": {"0": _parts(78.0, 1.0, 1.0), "2": _parts(184.0, 9.0, 7.0),
+                                  "4": _parts(290.0, 17.0, 13.0)},
+                "parts_at_round_end": {"1": _parts(104.0, 3.0, 3.0), "2": _parts(128.0, 7.0, 5.0),
+                                       "3": _parts(212.0, 11.0, 7.0), "4": _parts(236.0, 15.0, 9.0)}}
     assert bench.training_cpu(recorded) == {0: 0.0, 2: 60.0, 4: 120.0}
     assert bench.training_cpu({"2": 200.0, "0": 80.0}) == {2: 200.0, 0: 80.0}  # an older file: as recorded
+    assert bench.training_cpu_parts({"2": 200.0, "0": 80.0}) == {}  # and not split
     args = _args(bench, tmp_path)
     sapo = bench.Sapo.parse("I=2,J=2")
     _write_run(bench, args, sapo, 0, [[0.1, 0.2, 0.3]] * 2, [0.5, 0.5])
@@ -188,32 +199,9 @@ def test_cpu_seconds_count_the_rounds_not_the_start_up_and_the_evaluations(bench
     summary = bench.summarize(args, tmp_path, sapo, 0, "complete", 2.0)
     assert summary["cpu_seconds"] == pytest.approx(120.0)
     assert summary["heldout_by_cpu_per_node"][0] == [[0.0, 0.1], [60.0, 0.2], [120.0, 0.3]]
-
-
-def test_cpu_seconds_are_also_split_by_where_they_were_spent(bench, tmp_path):
-    # The same node as above, its seconds split as _cpu_parts reads them: the main thread trains and evaluates, the
-    # DHT's thread and p2pd serve peers during evaluations too (left out with them).
-    def parts(main, threads, children):
-        return {"main_thread": main, "other_threads": threads, "children": children}
-
-    recorded = {"at_eval": {"0": 80.0, "2": 200.0, "4": 320.0},
-                "at_round_end": {"1": 110.0, "2": 140.0, "3": 230.0, "4": 260.0},
-                "parts_at_eval": {"0": parts(78.0, 1.0, 1.0), "2": parts(184.0, 9.0, 7.0), "4": parts(290.0, 17.0, 13.0)},
-                "parts_at_round_end": {"1": parts(104.0, 3.0, 3.0), "2": parts(128.0, 7.0, 5.0),
-                                       "3": parts(212.0, 11.0, 7.0), "4": parts(236.0, 15.0, 9.0)}}
-    args = _args(bench, tmp_path)
-    sapo = bench.Sapo.parse("I=2,J=2")
-    _write_run(bench, args, sapo, 0, [[0.1, 0.2, 0.3]] * 2, [0.5, 0.5])
-    for index in range(2):
-        path = args.work / "cpu" / f"{bench.run_name(sapo, 0, index)}.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(recorded))
-    summary = bench.summarize(args, tmp_path, sapo, 0, "complete", 2.0)
     # main: 236 - 78 - (184 - 128) = 102; other threads: 15 - 1 - (9 - 7) = 12; children: 9 - 1 - (7 - 5) = 6
     assert summary["cpu_seconds_parts"] == pytest.approx({"main_thread": 102.0, "other_threads": 12.0,
                                                           "children": 6.0})
-    assert sum(summary["cpu_seconds_parts"].values()) == pytest.approx(summary["cpu_seconds"])
-    assert bench.training_cpu_parts({"at_eval": {"0": 80.0}, "at_round_end": {}}) == {}  # an older file: no split
 
 
 def test_a_solo_run_trains_on_to_the_cpu_seconds_of_a_shared_one_and_is_read_between_its_evaluations(bench, tmp_path):
