@@ -403,6 +403,8 @@ def summarize(args: argparse.Namespace, work: Path, sapo: Sapo, seed: int, outco
         "rounds": args.rounds, "rounds_run": last, "outcome": outcome,
         "complete": outcome == "complete" and len(finals) == args.nodes and len(evals_at(last)) == args.nodes,
         "minutes": round(minutes, 1),
+        # when it ended: CPU seconds of runs from different sessions are not comparable (this machine's speed drifts)
+        "finished_utc": _utc_now(),
         "heldout_round0": _mean([e.accuracy_greedy for e in evals_at(0)]),
         "heldout_final": _mean([e.accuracy_greedy for e in finals]),
         "heldout_final_per_node": [e.accuracy_greedy for e in finals],
@@ -649,7 +651,7 @@ def report(args: argparse.Namespace, runs: list[dict], minutes: float) -> dict:
         "schema": SCHEMA,
         "model": " + ".join(_model_label(m) for m in args.node_models) if args.node_models else _model_label(args.model),
         "machine": _machine(),
-        "generated_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "generated_utc": _utc_now(),
         "command": "python bench/swarm_vs_solo.py " + " ".join(args.argv),
         "minutes": round(minutes, 1),
         "settings": settings_of(args),
@@ -676,6 +678,10 @@ def report(args: argparse.Namespace, runs: list[dict], minutes: float) -> dict:
                        for r in runs if not r["complete"]],
         "runs": runs,
     }
+
+
+def _utc_now() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _cpu_reached(run: dict) -> float:

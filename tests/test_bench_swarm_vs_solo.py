@@ -7,6 +7,7 @@ RunStore, so the numbers in bench/results/learning.json are computed by the code
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import importlib.util
 import json
 import sys
@@ -199,6 +200,8 @@ def test_cpu_seconds_count_the_rounds_not_the_start_up_and_the_evaluations(bench
     summary = bench.summarize(args, tmp_path, sapo, 0, "complete", 2.0)
     assert summary["cpu_seconds"] == pytest.approx(120.0)
     assert summary["heldout_by_cpu_per_node"][0] == [[0.0, 0.1], [60.0, 0.2], [120.0, 0.3]]
+    # when the run ended: runs from different sessions may not be compared at equal CPU
+    assert abs(dt.datetime.fromisoformat(summary["finished_utc"]) - dt.datetime.now(dt.timezone.utc)).total_seconds() < 60
     # main: 236 - 78 - (184 - 128) = 102; other threads: 15 - 1 - (9 - 7) = 12; children: 9 - 1 - (7 - 5) = 6
     assert summary["cpu_seconds_parts"] == pytest.approx({"main_thread": 102.0, "other_threads": 12.0,
                                                           "children": 6.0})
