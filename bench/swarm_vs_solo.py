@@ -384,7 +384,7 @@ def summarize(args: argparse.Namespace, work: Path, sapo: Sapo, seed: int, outco
         evaluations = _one_per_round(store.evaluations())
         cpu_file = work / "cpu" / f"{run_name(sapo, seed, index)}.json"
         recorded = json.loads(cpu_file.read_text(encoding="utf-8")) if cpu_file.exists() else {}
-        nodes.append({"metrics": metrics, "evaluations": evaluations, "cpu": training_cpu(recorded) if recorded else {},
+        nodes.append({"metrics": metrics, "evaluations": evaluations, "cpu": training_cpu(recorded),
                       "cpu_parts": training_cpu_parts(recorded),
                       "flips": flip_totals(store.heldout_answers()),
                       "groups": groups_by_family(s for s in store.samples() if s.round <= _last_round(metrics))})
