@@ -185,9 +185,9 @@ class _Node:
     rounds: int = 0
     last_eval: float | None = None
     error: str = ""
-    cpu_at_eval: dict[int, float] = field(default_factory=dict)  # rounds trained -> CPU seconds of the node so far
-    cpu_at_round: dict[int, float] = field(default_factory=dict)  # the same at the end of each round (before its eval)
-    parts_at_eval: dict[int, dict[str, float]] = field(default_factory=dict)  # the same split by _cpu_parts
+    # rounds trained -> CPU seconds of the node so far, split by _cpu_parts: at each evaluation, and at the end of
+    # each round (before its evaluation)
+    parts_at_eval: dict[int, dict[str, float]] = field(default_factory=dict)
     parts_at_round: dict[int, dict[str, float]] = field(default_factory=dict)
 
 
@@ -266,17 +266,13 @@ class _Run:
                 node.started.set()
             elif event.kind == "round_finished":
                 node.rounds = event.rounds_trained
-                parts = node.parts_at_round[event.rounds_trained] = _cpu_parts(node.process.pid)
-                node.cpu_at_round[event.rounds_trained] = _cpu_seconds(parts)
+                node.parts_at_round[event.rounds_trained] = _cpu_parts(node.process.pid)
             elif event.kind == "eval_finished":
                 node.last_eval = event.accuracy_greedy
-                parts = node.parts_at_eval[event.rounds_trained] = _cpu_parts(node.process.pid)
-                node.cpu_at_eval[event.rounds_trained] = _cpu_seconds(parts)
+                node.parts_at_eval[event.rounds_trained] = _cpu_parts(node.process.pid)
                 cpu_file = self.work / "cpu" / f"{run_name(self.sapo, self.seed, node.index)}.json"
                 cpu_file.parent.mkdir(parents=True, exist_ok=True)
-                cpu_file.write_text(json.dumps({"at_eval": node.cpu_at_eval, "at_round_end": node.cpu_at_round,
-                                                "parts_at_eval": node.parts_at_eval,
-                                                "parts_at_round_end": node.parts_at_round}), encoding="utf-8")
+                cpu_file.write_text(json.dumps(_cpu_record(node)), encoding="utf-8")
                 _say(f"  {run_name(self.sapo, self.seed, node.index)}: held-out {event.accuracy_greedy:.3f} "
                      f"after {event.rounds_trained} rounds ({event.seconds:.0f} s)")
                 if event.rounds_trained >= rounds_of(self.args, self.sapo):
@@ -360,6 +356,13 @@ def _cpu_parts(pid: int) -> dict[str, float]:
 def _cpu_seconds(parts: dict[str, float]) -> float:
     """All of a node's CPU seconds, its p2p daemon's included."""
     return round(sum(parts.values()), 1) if parts else math.nan
+
+
+def _cpu_record(node: _Node) -> dict:
+    """What the runner writes of a node's CPU seconds (read by training_cpu and training_cpu_parts)."""
+    return {"at_eval": {n: _cpu_seconds(p) for n, p in node.parts_at_eval.items()},
+            "at_round_end": {n: _cpu_seconds(p) for n, p in node.parts_at_round.items()},
+            "parts_at_eval": node.parts_at_eval, "parts_at_round_end": node.parts_at_round}
 
 
 def _send(process: subprocess.Popen, line: str) -> None:
