@@ -186,4 +186,4 @@ def test_rounds_published_while_the_public_members_link_is_down_reach_everyone_o
         for receiver in receivers:
             assert wait_until(lambda: during <= rounds_of(receiver, sender), 60), (
                 f"{receiver.name} lacks {sender.name}'s rounds {sorted(during - rounds_of(receiver, sender))} of the "
-                f"cut {sorted(during)}; log of {sender.name}:\n{sender.tail()}")
+                f"cut {sorted(during)}; log of {sender.name}:\n{sender.tail()}\nlog of {receiver.name}:\n{receiver.tail()}")
