@@ -107,11 +107,15 @@ class Member:
                 pass
         self._writer.close()
 
-    def tail(self, chars: int = 4000) -> str:
+    def tail(self, chars: int = 4000, *, without: str | None = None) -> str:
+        """The end of the member's log (``without``: less the lines holding that text, such as a periodic line)."""
         try:
-            return self.log.read_text(errors="replace")[-chars:]
+            text = self.log.read_text(errors="replace")
         except OSError:
             return ""
+        if without is not None:
+            text = "".join(line for line in text.splitlines(keepends=True) if without not in line)
+        return text[-chars:]
 
 
 class MemberError(RuntimeError):

@@ -112,6 +112,43 @@ def test_a_peer_that_reappears_makes_its_missing_rounds_due_a_little_later_and_a
     assert again.take(0) == []  # and no more: a peer publishing every round makes nothing due
 
 
+def test_a_peer_seen_for_the_first_time_makes_the_rounds_read_without_it_due():
+    """It may have joined just before our link went down: its rounds of the cut landed after we read them empty."""
+    clock = Clock()
+    again = Reappearances(now=clock)
+    again.seen(20, ["b"])  # our first read: a peer in it has no earlier round we read
+    for round_ in range(19, 14, -1):  # the rest of the window, read newest first in the same poll
+        again.seen(round_, ["b"])
+    for round_ in range(21, 25):
+        again.seen(round_, ["b"])
+    again.seen(25, ["a", "b"])
+    clock.t += 3
+    assert again.take(0) == [24, 23, 22, 21, 20, 19, 18, 17]  # within the bound of a poll, newest first
+    assert again.take(0) == [16, 15]
+    again.seen(26, ["a", "b"])  # known now: nothing more
+    clock.t += 100
+    assert again.take(0) == [24, 23, 22, 21, 20, 19, 18, 17]  # the 15-s and 40-s reads, one per poll
+    assert again.take(0) == [16, 15]
+    assert again.take(0) == []
+
+
+def test_new_identities_cannot_postpone_a_due_read_and_add_a_bounded_number_of_reads():
+    clock = Clock()
+    again = Reappearances(reread_after_s=(3.0, 40.0), now=clock)
+    again.seen(10, ["b"])
+    again.seen(11, ["a"])  # a new peer: round 10 due at 3 s and 40 s
+    for n in range(400):  # a new identity every 0.1 s, each would make round 10 due 3 s later
+        clock.t += 0.1
+        again.seen(11, [f"sybil{n}"])
+        if clock.t >= 103.0:
+            break
+    assert again.take(0) == [10]  # read when the first one made it due
+    for _ in range(2000):
+        again.seen(11, [f"sybil{clock.t}"])
+        clock.t += 0.01
+    assert len(again._due[10]) <= 2 * 40  # reads at least a second apart within the longest delay
+
+
 def test_rereads_are_bounded_per_poll_and_forget_rounds_out_of_the_window():
     clock = Clock()
     again = Reappearances(reread_after_s=(0.0,), now=clock)

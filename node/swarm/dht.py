@@ -596,8 +596,11 @@ class DhtExchange:
             self._log_storage(node)
         oldest = max(now - sink.max_age_rounds(), 0)
         # a past round is read once (nobody publishes there any more), and once again when a peer reappears after
-        # rounds without a pointer: it, or we, was cut off, and its held entries of those rounds have landed since
+        # rounds without a pointer, or shows up first after rounds we read: it, or we, was cut off, and its held
+        # entries of those rounds have landed since
         again = set(self._reappearances.take(oldest))
+        if again:
+            logger.info("Reading rounds %s again: peers showed up after rounds without them", sorted(again))
         for round_ in range(now, oldest - 1, -1):
             state = self._round_state(round_, keep=sink.max_age_rounds() + 2)
             if self._spent(state, feed=True):

@@ -9,7 +9,9 @@ A link that goes down for a minute loses nothing that is still fresh when it com
   never drops the newer pointer.
 * :class:`Reappearances`: a peer whose pointer shows up again after rounds without one may have published those
   rounds while we (or it) were cut off; those rounds are due for more reads: a few seconds later, when the
-  peer's own retries have landed, and later still for retries that timed out or a slow link that sends many.
+  peer's own retries have landed, and later still for retries that timed out or a slow link that sends many. A peer
+  seen for the first time counts as back from a gap too: the rounds we read before without it (it may have joined
+  just before our link went down, before any pointer of it reached us).
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ RESEND_STEP_S = 1e-6  # a held entry's expiration grows by this at each store ag
 # (a slow link with many held entries; CI once missed one round of a 20-round gap whose last read was at 15 s)
 REREAD_AFTER_S = (3.0, 15.0, 40.0)
 MAX_REREADS_PER_POLL = 8
+# two due reads of a round closer than this are one: a poll reads a round at most once anyway, and the times a stream
+# of new identities can add to a round stay bounded
+COALESCE_S = 1.0
 
 
 @dataclasses.dataclass
@@ -112,31 +117,47 @@ class Unconfirmed:
 
 
 class Reappearances:
-    """Rounds to read once more because a peer reappeared after rounds without a pointer of it."""
+    """Rounds to read once more because a peer reappeared after rounds without a pointer of it, or showed up for the
+    first time after rounds we read without it."""
 
     def __init__(self, *, reread_after_s: tuple[float, ...] = REREAD_AFTER_S,
                  now: Callable[[], float] = time.monotonic) -> None:
         self._after = reread_after_s
         self._now = now
         self._last: dict[str, int] = {}  # peer -> latest round a pointer of it was read in
+        self._read: set[int] = set()  # rounds of the window read so far
         self._due: dict[int, list[float]] = {}  # round -> when to read it again, soonest first
 
     def seen(self, round: int, peers: Iterable[str]) -> None:
-        """Pointers of ``peers`` were read in ``round``. The rounds between a peer's previous one and this one are
-        due for more reads (a gap round not read yet gets its first read now, before the peer's retries landed)."""
+        """``round`` was read and held pointers of ``peers``. The rounds between a peer's previous one and this one
+        (for a peer not seen before, the earlier rounds read without it) are due for more reads (a gap round not
+        read yet gets its first read now, before the peer's retries landed)."""
         for peer in peers:
             last = self._last.get(peer)
-            if last is not None and round > last + 1:
-                now = self._now()
-                for gap in range(last + 1, round):
-                    self._due[gap] = [now + after for after in self._after]  # a later reappearance postpones
+            if last is None:
+                self._schedule([r for r in self._read if r < round])
+            elif round > last + 1:
+                self._schedule(range(last + 1, round))
             if last is None or round > last:
                 self._last[peer] = round
+        self._read.add(round)
+
+    def _schedule(self, rounds: Iterable[int]) -> None:
+        """Reads of ``rounds`` after each of the delays, besides those already due: a later reappearance, or a new
+        identity, never postpones a read that is due sooner."""
+        now = self._now()
+        for gap in rounds:
+            times = self._due.setdefault(gap, [])
+            for after in self._after:
+                if all(abs(now + after - other) >= COALESCE_S for other in times):
+                    times.append(now + after)
+            times.sort()
 
     def take(self, oldest: int, *, limit: int = MAX_REREADS_PER_POLL) -> list[int]:
         """The rounds due for a read now (newest first, at most ``limit``); forgets what is older than ``oldest``,
         the freshness window's first round."""
         self._last = {peer: r for peer, r in self._last.items() if r >= oldest}
+        self._read = {r for r in self._read if r >= oldest}
         self._due = {r: times for r, times in self._due.items() if r >= oldest}
         now = self._now()
         ready = sorted((r for r, times in self._due.items() if times[0] <= now), reverse=True)[:limit]
